@@ -1,0 +1,64 @@
+"""Input validation shared by every public kernel.
+
+Each check raises one ``ValueError`` naming the offending argument, before any work starts.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def check_positive(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+    return value
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int]:
+    """Check the (B, Hq, n, d) / (B, Hkv, n, d) contract; return (B, Hq, Hkv, n, d)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a 4-D tensor (B, H, n, d), got {shape}.")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}.")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype} and {v.dtype}.")
+    B, Hq, n, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}.")
+    Bk, Hkv, nk, dk = k.shape
+    if Bk != B:
+        raise ValueError(f"k/v batch size {Bk} does not match q's batch size {B}.")
+    if nk != n:
+        raise ValueError(f"k/v sequence length {nk} does not match q's length {n}.")
+    if dk != d:
+        raise ValueError(f"k/v head dim {dk} does not match q's head dim {d}.")
+    if Hkv < 1 or Hq % Hkv != 0:
+        raise ValueError(f"q's head count {Hq} must be divisible by k/v's head count {Hkv} (GQA).")
+    return B, Hq, Hkv, n, d
+
+
+def check_perm(perm: torch.Tensor, batch: int, n: int, device: torch.device) -> torch.Tensor:
+    """Check a gather-index permutation of shape (n,) or (B, n) in O(B*n)."""
+    if not isinstance(perm, torch.Tensor):
+        raise ValueError(f"perm must be a LongTensor of shape ({n},) or ({batch}, {n}), got {type(perm).__name__}.")
+    if perm.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"perm must hold integers, got dtype {perm.dtype}.")
+    if perm.shape not in ((n,), (batch, n)):
+        raise ValueError(f"perm must have shape ({n},) or ({batch}, {n}), got {tuple(perm.shape)}.")
+    if perm.device != device:
+        raise ValueError(f"perm is on {perm.device} but q is on {device}.")
+    perm = perm.long()
+    if n == 0:
+        return perm
+    if int(perm.min()) < 0 or int(perm.max()) >= n:
+        raise ValueError(f"perm values must lie in [0, {n - 1}], got range [{int(perm.min())}, {int(perm.max())}].")
+    rows = perm.reshape(-1, n)
+    counts = torch.zeros_like(rows).scatter_add_(1, rows, torch.ones_like(rows))
+    if not bool((counts == 1).all()):
+        raise ValueError("perm must be a permutation: it has duplicate entries.")
+    return perm
+
+
+def default_scale(d: int, scale: float | None) -> float:
+    return d ** -0.5 if scale is None else float(scale)

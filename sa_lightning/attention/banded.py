@@ -1,0 +1,188 @@
+"""The O(n*w) kernels in plain PyTorch: a blocked banded kernel and a dense one for short sequences.
+
+Both are pure functions of tensors, differentiable by autograd on any device. Neither knows which
+variant it serves: SWA is a one-sided band, SA is a circular band in slot space plus a causal test on
+the tokens' original positions.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _softmax_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in _HALF else dtype
+
+
+def _fold_groups(q: torch.Tensor, hkv: int, nb: int, blk: int) -> torch.Tensor:
+    """(B, Hq, nb*blk, d) -> (B, Hkv, nb, G*blk, d): a kv head's query heads share one matmul."""
+    B, Hq, _, d = q.shape
+    G = Hq // hkv
+    q = q.view(B, hkv, G, nb, blk, d)
+    return q.transpose(2, 3).reshape(B, hkv, nb, G * blk, d)
+
+
+def _unfold_groups(y: torch.Tensor, hq: int, n: int) -> torch.Tensor:
+    """Inverse of ``_fold_groups``, cropped to n."""
+    B, hkv, nb, gblk, d = y.shape
+    G = hq // hkv
+    blk = gblk // G
+    y = y.view(B, hkv, nb, G, blk, d).transpose(2, 3).reshape(B, hq, nb * blk, d)
+    return y[:, :, :n]
+
+
+def default_block(span: int) -> int:
+    """Query block size: small enough that the wasted key columns (block - 1) stay near a quarter of
+    the band, large enough that each matmul keeps the cores busy."""
+    return max(16, min(64, 1 << max(span // 4, 1).bit_length()))
+
+
+def _allowed(n: int, blk: int, nb: int, before: int, after: int, circular: bool,
+             pos: torch.Tensor | None, device) -> torch.Tensor:
+    """(Bp, nb, blk, W) bool: may query ``r`` of block ``i`` read column ``u`` of its key window?
+
+    Column ``u`` of block ``i`` is key slot ``i*blk - before + u``.
+    """
+    W = blk + before + after
+    r = torch.arange(blk, device=device).view(blk, 1)
+    u = torch.arange(W, device=device).view(1, W)
+    band = (u >= r) & (u <= r + before + after)  # before >= s - t >= -after
+    allowed = band.expand(nb, blk, W)
+    if not circular:
+        t = torch.arange(nb, device=device).view(nb, 1) * blk - before + u
+        allowed = allowed & ((t >= 0) & (t < n)).view(nb, 1, W)
+    allowed = allowed.unsqueeze(0)
+    if pos is not None:
+        pad = nb * blk - n
+        # Padded query slots get position -1 so they read nothing real; they are cropped anyway.
+        pos_q = F.pad(pos, (0, pad), value=-1).view(-1, nb, blk, 1)
+        if circular:
+            pos_k = torch.cat([pos[:, n - before:], pos, pos[:, :after]], dim=1)
+            pos_k = F.pad(pos_k, (0, pad), value=n)  # keys only padded query slots reach
+        else:
+            pos_k = F.pad(pos, (before, after + pad), value=n)  # out-of-range keys: never causal
+        pos_k = pos_k.unfold(1, W, blk).unsqueeze(2)  # (Bp, nb, 1, W)
+        allowed = allowed & (pos_k <= pos_q)
+    return allowed
+
+
+class _BlockedSoftmaxAttention(torch.autograd.Function):
+    """softmax(Q K^T + bias) V over a batch of (query block, key window) pairs.
+
+    Written out so that backward is exactly four bmm and one softmax-backward over the window
+    scores, with no layout copies: this is what keeps SA and SWA at O(n*w) with a small constant.
+    q (N, M, d) is pre-scaled; k, v (N, W, d); bias broadcasts against scores viewed as ``bias_view``.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, score_view):
+        sdt = _softmax_dtype(q.dtype)
+        scores = torch.bmm(q, k.transpose(1, 2)).to(sdt)
+        scores.view(score_view).add_(bias)
+        probs = torch.softmax(scores, dim=-1)
+        del scores
+        out = torch.bmm(probs.to(v.dtype), v)
+        ctx.save_for_backward(q, k, v, probs)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, probs = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        p = probs.to(v.dtype)
+        grad_v = torch.bmm(p.transpose(1, 2), grad_out)
+        grad_p = torch.bmm(grad_out, v.transpose(1, 2)).to(probs.dtype)
+        grad_s = torch._softmax_backward_data(grad_p, probs, -1, probs.dtype).to(q.dtype)
+        del grad_p
+        grad_q = torch.bmm(grad_s, k)
+        grad_k = torch.bmm(grad_s.transpose(1, 2), q)
+        return grad_q, grad_k, grad_v, None, None
+
+
+def _take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x (B, H, n, d) gathered along n by index (1, L) or (B, L) -> (B, H, L, d); one copy."""
+    B, H, n, d = x.shape
+    if index.shape[0] == 1:
+        return x.index_select(2, index[0])
+    rows = index.unsqueeze(1) + (torch.arange(B * H, device=x.device) * n).view(B, H, 1)
+    return x.reshape(B * H * n, d).index_select(0, rows.flatten()).view(B, H, -1, d)
+
+
+def banded_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    before: int,
+    after: int,
+    scale: float,
+    perm: torch.Tensor | None = None,
+    block: int | None = None,
+) -> torch.Tensor:
+    """Banded attention in O(n*(before+after)): query slot s reads key slots s-before .. s+after.
+
+    Without ``perm`` the slots are the tokens (SWA: before = w-1, after = 0). With a gather-index
+    ``perm`` (1 or B, n) slot s holds token perm[s], the band wraps around the sequence end, and a
+    key is read only if it is causal in original positions (SA); this needs n >= before + after + 1
+    so that no key appears twice. Both cases run the same gathers and matmuls; only the indices and
+    the mask differ. q is (B, Hq, n, d), k and v (B, Hkv, n, d); the output is in token order.
+    """
+    B, Hq, n, d = q.shape
+    Hkv = k.shape[1]
+    G = Hq // Hkv
+    circular = perm is not None
+    if circular and n < before + after + 1:
+        raise ValueError(f"a circular band of {before + after + 1} slots needs n >= that, got n={n}.")
+    blk = block or default_block(before + after + 1)
+    nb = -(-n // blk)
+    pad = nb * blk - n
+    W = blk + before + after
+    dev = q.device
+
+    # Token held by each padded query slot and key-window column; padding points at token 0 and
+    # is masked (keys) or cropped (queries).
+    q_slots = torch.arange(nb * blk, device=dev)
+    k_slots = torch.arange(nb * blk + before + after, device=dev) - before
+    if circular:
+        perm = perm.view(-1, n)
+        q_src = perm[:, q_slots.clamp(max=n - 1)]
+        k_src = perm[:, k_slots.clamp(max=n - 1 + after) % n]
+    else:
+        q_src = q_slots.clamp(max=n - 1).view(1, -1)
+        k_src = k_slots.clamp(0, n - 1).view(1, -1)
+
+    def windows(x: torch.Tensor) -> torch.Tensor:  # -> (B*Hkv*nb, W, d)
+        return _take_rows(x, k_src).unfold(2, W, blk).transpose(-1, -2).reshape(B * Hkv * nb, W, d)
+
+    qb = _fold_groups(_take_rows(q * scale, q_src), Hkv, nb, blk).reshape(B * Hkv * nb, G * blk, d)
+    allowed = _allowed(n, blk, nb, before, after, circular, perm, dev)
+    sdt = _softmax_dtype(q.dtype)
+    bias = torch.zeros(allowed.shape, dtype=sdt, device=dev).masked_fill_(~allowed, torch.finfo(sdt).min)
+    out = _BlockedSoftmaxAttention.apply(
+        qb, windows(k), windows(v), bias.view(-1, 1, nb, 1, blk, W), (B, Hkv, nb, G, blk, W)
+    )
+    out = _unfold_groups(out.view(B, Hkv, nb, G * blk, d), Hq, n)
+    if circular:  # back to token order: token i sits in slot inv[i]
+        from .permutation import invert_permutation
+
+        out = _take_rows(out, invert_permutation(perm))
+    return out
+
+
+def dense_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                           *, scale: float) -> torch.Tensor:
+    """Masked softmax attention with an explicit (Bm, Hm, n, n) bool mask; for short sequences only."""
+    B, Hq, n, d = q.shape
+    Hkv = k.shape[1]
+    G = Hq // Hkv
+    qg = (q * scale).view(B, Hkv, G * n, d)
+    scores = torch.matmul(qg, k.transpose(-1, -2)).to(_softmax_dtype(q.dtype)).view(B, Hkv, G, n, n)
+    if mask.shape[1] == 1:
+        mask = mask.view(mask.shape[0], 1, 1, n, n)
+    else:
+        mask = mask.view(mask.shape[0], Hkv, G, n, n)
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, dim=-1).to(v.dtype).view(B, Hkv, G * n, n)
+    return torch.matmul(probs, v).view(B, Hq, n, d)

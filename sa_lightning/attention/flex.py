@@ -1,0 +1,83 @@
+"""The FlexAttention path (CUDA; CPU forward only, as FlexAttention has no CPU backward).
+
+The block-sparsity pattern of a band depends only on (n, band, block size), so it is built once and
+cached. Each call only swaps the ``mask_mod``, which captures the per-layer positions: no
+``create_block_mask`` runs per step.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+
+from . import masks
+
+BLOCK = 128
+
+
+def _flex():
+    from torch.nn.attention import flex_attention as fa
+
+    return fa
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled():
+    return torch.compile(_flex().flex_attention, dynamic=False)
+
+
+def _band_blocks(n: int, before: int, after: int, circular: bool, block: int, device: str):
+    """(1, 1, Qb, KVb) bool: which (query block, key block) pairs hold any in-band slot pair."""
+    nb = -(-n // block)
+    starts = torch.arange(nb, device=device) * block
+    ends = torch.clamp(starts + block, max=n) - 1
+    # Slot offsets delta = s - t of a block pair span [qs - ke, qe - ks]; the band is [-after, before].
+    lo = starts.view(-1, 1) - ends.view(1, -1)
+    hi = ends.view(-1, 1) - starts.view(1, -1)
+    hit = (lo <= before) & (hi >= -after)
+    if circular:  # the same band shifted by +-n
+        hit |= (lo - n <= before) & (hi - n >= -after)
+        hit |= (lo + n <= before) & (hi + n >= -after)
+    return hit.view(1, 1, nb, nb)
+
+
+@functools.lru_cache(maxsize=64)
+def band_block_mask(n: int, before: int, after: int, circular: bool, block: int = BLOCK, device: str = "cuda"):
+    """The cached BlockMask of a band. Every visited block is partial, since the mask_mod that each
+    call supplies may add a data-dependent test (SA's causality on original positions)."""
+    hit = _band_blocks(n, before, after, circular, block, device)
+    num = hit.sum(-1, dtype=torch.int32)
+    order = torch.argsort((~hit).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return _flex().BlockMask.from_kv_blocks(num, order, BLOCK_SIZE=block, mask_mod=masks.causal, seq_lengths=(n, n))
+
+
+def with_mask_mod(block_mask, mask_mod):
+    """A shallow copy of a cached BlockMask with another mask_mod; its tensors are shared."""
+    swapped = copy.copy(block_mask)
+    swapped.mask_mod = mask_mod
+    return swapped
+
+
+def flex_attention(q, k, v, block_mask, *, scale: float, compiled: bool = True) -> torch.Tensor:
+    fn = _compiled() if compiled else _flex().flex_attention
+    enable_gqa = q.shape[1] != k.shape[1]
+    return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
+
+
+def swa_flex(q, k, v, window: int, *, scale: float, compiled: bool = True):
+    n = q.shape[2]
+    bm = band_block_mask(n, window - 1, 0, False, BLOCK, str(q.device))
+    return flex_attention(q, k, v, with_mask_mod(bm, masks.sliding_window(window)), scale=scale, compiled=compiled)
+
+
+def sa_flex_slots(qs, ks, vs, pos: torch.Tensor, window: int, *, scale: float, compiled: bool = True):
+    """SA on slot-ordered q/k/v; ``pos`` (B or 1, n) is each slot's original position."""
+    n = qs.shape[2]
+    half = masks.sa_half_width(window)
+    if 2 * half + 1 >= n:  # the band covers every slot
+        bm = band_block_mask(n, n, n, False, BLOCK, str(qs.device))
+    else:
+        bm = band_block_mask(n, half, half, True, BLOCK, str(qs.device))
+    mod = masks.stochastic_in_slots(pos, window)
+    return flex_attention(qs, ks, vs, with_mask_mod(bm, mod), scale=scale, compiled=compiled)

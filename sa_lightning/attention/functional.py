@@ -1,0 +1,86 @@
+"""The public attention functions. Shapes: q (B, Hq, n, d); k, v (B, Hkv, n, d); out like q.
+
+Every function is causal in original token positions. ``backend`` picks the implementation:
+``"auto"`` (FlexAttention on CUDA, the banded kernel elsewhere), ``"banded"``, ``"flex"`` or ``"dense"``
+(n x n; short sequences and checks only).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import masks
+from ._checks import check_perm, check_positive, check_qkv, default_scale
+from .banded import banded_attention, dense_masked_attention
+from .moba import moba_kernel
+from .permutation import gather_tokens, invert_permutation, sample_permutation
+
+BACKENDS = ("auto", "banded", "flex", "dense")
+
+
+def _backend(backend: str, q: torch.Tensor) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}.")
+    if backend == "auto":
+        return "flex" if q.is_cuda else "banded"
+    return backend
+
+
+def full_attention(q, k, v, *, scale=None):
+    """Causal attention over all previous tokens (PyTorch SDPA)."""
+    _, Hq, Hkv, _, d = check_qkv(q, k, v)
+    return F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, scale=default_scale(d, scale), enable_gqa=Hq != Hkv
+    )
+
+
+def sliding_window_attention(q, k, v, window, *, scale=None, backend="auto"):
+    """Query i reads keys j with 0 <= i - j <= window - 1."""
+    B, Hq, Hkv, n, d = check_qkv(q, k, v)
+    check_positive("window", window)
+    scale = default_scale(d, scale)
+    backend = _backend(backend, q)
+    if backend == "dense" or (backend == "banded" and n < 2 * window):
+        return dense_masked_attention(q, k, v, masks.dense(masks.sliding_window(window), n, device=q.device), scale=scale)
+    if backend == "flex":
+        from .flex import swa_flex
+
+        return swa_flex(q, k, v, window, scale=scale)
+    return banded_attention(q, k, v, before=window - 1, after=0, scale=scale)
+
+
+def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=None, backend="auto"):
+    """Stochastic Attention: sliding-window attention in a permuted order, causal in original order.
+
+    ``perm`` is a gather index of shape (n,) or (B, n): slot s holds token perm[s]. Query i reads key
+    j when j <= i and |slot(i) - slot(j)|_n < window / 2. With ``perm=None`` one permutation is drawn
+    from ``generator`` and shared by the batch.
+    """
+    B, Hq, Hkv, n, d = check_qkv(q, k, v)
+    check_positive("window", window)
+    if perm is None:
+        perm = sample_permutation(n, generator=generator, device=q.device)
+    else:
+        perm = check_perm(perm, B, n, q.device)
+    scale = default_scale(d, scale)
+    backend = _backend(backend, q)
+    pos = perm if perm.dim() == 2 else perm.unsqueeze(0)
+    if backend == "dense" or (backend == "banded" and n < 2 * window):
+        slot = invert_permutation(pos).expand(B, n)
+        return dense_masked_attention(q, k, v, masks.dense(masks.stochastic(slot, window), n, batch=B, device=q.device), scale=scale)
+    if backend == "flex":
+        from .flex import sa_flex_slots
+
+        qs, ks, vs = (gather_tokens(t, perm) for t in (q, k, v))
+        ys = sa_flex_slots(qs, ks, vs, pos.expand(B, n), window, scale=scale)
+        return gather_tokens(ys, invert_permutation(perm))
+    half = masks.sa_half_width(window)
+    return banded_attention(q, k, v, before=half, after=half, perm=pos, scale=scale)
+
+
+def moba_attention(q, k, v, block_size, top_k, *, scale=None):
+    """Mixture of Block Attention: own block (causal) plus the top_k - 1 best strictly-past blocks."""
+    _, _, _, _, d = check_qkv(q, k, v)
+    check_positive("block_size", block_size)
+    check_positive("top_k", top_k)
+    return moba_kernel(q, k, v, block_size=block_size, top_k=top_k, scale=default_scale(d, scale))

@@ -1,0 +1,99 @@
+"""Every attention pattern as a tiny mask function, in the FlexAttention ``mask_mod`` signature.
+
+A mask function takes broadcastable index tensors ``(b, h, q_idx, kv_idx)`` and returns a bool tensor
+that is True where query ``q_idx`` may read key ``kv_idx``. The same functions drive the dense
+short-sequence path, the float64 oracle, the FlexAttention path and the analysis tools.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def sa_half_width(window: int) -> int:
+    """Largest circular slot distance inside the SA window: |a - b|_n < w/2  <=>  |a - b|_n <= this."""
+    return math.ceil(window / 2) - 1
+
+
+def circular_distance(a: torch.Tensor, b: torch.Tensor, n: int) -> torch.Tensor:
+    diff = (a - b).abs()
+    return torch.minimum(diff, n - diff)
+
+
+def causal(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
+def sliding_window(window: int) -> MaskMod:
+    """Query i reads key j when 0 <= i - j <= window - 1."""
+
+    def mask(b, h, q_idx, kv_idx):
+        delta = q_idx - kv_idx
+        return (delta >= 0) & (delta < window)
+
+    return mask
+
+
+def stochastic(slot: torch.Tensor, window: int) -> MaskMod:
+    """SA in original token space: j <= i and |slot(i) - slot(j)|_n < w/2.
+
+    ``slot`` is (B, n) (or (1, n) for a shared permutation): ``slot[b, token]`` is the token's slot.
+    """
+    n, half = slot.shape[-1], sa_half_width(window)
+
+    def mask(b, h, q_idx, kv_idx):
+        near = circular_distance(slot[b, q_idx], slot[b, kv_idx], n) <= half
+        return (kv_idx <= q_idx) & near
+
+    return mask
+
+
+def stochastic_in_slots(pos: torch.Tensor, window: int) -> MaskMod:
+    """SA in permuted (slot) space: slots within the circular band, causal on original positions.
+
+    ``pos`` is (B, n): ``pos[b, s]`` is the original position of the token in slot ``s`` (the perm).
+    """
+    n, half = pos.shape[-1], sa_half_width(window)
+
+    def mask(b, h, q_idx, kv_idx):
+        near = circular_distance(q_idx, kv_idx, n) <= half
+        return near & (pos[b, kv_idx] <= pos[b, q_idx])
+
+    return mask
+
+
+def moba(selected: torch.Tensor, block_size: int) -> MaskMod:
+    """MoBA: j <= i and block(j) is i's own block or one of i's selected past blocks.
+
+    ``selected`` is (B, H, n, nblk) bool: ``selected[b, h, i, c]`` marks past block c chosen by query i.
+    """
+
+    def mask(b, h, q_idx, kv_idx):
+        q_blk, kv_blk = q_idx // block_size, kv_idx // block_size
+        chosen = selected[b, h, q_idx, kv_blk]
+        return (kv_idx <= q_idx) & ((q_blk == kv_blk) | chosen)
+
+    return mask
+
+
+def union(*masks: MaskMod) -> MaskMod:
+    def mask(b, h, q_idx, kv_idx):
+        out = masks[0](b, h, q_idx, kv_idx)
+        for other in masks[1:]:
+            out = out | other(b, h, q_idx, kv_idx)
+        return out
+
+    return mask
+
+
+def dense(mask: MaskMod, n: int, batch: int = 1, heads: int = 1, device=None) -> torch.Tensor:
+    """Evaluate a mask function on the full (batch, heads, n, n) grid."""
+    b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
+    h = torch.arange(heads, device=device).view(1, -1, 1, 1)
+    q_idx = torch.arange(n, device=device).view(1, 1, -1, 1)
+    kv_idx = torch.arange(n, device=device).view(1, 1, 1, -1)
+    return mask(b, h, q_idx, kv_idx).expand(batch, heads, n, n)

@@ -1,0 +1,69 @@
+"""The dense float64 oracle: softmax attention under a mask built straight from ``masks``.
+
+It materialises n x n matrices, so it is for tests and correctness checks only. Every fast path is
+checked against it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import masks
+from .permutation import invert_permutation
+
+
+def reference_attention(q, k, v, mask: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Float64 masked attention; ``mask`` is (B or 1, Hq or 1, n, n) bool. Returns q's dtype."""
+    B, Hq, n, d = q.shape
+    G = Hq // k.shape[1]
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    k64, v64 = k64.repeat_interleave(G, dim=1), v64.repeat_interleave(G, dim=1)
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    scores = (q64 @ k64.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ v64).to(q.dtype)
+
+
+def slots_of(perm: torch.Tensor, batch: int) -> torch.Tensor:
+    """(B, n) slot of every token for a (n,) or (B, n) gather-index permutation."""
+    slot = invert_permutation(perm)
+    return slot.expand(batch, -1) if slot.dim() == 2 else slot.unsqueeze(0).expand(batch, -1)
+
+
+def full_mask(n: int, device=None) -> torch.Tensor:
+    return masks.dense(masks.causal, n, device=device)
+
+
+def swa_mask(n: int, window: int, device=None) -> torch.Tensor:
+    return masks.dense(masks.sliding_window(window), n, device=device)
+
+
+def sa_mask(perm: torch.Tensor, window: int, batch: int) -> torch.Tensor:
+    slot = slots_of(perm, batch)
+    return masks.dense(masks.stochastic(slot, window), slot.shape[-1], batch=batch, device=perm.device)
+
+
+def moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:
+    """(B, Hq, n, nblk) bool: the past blocks each query selects, gated in float64."""
+    B, Hq, n, d = q.shape
+    G = Hq // k.shape[1]
+    nblk = -(-n // block_size)
+    k64 = k.double().repeat_interleave(G, dim=1)
+    means = torch.stack([k64[:, :, c * block_size:(c + 1) * block_size].mean(2) for c in range(nblk)], 2)
+    gate = q.double() @ means.transpose(-1, -2)  # (B, Hq, n, nblk)
+    own = torch.arange(n, device=q.device) // block_size
+    past = torch.arange(nblk, device=q.device).view(1, -1) < own.view(-1, 1)
+    gate = gate.masked_fill(~past, float("-inf"))
+    selected = torch.zeros_like(gate, dtype=torch.bool)
+    picks = min(top_k - 1, nblk)
+    if picks > 0:
+        vals, idx = gate.topk(picks, dim=-1)
+        selected.scatter_(-1, idx, vals > float("-inf"))
+    return selected
+
+
+def moba_mask(q, k, block_size: int, top_k: int) -> torch.Tensor:
+    B, Hq, n, _ = q.shape
+    selected = moba_selection(q, k, block_size, top_k)
+    return masks.dense(masks.moba(selected, block_size), n, batch=B, heads=Hq, device=q.device)

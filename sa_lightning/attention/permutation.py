@@ -1,0 +1,55 @@
+"""Permutations for Stochastic Attention.
+
+A permutation is a gather index, as in the paper's ``Q[sigma]``: slot ``s`` holds token ``perm[s]``,
+so ``slot(perm[s]) = s``. It has shape (n,) (shared by the batch) or (B, n) (one per row), and one
+permutation serves every head of a layer.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def sample_permutation(
+    n: int,
+    *,
+    batch: int | None = None,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Draw a uniform permutation of ``range(n)``: shape (n,), or (batch, n) with one per row.
+
+    Seed it with ``generator`` to reproduce a run; the draw happens on the generator's device and the
+    result moves to ``device``.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}.")
+    gen_device = generator.device if generator is not None else torch.device("cpu")
+    if batch is None:
+        perm = torch.randperm(n, generator=generator, device=gen_device)
+    else:
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}.")
+        # float64 keys make ties (which would bias the draw) practically impossible.
+        keys = torch.rand(batch, n, generator=generator, device=gen_device, dtype=torch.float64)
+        perm = keys.argsort(dim=-1)
+    return perm.to(device) if device is not None else perm
+
+
+def invert_permutation(perm: torch.Tensor) -> torch.Tensor:
+    """``slot`` index of every token: ``inv[perm[s]] = s`` along the last dim."""
+    src = torch.arange(perm.shape[-1], device=perm.device).expand_as(perm)
+    return torch.empty_like(perm).scatter_(-1, perm, src)
+
+
+def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Reorder (B, H, n, d) along n by a (n,) or (B, n) gather index."""
+    if index.dim() == 1:
+        return x.index_select(2, index)
+    return torch.take_along_dim(x, index[:, None, :, None], dim=2)
+
+
+def layer_generator(seed: int, layer: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator for one layer, derived from the run seed, so layers draw independent streams."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed((int(seed) * 1_000_003 + int(layer) * 7919) % (2**63 - 1))
+    return gen

@@ -1,0 +1,105 @@
+"""The variant registry: one name -> implementation map for every caller.
+
+The Transformer++ model, the Hugging Face patcher, the benchmarks and the analysis tools all resolve
+``full | swa | sa | sa_swa | moba`` here. A variant returns one tensor per path; the caller gates and
+sums the paths (see ``GatedPaths``) or, training-free, uses the single path as is.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import masks
+from ._checks import check_positive
+from .functional import full_attention, moba_attention, sliding_window_attention, stochastic_attention
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """What a layer needs to run a variant: the knobs every variant may read."""
+
+    variant: str = "sa_swa"
+    window: int = 256
+    block_size: int = 64
+    top_k: int = 2
+    backend: str = "auto"
+
+    def __post_init__(self):
+        get_variant(self.variant)
+        check_positive("window", self.window)
+        check_positive("block_size", self.block_size)
+        check_positive("top_k", self.top_k)
+
+
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionSpec, "torch.Tensor | None"], tuple]
+MaskBuilder = Callable[[AttentionSpec, int, "torch.Tensor | None"], masks.MaskMod]
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    paths: tuple[str, ...]
+    kernel: Kernel = field(repr=False)
+    #: Builds the variant's mask function in original positions (None for data-dependent MoBA).
+    mask: MaskBuilder | None = field(default=None, repr=False)
+    uses_permutation: bool = False
+
+    def __call__(self, q, k, v, spec: AttentionSpec, perm: torch.Tensor | None = None) -> tuple:
+        return self.kernel(q, k, v, spec, perm)
+
+
+VARIANTS: dict[str, Variant] = {}
+
+
+def register_variant(variant: Variant) -> Variant:
+    VARIANTS[variant.name] = variant
+    return variant
+
+
+def get_variant(name: str) -> Variant:
+    try:
+        return VARIANTS[name]
+    except KeyError:
+        close = difflib.get_close_matches(str(name), VARIANTS, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"unknown attention variant {name!r}; choose one of {', '.join(VARIANTS)}.{hint}") from None
+
+
+def _slot_of(perm: torch.Tensor) -> torch.Tensor:
+    from .permutation import invert_permutation
+
+    return invert_permutation(perm if perm.dim() == 2 else perm.unsqueeze(0))
+
+
+register_variant(Variant(
+    "full", ("full",),
+    lambda q, k, v, s, p: (full_attention(q, k, v),),
+    mask=lambda s, n, p: masks.causal,
+))
+register_variant(Variant(
+    "swa", ("swa",),
+    lambda q, k, v, s, p: (sliding_window_attention(q, k, v, s.window, backend=s.backend),),
+    mask=lambda s, n, p: masks.sliding_window(s.window),
+))
+register_variant(Variant(
+    "sa", ("sa",),
+    lambda q, k, v, s, p: (stochastic_attention(q, k, v, s.window, p, backend=s.backend),),
+    mask=lambda s, n, p: masks.stochastic(_slot_of(p), s.window),
+    uses_permutation=True,
+))
+register_variant(Variant(
+    "sa_swa", ("sa", "swa"),
+    lambda q, k, v, s, p: (
+        stochastic_attention(q, k, v, s.window, p, backend=s.backend),
+        sliding_window_attention(q, k, v, s.window, backend=s.backend),
+    ),
+    mask=lambda s, n, p: masks.union(masks.stochastic(_slot_of(p), s.window), masks.sliding_window(s.window)),
+    uses_permutation=True,
+))
+register_variant(Variant(
+    "moba", ("moba",),
+    lambda q, k, v, s, p: (moba_attention(q, k, v, s.block_size, s.top_k),),
+))
