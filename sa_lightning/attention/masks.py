@@ -24,6 +24,11 @@ def circular_distance(a: torch.Tensor, b: torch.Tensor, n: int) -> torch.Tensor:
     return torch.minimum(diff, n - diff)
 
 
+def _row(table: torch.Tensor):
+    """Index rows of a (B, n) table by batch index; a (1, n) table is shared by the batch."""
+    return (lambda b: b) if table.shape[0] > 1 else (lambda b: b * 0)
+
+
 def causal(b, h, q_idx, kv_idx):
     return kv_idx <= q_idx
 
@@ -41,12 +46,13 @@ def sliding_window(window: int) -> MaskMod:
 def stochastic(slot: torch.Tensor, window: int) -> MaskMod:
     """SA in original token space: j <= i and |slot(i) - slot(j)|_n < w/2.
 
-    ``slot`` is (B, n) (or (1, n) for a shared permutation): ``slot[b, token]`` is the token's slot.
+    ``slot`` is (B, n), or (1, n) for a shared permutation: ``slot[b, token]`` is the token's slot.
     """
-    n, half = slot.shape[-1], sa_half_width(window)
+    n, half, row = slot.shape[-1], sa_half_width(window), _row(slot)
 
     def mask(b, h, q_idx, kv_idx):
-        near = circular_distance(slot[b, q_idx], slot[b, kv_idx], n) <= half
+        r = row(b)
+        near = circular_distance(slot[r, q_idx], slot[r, kv_idx], n) <= half
         return (kv_idx <= q_idx) & near
 
     return mask
@@ -57,11 +63,12 @@ def stochastic_in_slots(pos: torch.Tensor, window: int) -> MaskMod:
 
     ``pos`` is (B, n): ``pos[b, s]`` is the original position of the token in slot ``s`` (the perm).
     """
-    n, half = pos.shape[-1], sa_half_width(window)
+    n, half, row = pos.shape[-1], sa_half_width(window), _row(pos)
 
     def mask(b, h, q_idx, kv_idx):
+        r = row(b)
         near = circular_distance(q_idx, kv_idx, n) <= half
-        return near & (pos[b, kv_idx] <= pos[b, q_idx])
+        return near & (pos[r, kv_idx] <= pos[r, q_idx])
 
     return mask
 

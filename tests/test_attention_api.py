@@ -1,0 +1,168 @@
+"""Bad input, permutations, the registry, the gate, and the O(n*w) memory contract."""
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from sa_lightning.attention import (
+    VARIANTS,
+    AttentionSpec,
+    GatedPaths,
+    get_variant,
+    invert_permutation,
+    layer_generator,
+    moba_attention,
+    sample_permutation,
+    sliding_window_attention,
+    stochastic_attention,
+    full_attention,
+)
+from sa_lightning.attention import masks
+
+
+def _qkv(n=16, hq=4, hkv=2, d=8, b=2):
+    return torch.randn(b, hq, n, d), torch.randn(b, hkv, n, d), torch.randn(b, hkv, n, d)
+
+
+@pytest.mark.parametrize("call,name", [
+    (lambda q, k, v: sliding_window_attention(q, k, v, 0), "window"),
+    (lambda q, k, v: stochastic_attention(q, k, v, -3), "window"),
+    (lambda q, k, v: moba_attention(q, k, v, 0, 2), "block_size"),
+    (lambda q, k, v: moba_attention(q, k, v, 4, 0), "top_k"),
+])
+def test_bad_sizes_name_the_argument(call, name):
+    with pytest.raises(ValueError, match=name):
+        call(*_qkv())
+
+
+@pytest.mark.parametrize("shapes,needle", [
+    (((2, 4, 16, 8), (3, 2, 16, 8), (3, 2, 16, 8)), "batch"),
+    (((2, 4, 16, 8), (2, 2, 15, 8), (2, 2, 15, 8)), "length"),
+    (((2, 4, 16, 8), (2, 2, 16, 4), (2, 2, 16, 4)), "head dim"),
+    (((2, 4, 16, 8), (2, 3, 16, 8), (2, 3, 16, 8)), "divisible"),
+    (((2, 4, 16, 8), (2, 2, 16, 8), (2, 1, 16, 8)), "same shape"),
+    (((4, 16, 8), (2, 2, 16, 8), (2, 2, 16, 8)), "q must be a 4-D"),
+])
+@pytest.mark.parametrize("fn", [
+    lambda q, k, v: full_attention(q, k, v),
+    lambda q, k, v: sliding_window_attention(q, k, v, 4),
+    lambda q, k, v: stochastic_attention(q, k, v, 4),
+    lambda q, k, v: moba_attention(q, k, v, 4, 2),
+])
+def test_bad_shapes(shapes, needle, fn):
+    q, k, v = (torch.randn(*s) for s in shapes)
+    with pytest.raises(ValueError, match=needle):
+        fn(q, k, v)
+
+
+def test_devices_must_match():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="one device"):
+        sliding_window_attention(q, k.to("meta"), v, 4)
+
+
+@pytest.mark.parametrize("perm,needle", [
+    (torch.arange(15), "shape"),
+    (torch.arange(16).repeat(3, 1), "shape"),
+    (torch.tensor([0] * 16), "duplicate"),
+    (torch.arange(1, 17), r"\[0, 15\]"),
+    (torch.arange(16) - 1, r"\[0, 15\]"),
+    (torch.arange(16).float(), "integers"),
+    (torch.stack([torch.arange(16), torch.arange(16).flip(0) * 0]), "duplicate"),
+])
+def test_bad_permutations_name_perm(perm, needle):
+    with pytest.raises(ValueError, match=f"perm.*{needle}|{needle}.*perm"):
+        stochastic_attention(*_qkv(), 4, perm)
+
+
+def test_permutations_are_seedable_and_shaped():
+    a = sample_permutation(100, generator=torch.Generator().manual_seed(1))
+    b = sample_permutation(100, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and torch.equal(a.sort().values, torch.arange(100))
+    rows = sample_permutation(50, batch=3, generator=torch.Generator().manual_seed(2))
+    assert rows.shape == (3, 50) and not torch.equal(rows[0], rows[1])
+    assert torch.equal(rows.sort(-1).values, torch.arange(50).expand(3, 50))
+    inv = invert_permutation(rows)
+    assert torch.equal(torch.gather(inv, 1, rows), torch.arange(50).expand(3, 50))
+
+
+def test_layer_generators_are_independent_and_reproducible():
+    draw = lambda seed, layer: sample_permutation(64, generator=layer_generator(seed, layer))  # noqa: E731
+    assert torch.equal(draw(0, 3), draw(0, 3))
+    assert not torch.equal(draw(0, 3), draw(0, 4)) and not torch.equal(draw(0, 3), draw(1, 3))
+
+
+def test_sa_window_sizes_match_design():
+    """The paper's mask holds 2*ceil(w/2) - 1 slots: w - 1 for even w, w for odd w."""
+    n = 101
+    slot = torch.arange(n).view(1, n)
+    for w in (1, 2, 3, 8, 9, 32):
+        mask = masks.dense(masks.stochastic(slot, w), n)[0, 0]
+        # the last token sees every causal neighbour within the circular window of its slot
+        near = (masks.circular_distance(torch.arange(n), torch.tensor(50), n) <= masks.sa_half_width(w)).sum()
+        assert near == 2 * -(-w // 2) - 1
+        assert bool(mask[50, 50]) and mask[50].sum() == (near + 1) // 2
+
+
+def test_registry_names_and_errors():
+    assert set(VARIANTS) == {"full", "swa", "sa", "sa_swa", "moba"}
+    assert get_variant("sa_swa").paths == ("sa", "swa") and get_variant("sa").uses_permutation
+    with pytest.raises(ValueError, match="unknown attention variant 'sa-swa'.*sa_swa"):
+        get_variant("sa-swa")
+    with pytest.raises(ValueError, match="window"):
+        AttentionSpec("sa", window=0)
+    with pytest.raises(ValueError, match="backend"):
+        get_variant("sa")(*_qkv(), AttentionSpec("sa", window=4, backend="cuda-magic"))
+
+
+def test_registry_masks_match_kernels():
+    """The registry's mask functions describe exactly what its kernels compute."""
+    from sa_lightning.attention import oracle
+
+    q, k, v = _qkv(n=40)
+    perm = sample_permutation(40, generator=torch.Generator().manual_seed(0))
+    for name in ("full", "swa", "sa"):
+        spec = AttentionSpec(name, window=6)
+        variant = get_variant(name)
+        mask = masks.dense(variant.mask(spec, 40, perm), 40, batch=2)
+        (out,) = variant(q, k, v, spec, perm)
+        torch.testing.assert_close(out, oracle.reference_attention(q, k, v, mask), atol=1e-5, rtol=0)
+
+
+def test_gate_single_and_dual_path():
+    torch.manual_seed(0)
+    one = GatedPaths(8)
+    y = torch.randn(2, 5, 8)
+    torch.testing.assert_close(one(y), torch.sigmoid(y @ one.gates["attn"].weight.T) * y)
+    two = GatedPaths(8, ("sa", "swa"))
+    y_sa, y_swa = torch.randn(2, 5, 8), torch.randn(2, 5, 8)
+    want = torch.sigmoid(y_sa @ two.gates["sa"].weight.T) * y_sa + torch.sigmoid(y_swa @ two.gates["swa"].weight.T) * y_swa
+    torch.testing.assert_close(two(y_sa, y_swa), want)
+    assert sum(p.numel() for p in two.parameters()) == 2 * 8 * 8
+    with pytest.raises(ValueError, match="expects 2 outputs"):
+        two(y_sa)
+
+
+class _LargestTensor(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("variant", ["swa", "sa", "sa_swa", "moba"])
+def test_no_n_by_n_tensor(variant):
+    """Forward and backward at n=4096, w=64 never hold a tensor of n*n elements (per head)."""
+    n, hq = 4096, 1
+    q, k, v = (torch.randn(1, hq, n, 8, requires_grad=True) for _ in range(3))
+    spec = AttentionSpec(variant, window=64, block_size=32, top_k=2)
+    perm = sample_permutation(n)
+    with _LargestTensor() as probe:
+        outs = get_variant(variant)(q, k, v, spec, perm)
+        sum(o.sum() for o in outs).backward()
+    assert probe.largest < n * n // 8, f"{variant} made a tensor of {probe.largest} elements"

@@ -1,0 +1,140 @@
+"""Every fast path against the dense float64 oracle: forward and q/k/v gradients, fp32, <= 1e-5."""
+import pytest
+import torch
+
+from sa_lightning.attention import (
+    AttentionSpec,
+    full_attention,
+    get_variant,
+    moba_attention,
+    sample_permutation,
+    sliding_window_attention,
+    stochastic_attention,
+)
+from sa_lightning.attention import oracle
+
+TOL = 1e-5
+WINDOWS = (2, 3, 4, 16, 256)
+
+
+def _lengths(w):
+    return sorted({n for n in (1, 2, 7, w - 1, w, w + 1, 2 * w + 3, 1000, 1024) if n >= 1})
+
+
+CASES = [(n, w) for w in WINDOWS for n in _lengths(w)]
+
+
+def _qkv(n, groups, seed, batch=2, hkv=1, d=8, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    make = lambda h: torch.randn(batch, h, n, d, generator=g, dtype=dtype).requires_grad_()  # noqa: E731
+    return make(hkv * groups), make(hkv), make(hkv)
+
+
+def _assert_matches(fn, q, k, v, mask, rtol=0.0):
+    out = fn()
+    ref = oracle.reference_attention(q, k, v, mask)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(ref, (q, k, v), grad)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    torch.testing.assert_close(out, ref, atol=TOL, rtol=rtol)
+    for name, a, b in zip("qkv", got, want):
+        torch.testing.assert_close(a, b, atol=TOL, rtol=rtol, msg=lambda m: f"d{name}: {m}")
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("n,w", CASES)
+def test_swa_matches_oracle(n, w, groups):
+    q, k, v = _qkv(n, groups, seed=n * 31 + w)
+    _assert_matches(lambda: sliding_window_attention(q, k, v, w), q, k, v, oracle.swa_mask(n, w))
+
+
+@pytest.mark.parametrize("per_row", [False, True], ids=["shared_perm", "per_row_perm"])
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("n,w", CASES)
+def test_sa_matches_oracle(n, w, groups, per_row):
+    q, k, v = _qkv(n, groups, seed=n * 17 + w)
+    perm = sample_permutation(n, batch=2 if per_row else None, generator=torch.Generator().manual_seed(n + w))
+    _assert_matches(lambda: stochastic_attention(q, k, v, w, perm), q, k, v, oracle.sa_mask(perm, w, 2))
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("n", [1, 2, 7, 300, 1024])
+def test_full_matches_oracle(n, groups):
+    q, k, v = _qkv(n, groups, seed=n)
+    # dv of early tokens sums over up to 4*1024 queries, so fp32 SDPA also gets a relative 1e-5.
+    _assert_matches(lambda: full_attention(q, k, v), q, k, v, oracle.full_mask(n), rtol=TOL)
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("n,block,top_k", [
+    (1, 4, 2), (7, 2, 3), (7, 3, 1), (64, 16, 2), (100, 16, 3), (257, 16, 4), (1000, 64, 2), (1024, 64, 3), (300, 7, 50),
+])
+def test_moba_matches_oracle(n, block, top_k, groups):
+    q, k, v = _qkv(n, groups, seed=n + block + top_k)
+    mask = oracle.moba_mask(q, k, block, top_k)
+    _assert_matches(lambda: moba_attention(q, k, v, block, top_k), q, k, v, mask)
+
+
+def test_moba_selects_real_past_blocks():
+    """The oracle's selection is not trivial: queries read more than their own block."""
+    q, k, _ = _qkv(256, 1, seed=3)
+    sel = oracle.moba_selection(q, k, 16, 3)
+    assert sel.sum(-1).max() == 2 and sel[:, :, :16].sum() == 0
+
+
+@pytest.mark.parametrize("n,w", [(7, 3), (300, 16), (1024, 256)])
+def test_sa_swa_paths_match_oracle(n, w):
+    q, k, v = _qkv(n, 2, seed=5)
+    perm = sample_permutation(n, generator=torch.Generator().manual_seed(1))
+    y_sa, y_swa = get_variant("sa_swa")(q, k, v, AttentionSpec("sa_swa", window=w), perm)
+    torch.testing.assert_close(y_sa, oracle.reference_attention(q, k, v, oracle.sa_mask(perm, w, 2)), atol=TOL, rtol=0)
+    torch.testing.assert_close(y_swa, oracle.reference_attention(q, k, v, oracle.swa_mask(n, w)), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("n,w", [(5, 6), (5, 1000), (300, 301), (64, 130)])
+def test_sa_wider_than_sequence_is_full(n, w):
+    q, k, v = _qkv(n, 1, seed=9)
+    perm = sample_permutation(n, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(stochastic_attention(q, k, v, w, perm), full_attention(q, k, v), atol=TOL, rtol=0)
+    torch.testing.assert_close(sliding_window_attention(q, k, v, w), full_attention(q, k, v), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("variant", ["swa", "sa", "moba"])
+def test_half_precision_inputs(dtype, variant):
+    n, w = 700, 64
+    q, k, v = _qkv(n, 2, seed=11, dtype=dtype)
+    perm = sample_permutation(n, generator=torch.Generator().manual_seed(4))
+    spec = AttentionSpec(variant, window=w, block_size=32, top_k=3)
+    (out,) = get_variant(variant)(q, k, v, spec, perm)
+    assert out.dtype == dtype
+    mask = {
+        "swa": lambda: oracle.swa_mask(n, w),
+        "sa": lambda: oracle.sa_mask(perm, w, 2),
+        "moba": lambda: oracle.moba_mask(q, k, 32, 3),
+    }[variant]()
+    ref = oracle.reference_attention(q, k, v, mask)
+    torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=0)
+    out.float().sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_generator_reproduces_sa():
+    q, k, v = _qkv(500, 1, seed=1)
+    a = stochastic_attention(q, k, v, 16, generator=torch.Generator().manual_seed(7))
+    b = stochastic_attention(q, k, v, 16, generator=torch.Generator().manual_seed(7))
+    c = stochastic_attention(q, k, v, 16, generator=torch.Generator().manual_seed(8))
+    assert torch.equal(a, b) and not torch.allclose(a, c)
+
+
+def test_sa_output_is_causal():
+    """Changing a future token never changes an earlier output."""
+    q, k, v = _qkv(600, 1, seed=2)
+    perm = sample_permutation(600, generator=torch.Generator().manual_seed(3))
+    base = stochastic_attention(q, k, v, 32, perm)
+    k2, v2 = k.detach().clone(), v.detach().clone()
+    k2[:, :, 400:] += 5
+    v2[:, :, 400:] -= 5
+    moved = stochastic_attention(q, k2, v2, 32, perm)
+    torch.testing.assert_close(moved[:, :, :400], base[:, :, :400], atol=1e-6, rtol=0)

@@ -1,0 +1,98 @@
+"""The FlexAttention path: block-mask structure and eager forward on CPU; compiled paths on GPU."""
+import pytest
+import torch
+
+from sa_lightning.attention import (
+    AttentionSpec,
+    get_variant,
+    masks,
+    sample_permutation,
+    sliding_window_attention,
+    stochastic_attention,
+)
+from sa_lightning.attention import flex, oracle
+from sa_lightning.attention.permutation import gather_tokens, invert_permutation
+
+
+def _qkv(n, device="cpu", dtype=torch.float32, grad=False):
+    g = torch.Generator().manual_seed(n)
+    make = lambda h: torch.randn(2, h, n, 16, generator=g).to(device, dtype).requires_grad_(grad)  # noqa: E731
+    return make(4), make(2), make(2)
+
+
+@pytest.mark.parametrize("n,w", [(300, 16), (700, 64), (1100, 256), (2048, 256), (200, 400)])
+def test_cached_block_mask_covers_the_sa_band(n, w):
+    """Every slot pair inside the circular band lies in a visited block."""
+    half = masks.sa_half_width(w)
+    if 2 * half + 1 >= n:
+        bm = flex.band_block_mask(n, n, n, False, 128, "cpu")
+    else:
+        bm = flex.band_block_mask(n, half, half, True, 128, "cpu")
+    slots = torch.arange(n)
+    band = masks.circular_distance(slots.view(-1, 1), slots.view(1, -1), n) <= half
+    nb = bm.kv_num_blocks.shape[-1]
+    pad = nb * 128 - n
+    covered = torch.nn.functional.pad(band, (0, pad, 0, pad)).view(nb, 128, nb, 128).any(3).any(1)
+    visited = bm.to_dense()[0, 0].bool()
+    assert bool((visited | ~covered).all()), "a block holding in-band pairs is skipped"
+    assert bm.full_kv_num_blocks is None  # every block stays partial: the mask_mod decides
+    assert flex.band_block_mask(n, half, half, True, 128, "cpu") is flex.band_block_mask(n, half, half, True, 128, "cpu")
+
+
+@pytest.mark.parametrize("per_row", [False, True])
+def test_eager_flex_matches_oracle(per_row):
+    n, w = 700, 64
+    q, k, v = _qkv(n)
+    perm = sample_permutation(n, batch=2 if per_row else None, generator=torch.Generator().manual_seed(5))
+    pos = perm if per_row else perm.unsqueeze(0)
+    qs, ks, vs = (gather_tokens(t, perm) for t in (q, k, v))
+    y = gather_tokens(flex.sa_flex_slots(qs, ks, vs, pos, w, scale=0.25, compiled=False), invert_permutation(perm))
+    torch.testing.assert_close(y, oracle.reference_attention(q, k, v, oracle.sa_mask(perm, w, 2), 0.25), atol=1e-5, rtol=0)
+    y = flex.swa_flex(q, k, v, w, scale=0.25, compiled=False)
+    torch.testing.assert_close(y, oracle.reference_attention(q, k, v, oracle.swa_mask(n, w), 0.25), atol=1e-5, rtol=0)
+
+
+def test_compiled_flex_cpu_forward_never_recompiles():
+    """New permutations swap the mask_mod only: one graph serves every layer and step."""
+    from torch._dynamo.utils import counters
+
+    n, w = 1024, 64
+    q, k, v = _qkv(n)
+    before = dict(counters["stats"])
+    for seed in range(3):
+        perm = sample_permutation(n, generator=torch.Generator().manual_seed(seed))
+        y = stochastic_attention(q, k, v, w, perm, backend="flex")
+        torch.testing.assert_close(y, oracle.reference_attention(q, k, v, oracle.sa_mask(perm, w, 2)), atol=1e-5, rtol=0)
+    graphs = counters["stats"]["unique_graphs"] - before.get("unique_graphs", 0)
+    assert graphs <= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 3e-2)])
+@pytest.mark.parametrize("variant", ["swa", "sa"])
+def test_cuda_flex_forward_backward(variant, dtype, tol):
+    n, w = 2048, 256
+    q, k, v = _qkv(n, "cuda", dtype, grad=True)
+    perm = sample_permutation(n, batch=2, device="cuda", generator=torch.Generator().manual_seed(0))
+    (y,) = get_variant(variant)(q, k, v, AttentionSpec(variant, window=w), perm)  # auto -> flex on CUDA
+    mask = oracle.swa_mask(n, w, "cuda") if variant == "swa" else oracle.sa_mask(perm, w, 2)
+    ref = oracle.reference_attention(q, k, v, mask)
+    torch.testing.assert_close(y.float(), ref.float(), atol=tol, rtol=0)
+    g = torch.randn_like(y)
+    got = torch.autograd.grad(y, (q, k, v), g)
+    want = torch.autograd.grad(ref, (q, k, v), g)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.float(), b.float(), atol=10 * tol, rtol=0)
+
+
+@pytest.mark.gpu
+def test_cuda_banded_matches_flex():
+    n, w = 4096, 256
+    q, k, v = _qkv(n, "cuda", grad=True)
+    perm = sample_permutation(n, device="cuda")
+    a = stochastic_attention(q, k, v, w, perm, backend="banded")
+    b = stochastic_attention(q, k, v, w, perm, backend="flex")
+    torch.testing.assert_close(a, b, atol=2e-5, rtol=0)
+    a = sliding_window_attention(q, k, v, w, backend="banded")
+    b = sliding_window_attention(q, k, v, w, backend="flex")
+    torch.testing.assert_close(a, b, atol=2e-5, rtol=0)
