@@ -39,21 +39,20 @@ def default_block(span: int) -> int:
     return max(16, min(64, 1 << max(span // 4, 1).bit_length()))
 
 
-def _allowed(n: int, blk: int, nb: int, before: int, after: int, circular: bool,
+def _blocked(n: int, blk: int, nb: int, before: int, after: int, circular: bool,
              pos: torch.Tensor | None, device) -> torch.Tensor:
-    """(Bp, nb, blk, W) bool: may query ``r`` of block ``i`` read column ``u`` of its key window?
+    """(Bp, nb, blk, W) bool: True where query ``r`` of block ``i`` must not read window column ``u``.
 
     Column ``u`` of block ``i`` is key slot ``i*blk - before + u``.
     """
     W = blk + before + after
     r = torch.arange(blk, device=device).view(blk, 1)
     u = torch.arange(W, device=device).view(1, W)
-    band = (u >= r) & (u <= r + before + after)  # before >= s - t >= -after
-    allowed = band.expand(nb, blk, W)
+    blocked = ((u < r) | (u > r + before + after)).expand(nb, blk, W)  # outside before >= s - t >= -after
     if not circular:
         t = torch.arange(nb, device=device).view(nb, 1) * blk - before + u
-        allowed = allowed & ((t >= 0) & (t < n)).view(nb, 1, W)
-    allowed = allowed.unsqueeze(0)
+        blocked = blocked | ((t < 0) | (t >= n)).view(nb, 1, W)
+    blocked = blocked.unsqueeze(0)
     if pos is not None:
         pad = nb * blk - n
         # Padded query slots get position -1 so they read nothing real; they are cropped anyway.
@@ -64,23 +63,25 @@ def _allowed(n: int, blk: int, nb: int, before: int, after: int, circular: bool,
         else:
             pos_k = F.pad(pos, (before, after + pad), value=n)  # out-of-range keys: never causal
         pos_k = pos_k.unfold(1, W, blk).unsqueeze(2)  # (Bp, nb, 1, W)
-        allowed = allowed & (pos_k <= pos_q)
-    return allowed
+        blocked = blocked | (pos_k > pos_q)
+    return blocked
 
 
 class _BlockedSoftmaxAttention(torch.autograd.Function):
-    """softmax(Q K^T + bias) V over a batch of (query block, key window) pairs.
+    """softmax(Q K^T, masked) V over a batch of (query block, key window) pairs.
 
     Written out so that backward is exactly four bmm and one softmax-backward over the window
     scores, with no layout copies: this is what keeps SA and SWA at O(n*w) with a small constant.
-    q (N, M, d) is pre-scaled; k, v (N, W, d); bias broadcasts against scores viewed as ``bias_view``.
+    q (N, M, d) is pre-scaled; k, v (N, W, d); ``blocked`` broadcasts against the scores viewed as
+    ``score_view`` and marks the pairs to mask.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, score_view):
+    def forward(ctx, q, k, v, blocked, score_view):
         sdt = _softmax_dtype(q.dtype)
         scores = torch.bmm(q, k.transpose(1, 2)).to(sdt)
-        scores.view(score_view).add_(bias)
+        # A finite floor (not -inf) keeps fully masked padding rows free of NaN.
+        scores.view(score_view).masked_fill_(blocked, torch.finfo(sdt).min)
         probs = torch.softmax(scores, dim=-1)
         del scores
         out = torch.bmm(probs.to(v.dtype), v)
@@ -157,11 +158,9 @@ def banded_attention(
         return _take_rows(x, k_src).unfold(2, W, blk).transpose(-1, -2).reshape(B * Hkv * nb, W, d)
 
     qb = _fold_groups(_take_rows(q * scale, q_src), Hkv, nb, blk).reshape(B * Hkv * nb, G * blk, d)
-    allowed = _allowed(n, blk, nb, before, after, circular, perm, dev)
-    sdt = _softmax_dtype(q.dtype)
-    bias = torch.zeros(allowed.shape, dtype=sdt, device=dev).masked_fill_(~allowed, torch.finfo(sdt).min)
+    blocked = _blocked(n, blk, nb, before, after, circular, perm, dev)
     out = _BlockedSoftmaxAttention.apply(
-        qb, windows(k), windows(v), bias.view(-1, 1, nb, 1, blk, W), (B, Hkv, nb, G, blk, W)
+        qb, windows(k), windows(v), blocked.view(-1, 1, nb, 1, blk, W), (B, Hkv, nb, G, blk, W)
     )
     out = _unfold_groups(out.view(B, Hkv, nb, G * blk, d), Hq, n)
     if circular:  # back to token order: token i sits in slot inv[i]

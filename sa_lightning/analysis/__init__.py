@@ -1,0 +1,1 @@
+"""Checks of the paper's theory: coverage depth, connection probability, bias and variance."""

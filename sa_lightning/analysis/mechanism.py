@@ -1,0 +1,130 @@
+"""Monte Carlo checks of SA's theory (paper Sec. 3.2 and Appendix A).
+
+Two conventions:
+- ``theory``: the circular, non-causal window |i - j|_n < w/2 of Appendix A (Figure 2, left).
+- ``causal``: the masks the models run, taken from the variant registry.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..attention import AttentionSpec, get_variant, masks, sample_permutation, stochastic_attention
+from ..attention.permutation import invert_permutation
+
+CONVENTIONS = ("theory", "causal")
+
+
+class LayerSampler:
+    """Draws the (n, n) bool adjacency of fresh layers: [i, j] is True when token i reads token j."""
+
+    def __init__(self, variant: str, n: int, window: int, convention: str = "theory"):
+        if convention not in CONVENTIONS:
+            raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}.")
+        self.variant, self.n, self.window, self.convention = variant, n, window, convention
+        self.permuted = get_variant(variant).uses_permutation
+        idx = torch.arange(n)
+        # Appendix A's circular window, in token space; SA applies it in slot space.
+        self.local = masks.circular_distance(idx.view(-1, 1), idx.view(1, -1), n) <= masks.sa_half_width(window)
+
+    def _theory(self, perm: torch.Tensor | None) -> torch.Tensor:
+        if self.variant == "swa":
+            return self.local
+        slot = invert_permutation(perm)
+        shuffled = self.local[slot][:, slot]
+        return shuffled | self.local if self.variant == "sa_swa" else shuffled
+
+    def draw(self, generator: torch.Generator) -> torch.Tensor:
+        perm = sample_permutation(self.n, generator=generator) if self.permuted else None
+        if self.convention == "theory":
+            return self._theory(perm)
+        spec = AttentionSpec(self.variant, window=self.window)
+        return masks.dense(get_variant(self.variant).mask(spec, self.n, perm), self.n)[0, 0]
+
+
+def coverage_curve(variant: str, n: int, window: int, depth: int, *, trials: int = 8, sources: int = 64,
+                   convention: str = "theory", seed: int = 0) -> torch.Tensor:
+    """Mean fraction of the visible sequence that reaches a token after 0..depth layers.
+
+    Layers are i.i.d., so growing the receptive set one fresh layer at a time has the same law as
+    stacking layers on top. Under ``causal`` token i can see i + 1 tokens, and coverage is relative
+    to that.
+    """
+    sampler = LayerSampler(variant, n, window, convention)
+    gen = torch.Generator().manual_seed(seed)
+    curve = torch.zeros(depth + 1, dtype=torch.float64)
+    if not get_variant(variant).uses_permutation:
+        trials = 1  # a fixed pattern: one pass is exact for the sampled tokens
+    for _ in range(trials):
+        tokens = torch.randperm(n, generator=gen)[:sources]
+        reach = torch.zeros(len(tokens), n)
+        reach[torch.arange(len(tokens)), tokens] = 1.0
+        visible = n if convention == "theory" else (tokens + 1).double()
+        curve[0] += (reach.sum(1) / visible).mean()
+        for layer in range(1, depth + 1):
+            adjacency = sampler.draw(gen).float()
+            reach = ((reach @ adjacency) > 0).float()
+            curve[layer] += (reach.sum(1).double() / visible).mean()
+    return curve / trials
+
+
+def layers_to_cover(curve: torch.Tensor, level: float = 0.99) -> int | None:
+    hit = (curve >= level).nonzero()
+    return int(hit[0]) if len(hit) else None
+
+
+def connection_probability(n: int, window: int, *, trials: int = 200, seed: int = 0) -> dict:
+    """Chance that a fixed pair i != j shares an SA window: measured, exact, paper, approximate.
+
+    The paper's mask |slot(i) - slot(j)|_n < w/2 holds 2*ceil(w/2) - 1 slots, so the exact chance is
+    (2*ceil(w/2) - 2) / (n - 1); the paper writes (w - 1) / (n - 1), which agrees for odd w. The
+    measurement follows fixed pairs at distance 1 (neighbours) and n/2 (far apart) over ``trials``
+    permutations, to show that the chance does not depend on distance.
+    """
+    sampler = LayerSampler("sa", n, window)
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.arange(n)
+    near_hits = far_hits = 0.0
+    for _ in range(trials):
+        m = sampler.draw(gen)
+        near_hits += m[tokens, (tokens + 1) % n].double().mean().item()
+        far_hits += m[tokens, (tokens + n // 2) % n].double().mean().item()
+    slots = min(n, 2 * math.ceil(window / 2) - 1)
+    return {
+        "n": n,
+        "window": window,
+        "measured_near": near_hits / trials,
+        "measured_far": far_hits / trials,
+        "exact": (slots - 1) / (n - 1),
+        "paper": (window - 1) / (n - 1),
+        "approx_w_over_n": window / n,
+        "paper_causal_average": (window - 1) / (2 * (n - 1)),
+    }
+
+
+def uniform_attention_moments(n: int, window: int, *, trials: int = 256, d: int = 16, seed: int = 0) -> dict:
+    """Bias and variance of SA against uniform full attention at infinite temperature (scale=0).
+
+    Uses the real kernel and the last token, which sees the whole sequence causally, so Appendix A's
+    setting holds exactly: the output is the mean of V over itself and 2*ceil(w/2) - 2 random others.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    v = torch.randn(1, 1, n, d, generator=gen)
+    q = torch.zeros(1, 1, n, d)
+    outs = torch.stack([
+        stochastic_attention(q, v, v, window, sample_permutation(n, generator=gen), scale=0.0)[0, 0, -1]
+        for _ in range(trials)
+    ]).double()
+    target = v[0, 0].double().mean(0)
+    spread = ((v[0, 0].double() - target) ** 2).sum(1).mean().item()  # sigma_V^2
+    others = min(n, 2 * math.ceil(window / 2) - 1) - 1  # the window holds the token itself + others
+    return {
+        "n": n,
+        "window": window,
+        "bias": (outs.mean(0) - target).norm().item(),
+        "variance": ((outs - outs.mean(0)) ** 2).sum(1).mean().item(),
+        # the mean of self + `others` values drawn without replacement from the other n - 1
+        "sampling_variance": spread * others / (others + 1) ** 2 * (n - 1 - others) / max(n - 2, 1),
+        "paper_bound": spread / window,
+    }

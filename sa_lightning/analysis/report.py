@@ -1,0 +1,131 @@
+"""``cli.py analyze ...``: run the mechanism checks, write CSV tables and PNG plots."""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from pathlib import Path
+
+from . import mechanism
+
+COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "moba": "#F39C12"}
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def run_coverage(args) -> Path:
+    rows, curves = [], {}
+    for variant in args.variants:
+        curve = mechanism.coverage_curve(variant, args.n, args.window, args.depth, trials=args.trials,
+                                         sources=args.sources, convention=args.convention, seed=args.seed)
+        curves[variant] = curve
+        rows += [{"variant": variant, "layers": layer, "coverage": round(float(c), 6)} for layer, c in enumerate(curve)]
+        print(f"coverage {variant:>6}: 99% after {mechanism.layers_to_cover(curve)} layers "
+              f"(log_w n = {math.log(args.n) / math.log(args.window):.2f}, n/w = {args.n / args.window:.0f})", flush=True)
+    _write_csv(args.out / "coverage.csv", rows)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for variant, curve in curves.items():
+        ax.plot(range(len(curve)), curve.numpy(), label=variant.replace("_", "+").upper(), color=COLORS[variant])
+    ax.set(xlabel="layers", ylabel="receptive-field coverage", ylim=(0, 1.02),
+           title=f"Coverage vs depth (n={args.n}, w={args.window}, {args.convention})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out / "coverage.png", dpi=150)
+    return args.out / "coverage.csv"
+
+
+def run_connection(args) -> Path:
+    rows = []
+    for w in args.windows:
+        row = mechanism.connection_probability(args.n, w, trials=args.trials, seed=args.seed)
+        rows.append({k: (round(v, 8) if isinstance(v, float) else v) for k, v in row.items()})
+        print(f"connection n={args.n} w={w}: measured near {row['measured_near']:.5f} far {row['measured_far']:.5f}  "
+              f"exact {row['exact']:.5f}  "
+              f"paper {row['paper']:.5f}  w/n {row['approx_w_over_n']:.5f}", flush=True)
+    _write_csv(args.out / "connection.csv", rows)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ws = [r["window"] for r in rows]
+    ax.plot(ws, [r["measured_near"] for r in rows], "o", color=COLORS["sa"], label="measured, |i−j|=1")
+    ax.plot(ws, [r["measured_far"] for r in rows], "x", color=COLORS["swa"], label="measured, |i−j|=n/2")
+    ax.plot(ws, [r["exact"] for r in rows], "-", color="black", label="exact (2⌈w/2⌉−2)/(n−1)")
+    ax.plot(ws, [r["paper"] for r in rows], "--", color="gray", label="paper (w−1)/(n−1)")
+    ax.set(xscale="log", yscale="log", xlabel="window w", ylabel="P[pair shares a window]",
+           title=f"SA connection probability (n={args.n})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out / "connection.png", dpi=150)
+    return args.out / "connection.csv"
+
+
+def run_variance(args) -> Path:
+    rows = []
+    for w in args.windows:
+        row = mechanism.uniform_attention_moments(args.n, w, trials=args.trials, seed=args.seed)
+        rows.append({k: (round(v, 8) if isinstance(v, float) else v) for k, v in row.items()})
+        print(f"variance n={args.n} w={w}: bias {row['bias']:.4f}  variance {row['variance']:.4f}  "
+              f"sampling {row['sampling_variance']:.4f}  paper bound {row['paper_bound']:.4f}", flush=True)
+    _write_csv(args.out / "variance.csv", rows)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ws = [r["window"] for r in rows]
+    ax.plot(ws, [r["variance"] for r in rows], "o-", color=COLORS["sa"], label="SA variance (measured)")
+    ax.plot(ws, [r["sampling_variance"] for r in rows], "--", color="black", label="exact sampling variance")
+    ax.plot(ws, [r["paper_bound"] for r in rows], ":", color="gray", label="σ²/w bound")
+    ax.plot(ws, [r["bias"] for r in rows], "s-", color=COLORS["swa"], label="|bias| vs uniform full")
+    ax.set(xscale="log", yscale="log", xlabel="window w", title=f"SA at infinite temperature (n={args.n})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out / "variance.png", dpi=150)
+    return args.out / "variance.csv"
+
+
+RUNNERS = {"coverage": run_coverage, "connection": run_connection, "variance": run_variance}
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="cli.py analyze")
+    parser.add_argument("what", choices=[*RUNNERS, "all"], help="which check to run")
+    parser.add_argument("--n", type=int, default=2048, help="sequence length (Figure 2 uses 2048)")
+    parser.add_argument("--window", type=int, default=32, help="window for coverage (Figure 2 uses 32)")
+    parser.add_argument("--windows", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128, 256],
+                        help="windows for connection and variance")
+    parser.add_argument("--depth", type=int, default=72, help="layers to grow the receptive field")
+    parser.add_argument("--variants", nargs="+", default=["sa", "swa", "sa_swa"], choices=sorted(COLORS))
+    parser.add_argument("--convention", choices=mechanism.CONVENTIONS, default="theory",
+                        help="theory: Appendix A's circular window; causal: the masks the models run")
+    parser.add_argument("--trials", type=int, default=8, help="Monte Carlo draws")
+    parser.add_argument("--sources", type=int, default=64, help="tokens tracked per coverage draw")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("outputs/analysis"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    for name, value in (("--n", args.n), ("--window", args.window), ("--depth", args.depth),
+                        ("--trials", args.trials), ("--sources", args.sources), *(("--windows", w) for w in args.windows)):
+        if value < 1:
+            raise SystemExit(f"error: {name} must be >= 1, got {value}.")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in RUNNERS if args.what == "all" else [args.what]:
+        path = RUNNERS[name](args)
+        print(f"wrote {path} and {path.with_suffix('.png')}")

@@ -1,0 +1,1 @@
+"""Latency and memory benchmarks; each is a command that prints a table."""

@@ -1,0 +1,81 @@
+"""The analysis and benchmark commands run end to end on small settings and check the theory."""
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sa_lightning.analysis import mechanism
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sa_covers_in_log_depth_swa_in_linear_depth():
+    n, w = 512, 16
+    sa = mechanism.coverage_curve("sa", n, w, 8, trials=2, sources=16)
+    swa = mechanism.coverage_curve("swa", n, w, 8, trials=1, sources=16)
+    assert mechanism.layers_to_cover(sa) <= math.ceil(math.log(n) / math.log(w / 4)) + 1
+    # SWA grows by the window's 2*ceil(w/2) - 2 new tokens per layer: linear in depth
+    torch.testing.assert_close(swa[4], torch.tensor((1 + 4 * 14) / n, dtype=torch.float64))
+    assert mechanism.layers_to_cover(swa) is None
+
+
+def test_causal_coverage_uses_registry_masks():
+    curve = mechanism.coverage_curve("sa_swa", 256, 16, 6, trials=2, sources=16, convention="causal")
+    assert 0 < curve[1] < curve[3] <= 1.0
+
+
+def test_connection_probability_matches_exact_formula():
+    row = mechanism.connection_probability(128, 8, trials=400)
+    assert row["exact"] == pytest.approx(6 / 127) and row["paper"] == pytest.approx(7 / 127)
+    for measured in (row["measured_near"], row["measured_far"]):
+        assert abs(measured - row["exact"]) < 0.006  # ~4 standard errors over 400 * 128 pair draws
+
+
+def test_variance_shrinks_like_one_over_w():
+    small = mechanism.uniform_attention_moments(512, 8, trials=64)
+    large = mechanism.uniform_attention_moments(512, 64, trials=64)
+    for row in (small, large):
+        assert row["variance"] == pytest.approx(row["sampling_variance"], rel=0.35)
+    assert large["variance"] < small["variance"] / 4 and large["bias"] < small["bias"]
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_analyze_cli_writes_csv_and_png(tmp_path):
+    out = tmp_path / "an"
+    res = _cli("analyze", "all", "--n", "256", "--window", "16", "--depth", "6", "--trials", "2",
+               "--windows", "4", "16", "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    for name in ("coverage", "connection", "variance"):
+        assert (out / f"{name}.png").stat().st_size > 1000
+        assert len(list(csv.DictReader((out / f"{name}.csv").open()))) > 1
+
+
+def test_bench_cli_writes_table_with_ratios(tmp_path):
+    res = _cli("bench", "attention", "--lengths", "512", "--heads", "2", "--kv-heads", "1", "--window", "64",
+               "--repeats", "1", "--out", str(tmp_path), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader((tmp_path / "attention_cpu.csv").open()))
+    assert {r["variant"] for r in rows} == {"full", "swa", "sa", "sa_swa", "moba"}
+    swa = next(r for r in rows if r["variant"] == "swa")
+    assert float(swa["x_swa"]) == 1.0 and float(swa["peak_mib"]) > 0
+    assert "| n | variant |" in (tmp_path / "attention_cpu.md").read_text()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["bench", "attention", "--window", "0"], "--window must be >= 1"),
+    (["bench", "attention", "--heads", "3", "--kv-heads", "2"], "divisible"),
+    (["bench", "nope"], "bench' takes one benchmark"),
+    (["analyze", "coverage", "--n", "0"], "--n must be >= 1"),
+    (["fly"], "unknown command"),
+])
+def test_cli_bad_input_is_one_clear_line(args, needle, tmp_path):
+    res = _cli(*args, cwd=tmp_path)
+    assert res.returncode != 0 and needle in res.stderr
+    assert "Traceback" not in res.stderr
