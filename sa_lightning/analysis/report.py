@@ -98,6 +98,7 @@ def run_variance(args) -> Path:
     return args.out / "variance.csv"
 
 
+DEFAULT_TRIALS = {"coverage": 8, "connection": 200, "variance": 256}
 RUNNERS = {"coverage": run_coverage, "connection": run_connection, "variance": run_variance}
 
 
@@ -112,7 +113,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--variants", nargs="+", default=["sa", "swa", "sa_swa"], choices=sorted(COLORS))
     parser.add_argument("--convention", choices=mechanism.CONVENTIONS, default="theory",
                         help="theory: Appendix A's circular window; causal: the masks the models run")
-    parser.add_argument("--trials", type=int, default=8, help="Monte Carlo draws")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="Monte Carlo draws (default: coverage 8, connection 200, variance 256)")
     parser.add_argument("--sources", type=int, default=64, help="tokens tracked per coverage draw")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("outputs/analysis"))
@@ -122,10 +124,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     for name, value in (("--n", args.n), ("--window", args.window), ("--depth", args.depth),
-                        ("--trials", args.trials), ("--sources", args.sources), *(("--windows", w) for w in args.windows)):
+                        ("--trials", 1 if args.trials is None else args.trials), ("--sources", args.sources), *(("--windows", w) for w in args.windows)):
         if value < 1:
             raise SystemExit(f"error: {name} must be >= 1, got {value}.")
     args.out.mkdir(parents=True, exist_ok=True)
+    chosen = args.trials
     for name in RUNNERS if args.what == "all" else [args.what]:
+        args.trials = DEFAULT_TRIALS[name] if chosen is None else chosen
         path = RUNNERS[name](args)
         print(f"wrote {path} and {path.with_suffix('.png')}")

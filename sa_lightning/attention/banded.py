@@ -154,8 +154,12 @@ def banded_attention(
         q_src = q_slots.clamp(max=n - 1).view(1, -1)
         k_src = k_slots.clamp(0, n - 1).view(1, -1)
 
-    def windows(x: torch.Tensor) -> torch.Tensor:  # -> (B*Hkv*nb, W, d)
-        return _take_rows(x, k_src).unfold(2, W, blk).transpose(-1, -2).reshape(B * Hkv * nb, W, d)
+    # One gather lays out every block's key window contiguously: (B*Hkv*nb, W, d), no unfold copy.
+    cols = (torch.arange(nb, device=dev) * blk).view(nb, 1) + torch.arange(W, device=dev).view(1, W)
+    w_src = k_src[:, cols.flatten()]
+
+    def windows(x: torch.Tensor) -> torch.Tensor:
+        return _take_rows(x, w_src).view(B * Hkv * nb, W, d)
 
     qb = _fold_groups(_take_rows(q * scale, q_src), Hkv, nb, blk).reshape(B * Hkv * nb, G * blk, d)
     blocked = _blocked(n, blk, nb, before, after, circular, perm, dev)
