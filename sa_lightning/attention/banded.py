@@ -138,7 +138,6 @@ def banded_attention(
         raise ValueError(f"a circular band of {before + after + 1} slots needs n >= that, got n={n}.")
     blk = block or default_block(before + after + 1)
     nb = -(-n // blk)
-    pad = nb * blk - n
     W = blk + before + after
     dev = q.device
 
