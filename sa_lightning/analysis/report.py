@@ -27,6 +27,13 @@ def _pyplot():
     return plt
 
 
+def _save(fig, ax, path: Path, legend_size: int | None = None) -> None:
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+
+
 def run_coverage(args) -> Path:
     rows, curves = [], {}
     for variant in args.variants:
@@ -43,10 +50,7 @@ def run_coverage(args) -> Path:
         ax.plot(range(len(curve)), curve.numpy(), label=variant.replace("_", "+").upper(), color=COLORS[variant])
     ax.set(xlabel="layers", ylabel="receptive-field coverage", ylim=(0, 1.02),
            title=f"Coverage vs depth (n={args.n}, w={args.window}, {args.convention})")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(args.out / "coverage.png", dpi=150)
+    _save(fig, ax, args.out / "coverage.png")
     return args.out / "coverage.csv"
 
 
@@ -68,10 +72,7 @@ def run_connection(args) -> Path:
     ax.plot(ws, [r["paper"] for r in rows], "--", color="gray", label="paper (w−1)/(n−1)")
     ax.set(xscale="log", yscale="log", xlabel="window w", ylabel="P[pair shares a window]",
            title=f"SA connection probability (n={args.n})")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(args.out / "connection.png", dpi=150)
+    _save(fig, ax, args.out / "connection.png")
     return args.out / "connection.csv"
 
 
@@ -91,10 +92,7 @@ def run_variance(args) -> Path:
     ax.plot(ws, [r["paper_bound"] for r in rows], ":", color="gray", label="σ²/w bound")
     ax.plot(ws, [r["bias"] for r in rows], "s-", color=COLORS["swa"], label="|bias| vs uniform full")
     ax.set(xscale="log", yscale="log", xlabel="window w", title=f"SA at infinite temperature (n={args.n})")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(args.out / "variance.png", dpi=150)
+    _save(fig, ax, args.out / "variance.png", legend_size=8)
     return args.out / "variance.csv"
 
 
