@@ -54,14 +54,23 @@ def run_coverage(args) -> Path:
     return args.out / "coverage.csv"
 
 
-def run_connection(args) -> Path:
+def _per_window(args, measure, report) -> list[dict]:
+    """One row per window from ``measure(n, w, trials=, seed=)``, printed as it finishes."""
     rows = []
     for w in args.windows:
-        row = mechanism.connection_probability(args.n, w, trials=args.trials, seed=args.seed)
+        row = measure(args.n, w, trials=args.trials, seed=args.seed)
+        report(w, row)
         rows.append({k: (round(v, 8) if isinstance(v, float) else v) for k, v in row.items()})
+    return rows
+
+
+def run_connection(args) -> Path:
+    def report(w, row):
         print(f"connection n={args.n} w={w}: measured near {row['measured_near']:.5f} far {row['measured_far']:.5f}  "
               f"exact {row['exact']:.5f}  "
               f"paper {row['paper']:.5f}  w/n {row['approx_w_over_n']:.5f}", flush=True)
+
+    rows = _per_window(args, mechanism.connection_probability, report)
     _write_csv(args.out / "connection.csv", rows)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.6))
@@ -77,12 +86,11 @@ def run_connection(args) -> Path:
 
 
 def run_variance(args) -> Path:
-    rows = []
-    for w in args.windows:
-        row = mechanism.uniform_attention_moments(args.n, w, trials=args.trials, seed=args.seed)
-        rows.append({k: (round(v, 8) if isinstance(v, float) else v) for k, v in row.items()})
+    def report(w, row):
         print(f"variance n={args.n} w={w}: bias {row['bias']:.4f}  variance {row['variance']:.4f}  "
               f"sampling {row['sampling_variance']:.4f}  paper bound {row['paper_bound']:.4f}", flush=True)
+
+    rows = _per_window(args, mechanism.uniform_attention_moments, report)
     _write_csv(args.out / "variance.csv", rows)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.6))

@@ -37,7 +37,7 @@ def _own_block(q, k, v, c: int, nblk: int, scale: float):
 
 
 @torch.no_grad()
-def select_blocks(q, k, c: int, nblk: int, picks: int):
+def select_blocks(q, k, c: int, picks: int):
     """Per query and head, the ``picks`` strictly-past blocks with the highest q . mean(k_block).
 
     Returns (index, valid), both (B, Hkv, G*n, picks): queries with fewer past blocks get
@@ -71,7 +71,7 @@ def _selected_chunk(q, kb_flat, vb_flat, flat_index, valid):
     return torch.einsum("bhqtc,bhqtcd->bhqd", probs, vg), lse
 
 
-def _selected_blocks(q, k, v, index, valid, c: int, nblk: int, scale: float):
+def _selected_blocks(q, k, v, index, valid, c: int, scale: float):
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
     picks = index.shape[-1]
@@ -108,8 +108,8 @@ def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float) -> torch.
     picks = min(top_k - 1, nblk - 1)
     if picks <= 0 or n // c == 0:
         return out_own
-    index, valid = select_blocks(q, k, c, nblk, picks)
-    out_sel, lse_sel = _selected_blocks(q, k, v, index, valid, c, nblk, scale)
+    index, valid = select_blocks(q, k, c, picks)
+    out_sel, lse_sel = _selected_blocks(q, k, v, index, valid, c, scale)
     lse = torch.logaddexp(lse_own, lse_sel)
     out = out_own * torch.exp(lse_own - lse).to(q.dtype) + out_sel * torch.exp(lse_sel - lse).to(q.dtype)
     return out
