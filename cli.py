@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """sa_lightning command line.
 
+    python cli.py fit|validate|test|predict --config configs/tiny.yaml ...   LightningCLI (pre-training)
     python cli.py bench attention [--preset cpu|paper] ...   latency and memory of every variant
     python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
 """
@@ -9,19 +10,25 @@ from __future__ import annotations
 import sys
 
 USAGE = __doc__
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 
 
 def main(argv: list[str] | None = None) -> None:
+    from_shell = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
-    if command in ("bench", "analyze"):
+    if command in ("bench", "analyze", *LIGHTNING_COMMANDS):
         from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
 
         tune_cpu_allocator()
-    if command == "bench":
+    if command in LIGHTNING_COMMANDS:
+        from sa_lightning.cli import run
+
+        run(None if from_shell else argv)  # LightningCLI reads sys.argv itself
+    elif command == "bench":
         if not rest or rest[0] != "attention":
             raise SystemExit("error: 'bench' takes one benchmark: attention. Example: python cli.py bench attention")
         from sa_lightning.bench.attention import main as bench_main
@@ -32,8 +39,22 @@ def main(argv: list[str] | None = None) -> None:
 
         analyze_main(rest)
     else:
-        raise SystemExit(f"error: unknown command {command!r}; expected bench or analyze.\n{USAGE}")
+        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, bench or analyze.\n{USAGE}")
+
+
+def _main_with_clean_errors() -> None:
+    """Known bad input ends in one line (``error: ...``) instead of a traceback; set
+    SA_LIGHTNING_TRACEBACK=1 to see the traceback anyway."""
+    import os
+
+    try:
+        main()
+    except (ValueError, FileNotFoundError, PermissionError, ConnectionError, KeyError) as err:
+        if os.environ.get("SA_LIGHTNING_TRACEBACK") == "1":
+            raise
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        raise SystemExit(f"error: {message}") from None
 
 
 if __name__ == "__main__":
-    main()
+    _main_with_clean_errors()

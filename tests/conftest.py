@@ -2,6 +2,10 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# one token cache per test session, shared by in-process and subprocess runs, away from ~/.cache
+import tempfile  # noqa: E402
+
+os.environ.setdefault("SA_LIGHTNING_CACHE", tempfile.mkdtemp(prefix="sa_lightning_cache_"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

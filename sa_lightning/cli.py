@@ -1,0 +1,53 @@
+"""LightningCLI for sa_lightning: ``python cli.py fit|validate|test|predict --config <yaml>``.
+
+Configs are parsed with OmegaConf (interpolation allowed). The data's vocabulary size is linked into
+the model, and ``model.max_tokens`` (the paper gives its budget in tokens) becomes ``trainer.max_steps``.
+"""
+from __future__ import annotations
+
+import math
+
+from lightning.pytorch.cli import LightningCLI
+
+from .data import LMDataModule
+from .lit import LitLM
+
+
+def _int_seed(seed) -> int:
+    if isinstance(seed, bool) or seed is None:
+        raise ValueError("seed_everything must be an integer so that permutations and data order can be reproduced.")
+    return int(seed)
+
+
+class SACLI(LightningCLI):
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.link_arguments("data.vocab_size", "model.arch.vocab_size", apply_on="instantiate")
+        # one run seed drives weights (seed_everything), permutations and the data order
+        parser.link_arguments("seed_everything", "model.arch.seed", compute_fn=_int_seed)
+        parser.link_arguments("seed_everything", "data.seed", compute_fn=_int_seed)
+
+    def before_fit(self) -> None:
+        self._steps_from_tokens()
+
+    def _steps_from_tokens(self) -> None:
+        max_tokens = self.model.hparams.max_tokens
+        if max_tokens is None:
+            return
+        trainer, dm = self.trainer, self.datamodule
+        per_step = dm.batch_size * dm.seq_len * trainer.accumulate_grad_batches * trainer.world_size
+        steps = math.ceil(max_tokens / per_step)
+        trainer.fit_loop.epoch_loop.max_steps = steps
+        if trainer.is_global_zero:
+            print(f"max_steps = {steps} ({max_tokens:,} tokens / {per_step:,} tokens per optimizer step)")
+
+
+def run(args: list[str] | None = None) -> SACLI:
+    return SACLI(
+        LitLM,
+        LMDataModule,
+        args=args,
+        parser_kwargs={"parser_mode": "omegaconf"},
+        # a requeued job writes into the same run folder: overwrite instead of failing on config.yaml
+        save_config_kwargs={"overwrite": True},
+        trainer_defaults={"use_distributed_sampler": False},  # LMDataModule shards exactly by itself
+    )

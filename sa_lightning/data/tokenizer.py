@@ -1,0 +1,58 @@
+"""Tokenizers: any Hugging Face name or path, or the embedded byte-level BPE that ships with the package.
+
+``load_tokenizer("embedded")`` needs no network: the tokenizer was trained on the embedded corpus's
+train split by ``train_embedded_tokenizer`` (rebuild it with ``scripts/build_embedded_tokenizer.py``).
+Anything else goes to ``transformers.AutoTokenizer``, so the paper's ``mistralai/Mistral-7B-v0.1``
+works for users with a network (or a local copy).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+EMBEDDED = "embedded"
+EMBEDDED_FILE = Path(__file__).parent / "embedded" / "tokenizer.json"
+EOS = "<|endoftext|>"
+EMBEDDED_VOCAB = 4096
+
+
+def train_embedded_tokenizer(texts: Iterable[str], vocab_size: int = EMBEDDED_VOCAB):
+    """Train the byte-level BPE deterministically (fixed input order, one thread)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    os.environ["RAYON_NUM_THREADS"] = "1"  # merge ties resolve the same way on every machine
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def load_tokenizer(name_or_path: str = EMBEDDED):
+    """A ``PreTrainedTokenizerFast`` with an ``eos_token_id``; clear errors for unknown or offline names."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if name_or_path == EMBEDDED:
+        return PreTrainedTokenizerFast(tokenizer_file=str(EMBEDDED_FILE), eos_token=EOS, pad_token=EOS)
+    path = Path(name_or_path)
+    if path.suffix == ".json" and path.is_file():
+        return PreTrainedTokenizerFast(tokenizer_file=str(path), eos_token=EOS, pad_token=EOS)
+    try:
+        tok = AutoTokenizer.from_pretrained(name_or_path)
+    except OSError as err:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        why = "the Hugging Face Hub is offline (HF_HUB_OFFLINE=1) and it is not in the local cache" if offline \
+            else "it is neither a local tokenizer folder nor a reachable Hub repo"
+        raise ValueError(
+            f"tokenizer {name_or_path!r} cannot be loaded: {why}; use tokenizer: embedded, or a local path."
+        ) from err
+    if tok.eos_token_id is None:
+        raise ValueError(f"tokenizer {name_or_path!r} has no EOS token, which packing needs to separate documents.")
+    return tok

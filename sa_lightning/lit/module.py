@@ -1,0 +1,149 @@
+"""The LightningModule: next-token cross-entropy, AdamW with warmup + cosine, and the logs the paper's
+runs need. It wraps a ``Transformer`` built from ``arch`` and knows nothing of attention kernels."""
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics.aggregation import MeanMetric
+
+from ..models import ModelConfig, Transformer
+from .schedule import warmup_cosine
+
+
+class LitLM(L.LightningModule):
+    """Args:
+        arch: the model (``ModelConfig``; ``arch.vocab_size`` is linked from the data's tokenizer).
+        lr, min_lr: peak and final learning rate of the cosine (paper: 3e-4 -> 3e-5).
+        betas, weight_decay, eps: AdamW (paper: 0.9/0.95). Decay applies to matrices only.
+        warmup_tokens / warmup_steps: linear warmup length, in tokens (paper: 0.5B) or optimizer steps.
+        max_tokens: total training tokens (paper: 15B); the CLI turns it into ``trainer.max_steps``.
+        compile: wrap the model in ``torch.compile``.
+    """
+
+    def __init__(
+        self,
+        arch: ModelConfig = ModelConfig.from_name("tiny"),
+        lr: float = 3e-4,
+        min_lr: float = 3e-5,
+        betas: tuple[float, float] = (0.9, 0.95),
+        weight_decay: float = 0.1,
+        eps: float = 1e-8,
+        warmup_tokens: int | None = None,
+        warmup_steps: int | None = None,
+        max_tokens: int | None = None,
+        compile: bool = False,
+    ):
+        super().__init__()
+        if warmup_tokens is not None and warmup_steps is not None:
+            raise ValueError("give model.warmup_tokens or model.warmup_steps, not both.")
+        if not 0 <= min_lr <= lr:
+            raise ValueError(f"model min_lr={min_lr} must lie in [0, lr={lr}].")
+        self.save_hyperparameters()
+        self.arch = arch
+        self.net = Transformer(arch)
+        self.compile = compile
+        self.val_loss = MeanMetric()
+        self.micro_step = 0  # training forward passes so far: the permutation stream, restored on resume
+        self.tokens_seen = 0  # global (all ranks) training tokens
+
+    # ---- model -------------------------------------------------------------------------------
+    def configure_model(self) -> None:
+        if self.compile and not isinstance(self.net, torch._dynamo.eval_frame.OptimizedModule):
+            self.net = torch.compile(self.net)
+
+    def forward(self, idx: torch.Tensor, perm_stream: int | None = None) -> torch.Tensor:
+        return self.net(idx, perm_stream=perm_stream)
+
+    def loss(self, batch: torch.Tensor, perm_stream: int | None) -> torch.Tensor:
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        logits = self(inputs, perm_stream)
+        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+    # ---- steps -------------------------------------------------------------------------------
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        # every rank and micro-batch draws its own permutations, reproducibly
+        stream = self.micro_step * self.trainer.world_size + self.trainer.global_rank
+        loss = self.loss(batch, stream)
+        self.micro_step += 1
+        self.tokens_seen += batch[:, :-1].numel() * self.trainer.world_size
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/tokens", float(self.tokens_seen))
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        # validation permutations depend only on the batch index: val loss is comparable across evals
+        loss = self.loss(batch, -1 - batch_idx)
+        self.val_loss.update(loss, weight=batch[:, 1:].numel())
+
+    def on_validation_epoch_end(self) -> None:
+        loss = self.val_loss.compute()
+        self.val_loss.reset()
+        self.log("val/loss", loss, prog_bar=True, sync_dist=False)
+        self.log("val/ppl", torch.exp(loss), sync_dist=False)
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads:  # before clipping (Lightning clips after this hook)
+            self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads))
+
+    # ---- optimizer ---------------------------------------------------------------------------
+    def tokens_per_step(self) -> int:
+        trainer, dm = self.trainer, self.trainer.datamodule
+        return dm.batch_size * dm.seq_len * trainer.accumulate_grad_batches * trainer.world_size
+
+    def configure_optimizers(self):
+        decay = [p for p in self.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.hparams.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.hparams.lr, betas=tuple(self.hparams.betas), eps=self.hparams.eps,
+        )
+        total = int(self.trainer.estimated_stepping_batches)
+        warmup = self.hparams.warmup_steps
+        if self.hparams.warmup_tokens is not None:
+            warmup = math.ceil(self.hparams.warmup_tokens / self.tokens_per_step())
+        warmup = min(int(warmup or 0), max(total - 1, 0))
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, warmup_cosine(warmup, total, self.hparams.min_lr / self.hparams.lr)
+        )
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        counts = {"params/total": self.net.num_parameters(),
+                  "params/non_embedding": self.net.num_parameters(exclude_embedding=True)}
+        dm = self.trainer.datamodule
+        if dm is not None:
+            self.flops_per_batch = self.train_flops_per_token(dm.seq_len) * dm.seq_len * dm.batch_size
+            counts["tokens_per_step"] = self.tokens_per_step()
+            if hasattr(dm, "unigram_perplexity"):
+                counts["val/unigram_ppl"] = dm.unigram_perplexity()
+        for logger in self.loggers:
+            logger.log_hyperparams(counts)
+
+    def train_flops_per_token(self, seq_len: int) -> float:
+        """6N for the weights plus 12 * layers * d * (keys each query reads), per trained token."""
+        cfg = self.arch
+        keys = {"full": seq_len / 2, "moba": min(seq_len / 2, cfg.moba_block_size * cfg.moba_top_k)}.get(
+            cfg.variant, min(cfg.window, seq_len)) * len(cfg.paths)
+        return 6 * self.net.num_parameters(exclude_embedding=True) + 12 * cfg.n_layer * cfg.d_model * keys
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["sa_lightning"] = {"micro_step": self.micro_step, "tokens_seen": self.tokens_seen,
+                                      "arch": self.arch.to_dict()}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("sa_lightning", {})
+        saved = state.get("arch", {})
+        for key in ("vocab_size", "d_model", "n_layer", "n_head", "variant"):
+            if key in saved and saved[key] != getattr(self.arch, key):
+                raise ValueError(
+                    f"the checkpoint has model {key}={saved[key]!r} but this run configures {getattr(self.arch, key)!r}; "
+                    "resume with the checkpoint's model and data config (its config.yaml sits next to the logs)."
+                )
+        self.micro_step = state.get("micro_step", 0)
+        self.tokens_seen = state.get("tokens_seen", 0)

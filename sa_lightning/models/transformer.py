@@ -1,0 +1,138 @@
+"""The Transformer++ of the paper's Appendix B, readable in one sitting.
+
+Tied embeddings, pre-norm RMSNorm, a fused bias-free QKV projection, RoPE on original positions,
+the attention output gate sigmoid(W_g Y) * Y (two of them for SA+SWA), and a SwiGLU MLP. The
+attention itself comes from the variant registry; this file never knows how a variant computes.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import GatedPaths, get_variant, layer_generator, sample_permutation
+from .config import ModelConfig
+
+
+def rope_tables(n: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin of shape (n, head_dim) for positions 0..n-1 (the rotate-half layout of HF Llama/Qwen)."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(n, device=device, dtype=torch.float32), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (B, H, n, hd) by the tables of its own (original) positions."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return (x * cos + rotated * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim, bias=False)
+        self.gate = GatedPaths(cfg.d_model, cfg.paths)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.spec = cfg.attention_spec()
+        self.variant = get_variant(cfg.variant)
+
+    def forward(self, x, cos, sin, perm=None):
+        B, n, d = x.shape
+        sizes = (self.n_head * self.head_dim, self.n_kv_head * self.head_dim, self.n_kv_head * self.head_dim)
+        q, k, v = self.qkv(x).split(sizes, dim=-1)
+        q = q.view(B, n, self.n_head, self.head_dim).transpose(1, 2)
+        k = k.view(B, n, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = v.view(B, n, self.n_kv_head, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # original positions, before any permutation
+        paths = self.variant(q, k, v, self.spec, perm)
+        merged = [y.transpose(1, 2).reshape(B, n, d) for y in paths]
+        return self.proj(self.gate(*merged))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x, cos, sin, perm=None):
+        x = x + self.attn(self.attn_norm(x), cos, sin, perm)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def _stream_seed(seed: int, stream: int) -> int:
+    """Mix the run seed with a step counter into one 62-bit seed (distinct streams never collide in practice)."""
+    return (int(seed) * 0x9E3779B97F4A7C15 + int(stream) * 0xBF58476D1CE4E5B9 + 1) % (2**62)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.embed.weight  # tied
+        self.uses_permutation = get_variant(cfg.variant).uses_permutation
+        self._eval_calls = 0
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        std = self.cfg.init_std
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                # residual-branch outputs are scaled down with depth (GPT-2 / nanoGPT)
+                scale = 1 / math.sqrt(2 * self.cfg.n_layer) if name.endswith(("proj.weight", "down.weight")) else 1.0
+                nn.init.normal_(p, mean=0.0, std=std * scale)
+
+    def num_parameters(self, exclude_embedding: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())  # tied weights count once
+        return n - self.embed.weight.numel() if exclude_embedding else n
+
+    def permutations(self, n: int, stream: int | None, device) -> list[torch.Tensor | None]:
+        """One permutation per layer, shared across heads and the batch.
+
+        ``fixed`` mode: one per layer from the seed. ``stochastic``: fresh per ``stream`` (the training
+        step counter), so a run is reproducible and a resumed run draws what the uninterrupted one did.
+        """
+        if not self.uses_permutation:
+            return [None] * len(self.blocks)
+        if self.cfg.permutation == "fixed":
+            seed = self.cfg.seed
+        else:
+            if stream is None:
+                stream, self._eval_calls = -1 - self._eval_calls, self._eval_calls + 1
+            seed = _stream_seed(self.cfg.seed, stream)
+        return [sample_permutation(n, generator=layer_generator(seed, i), device=device) for i in range(len(self.blocks))]
+
+    def forward(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None) -> torch.Tensor:
+        """Logits (B, n, vocab) for token ids (B, n). ``perms`` overrides the per-layer permutations."""
+        n = idx.shape[1]
+        if n > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {n} exceeds the model's max_seq_len={self.cfg.max_seq_len}.")
+        cos, sin = rope_tables(n, self.cfg.head_dim, self.cfg.rope_theta, device=idx.device)
+        if perms is None:
+            perms = self.permutations(n, perm_stream, idx.device)
+        x = self.embed(idx)
+        for block, perm in zip(self.blocks, perms):
+            x = block(x, cos, sin, perm)
+        return self.lm_head(self.norm(x))

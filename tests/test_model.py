@@ -1,0 +1,90 @@
+"""The Transformer++ of Appendix B: parameter counts, RoPE before permutation, causality, seeding."""
+import pytest
+import torch
+
+from sa_lightning.attention import VARIANTS
+from sa_lightning.models import ModelConfig, Transformer
+
+SMALL = dict(vocab_size=97, n_layer=2, n_head=4, d_model=32, max_seq_len=64, window=8, moba_block_size=8)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_360m_parameter_counts_match_the_paper(variant):
+    with torch.device("meta"):
+        model = Transformer(ModelConfig.from_name("360m", variant=variant))
+    millions = model.num_parameters() / 1e6
+    if variant == "sa_swa":  # one extra d x d gate per layer: 24 * 1024^2 = 25.2M
+        assert millions == pytest.approx(385.4, abs=0.5)
+    else:
+        assert millions == pytest.approx(360.4, abs=0.5)
+    assert model.cfg.d_ff == 2734
+    assert model.lm_head.weight is model.embed.weight
+
+
+def test_fused_qkv_has_no_bias_and_gqa_shrinks_it():
+    model = Transformer(ModelConfig(**SMALL, n_kv_head=2))
+    attn = model.blocks[0].attn
+    assert attn.qkv.bias is None and attn.qkv.weight.shape == (32 + 2 * 16, 32)
+
+
+def _logits(variant, idx, **kw):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**{**SMALL, **kw, "variant": variant})).double()
+    return model(idx, perm_stream=0)
+
+
+def test_sa_with_a_window_beyond_the_sequence_equals_full_attention():
+    # if RoPE used permuted positions, the SA logits would differ from full attention's
+    idx = torch.randint(0, 97, (2, 40))
+    full = _logits("full", idx)
+    torch.testing.assert_close(_logits("sa", idx, window=128), full)
+    torch.testing.assert_close(_logits("swa", idx, window=128), full)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_variant_is_causal_in_original_positions(variant):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**SMALL, variant=variant)).double()
+    idx = torch.randint(0, 97, (1, 48))
+    changed = idx.clone()
+    changed[0, 30:] = (changed[0, 30:] + 1) % 97
+    a, b = model(idx, perm_stream=3), model(changed, perm_stream=3)
+    torch.testing.assert_close(a[:, :30], b[:, :30])
+    assert not torch.allclose(a[:, 30:], b[:, 30:])
+
+
+def test_permutations_are_seeded_per_step_and_fixed_mode_keeps_them():
+    model = Transformer(ModelConfig(**SMALL, variant="sa", seed=7))
+    first, again, other = model.permutations(48, 5, "cpu"), model.permutations(48, 5, "cpu"), model.permutations(48, 6, "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not torch.equal(first[0], other[0])
+    assert not torch.equal(first[0], first[1])  # one independent permutation per layer
+    assert not torch.equal(first[0], Transformer(ModelConfig(**SMALL, variant="sa", seed=8)).permutations(48, 5, "cpu")[0])
+    fixed = Transformer(ModelConfig(**SMALL, variant="sa", seed=7, permutation="fixed"))
+    assert torch.equal(fixed.permutations(48, 5, "cpu")[0], fixed.permutations(48, 6, "cpu")[0])
+    assert Transformer(ModelConfig(**SMALL, variant="swa")).permutations(48, 5, "cpu") == [None, None]
+
+
+def test_single_path_checkpoints_load_across_variants():
+    full = Transformer(ModelConfig(**SMALL, variant="full")).state_dict()
+    Transformer(ModelConfig(**SMALL, variant="sa")).load_state_dict(full)
+    assert {"blocks.0.attn.gate.gates.sa.weight", "blocks.0.attn.gate.gates.swa.weight"} <= set(
+        Transformer(ModelConfig(**SMALL, variant="sa_swa")).state_dict())
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(variant="sax"), "unknown attention variant 'sax'"),
+    (dict(n_head=3), "divisible by n_head=3"),
+    (dict(window=0), "window"),
+    (dict(permutation="random"), "permutation must be one of"),
+    (dict(n_kv_head=3), "divisible by n_kv_head=3"),
+])
+def test_bad_model_config_fails_in_one_sentence(bad, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig(**{**SMALL, **bad})
+
+
+def test_sequences_longer_than_max_seq_len_are_refused():
+    model = Transformer(ModelConfig(**SMALL))
+    with pytest.raises(ValueError, match="max_seq_len=64"):
+        model(torch.zeros(1, 65, dtype=torch.long))
