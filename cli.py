@@ -3,6 +3,7 @@
 
     python cli.py fit|validate|test|predict --config configs/tiny.yaml ...   LightningCLI (pre-training)
     python cli.py bench attention [--preset cpu|paper] ...   latency and memory of every variant
+    python cli.py bench train [--preset cpu|paper] ...       training step time per variant, data pipeline speed
     python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
 """
 from __future__ import annotations
@@ -29,9 +30,12 @@ def main(argv: list[str] | None = None) -> None:
 
         run(None if from_shell else argv)  # LightningCLI reads sys.argv itself
     elif command == "bench":
-        if not rest or rest[0] != "attention":
-            raise SystemExit("error: 'bench' takes one benchmark: attention. Example: python cli.py bench attention")
-        from sa_lightning.bench.attention import main as bench_main
+        if not rest or rest[0] not in ("attention", "train"):
+            raise SystemExit("error: 'bench' takes a benchmark: attention or train. Example: python cli.py bench attention")
+        if rest[0] == "attention":
+            from sa_lightning.bench.attention import main as bench_main
+        else:
+            from sa_lightning.bench.train import main as bench_main
 
         bench_main(rest[1:])
     elif command == "analyze":

@@ -5,12 +5,11 @@ the model, and ``model.max_tokens`` (the paper gives its budget in tokens) becom
 """
 from __future__ import annotations
 
-import math
-
 from lightning.pytorch.cli import LightningCLI
 
 from .data import LMDataModule
 from .lit import LitLM
+from .lit.schedule import steps_for_tokens
 
 
 def _int_seed(seed) -> int:
@@ -31,21 +30,22 @@ class SACLI(LightningCLI):
 
     def _steps_from_tokens(self) -> None:
         max_tokens = self.model.hparams.max_tokens
-        if max_tokens is None:
+        if max_tokens is None or self.trainer.fast_dev_run:
             return
         trainer, dm = self.trainer, self.datamodule
         per_step = dm.batch_size * dm.seq_len * trainer.accumulate_grad_batches * trainer.world_size
-        steps = math.ceil(max_tokens / per_step)
-        trainer.fit_loop.epoch_loop.max_steps = steps
-        if trainer.is_global_zero:
+        steps = steps_for_tokens(max_tokens, per_step)
+        self.trainer.fit_loop.epoch_loop.max_steps = steps
+        if self.trainer.is_global_zero:
             print(f"max_steps = {steps} ({max_tokens:,} tokens / {per_step:,} tokens per optimizer step)")
 
 
-def run(args: list[str] | None = None) -> SACLI:
+def run(args: list[str] | None = None, run: bool = True) -> SACLI:
     return SACLI(
         LitLM,
         LMDataModule,
         args=args,
+        run=run,
         parser_kwargs={"parser_mode": "omegaconf"},
         # a requeued job writes into the same run folder: overwrite instead of failing on config.yaml
         save_config_kwargs={"overwrite": True},

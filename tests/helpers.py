@@ -6,6 +6,8 @@ import json
 import os
 
 import lightning as L
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def row_hashes(batch) -> list[str]:
@@ -26,3 +28,29 @@ class RecordBatches(L.Callback):
         os.makedirs(self.out, exist_ok=True)
         with open(os.path.join(self.out, f"rank{trainer.global_rank}.json"), "w") as f:
             json.dump(self.steps, f)
+
+
+class StopAfter(L.Callback):
+    """Stops fit after ``steps`` optimizer steps, as an interruption would (checkpoints saved before it survive)."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.steps:
+            trainer.should_stop = True
+
+
+class LargestTensor(TorchDispatchMode):
+    """Watches every tensor an op returns and keeps the largest element count."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out

@@ -71,7 +71,7 @@ def test_bench_cli_writes_table_with_ratios(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["bench", "attention", "--window", "0"], "--window must be >= 1"),
     (["bench", "attention", "--heads", "3", "--kv-heads", "2"], "divisible"),
-    (["bench", "nope"], "bench' takes one benchmark"),
+    (["bench", "nope"], "bench' takes a benchmark: attention or train"),
     (["analyze", "coverage", "--n", "0"], "--n must be >= 1"),
     (["fly"], "unknown command"),
 ])
@@ -79,3 +79,13 @@ def test_cli_bad_input_is_one_clear_line(args, needle, tmp_path):
     res = _cli(*args, cwd=tmp_path)
     assert res.returncode != 0 and needle in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_bench_train_times_every_variant_and_the_data_pipeline(tmp_path):
+    from sa_lightning.bench.train import main as bench_train
+
+    rows, data = bench_train(["--steps", "1", "--repeats", "1", "--seq-len", "64", "--batch", "2", "--out", str(tmp_path)])
+    assert [r["variant"] for r in rows] == ["full", "swa", "sa", "sa_swa", "moba"]
+    assert all(r["tokens_per_s"] > 0 for r in rows) and next(r for r in rows if r["variant"] == "swa")["vs_swa"] == 1.0
+    assert data["pack_tokens_per_s"] > 0 and data["read_tokens_per_s"] > 0
+    assert "| sa_swa |" in (tmp_path / "train_cpu.md").read_text()

@@ -1,7 +1,8 @@
 """Bad input, permutations, the registry, the gate, and the O(n*w) memory contract."""
 import pytest
+
+from tests.helpers import LargestTensor
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from sa_lightning.attention import (
     VARIANTS,
@@ -142,19 +143,6 @@ def test_gate_single_and_dual_path():
         two(y_sa)
 
 
-class _LargestTensor(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 @pytest.mark.parametrize("variant", ["swa", "sa", "sa_swa", "moba"])
 def test_no_n_by_n_tensor(variant):
     """Forward and backward at n=4096, w=64 never hold a tensor of n*n elements (per head)."""
@@ -162,7 +150,7 @@ def test_no_n_by_n_tensor(variant):
     q, k, v = (torch.randn(1, hq, n, 8, requires_grad=True) for _ in range(3))
     spec = AttentionSpec(variant, window=64, block_size=32, top_k=2)
     perm = sample_permutation(n)
-    with _LargestTensor() as probe:
+    with LargestTensor() as probe:
         outs = get_variant(variant)(q, k, v, spec, perm)
         sum(o.sum() for o in outs).backward()
     assert probe.largest < n * n // 8, f"{variant} made a tensor of {probe.largest} elements"

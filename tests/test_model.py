@@ -88,3 +88,18 @@ def test_sequences_longer_than_max_seq_len_are_refused():
     model = Transformer(ModelConfig(**SMALL))
     with pytest.raises(ValueError, match="max_seq_len=64"):
         model(torch.zeros(1, 65, dtype=torch.long))
+
+
+@pytest.mark.parametrize("variant", ["swa", "sa", "sa_swa", "moba"])
+def test_model_never_materializes_an_n_by_n_attention_matrix(variant):
+    from tests.helpers import LargestTensor
+
+    # head dim 8 keeps MoBA's gathered (n, c, d) keys, which are O(n*c*d), apart from n*n
+    n = 4096
+    model = Transformer(ModelConfig(**{**SMALL, "max_seq_len": n, "n_head": 4, "window": 32, "moba_block_size": 32},
+                                    variant=variant))
+    idx = torch.randint(0, 97, (1, n))
+    with LargestTensor() as probe:
+        model(idx, perm_stream=0).sum().backward()
+    dense_scores = 4 * n * n  # B x H x n x n, what full attention's score matrix would hold
+    assert probe.largest < dense_scores // 8, f"{variant} made a tensor of {probe.largest} elements"

@@ -9,6 +9,7 @@ resumed run continues with the next unseen block.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -126,7 +127,8 @@ class LMDataModule(L.LightningDataModule):
         if self.trainer is None:
             return {}
         loop = self.trainer.fit_loop
-        done = loop.epoch_loop.batch_progress.current.completed
+        # "processed" already counts a batch whose on_train_batch_end is saving this checkpoint
+        done = loop.epoch_loop.batch_progress.current.processed
         return {"epoch": loop.epoch_progress.current.processed, "consumed_blocks": done * self.batch_size,
                 "batch_size": self.batch_size, "tokenizer": self.tokenizer_name, "vocab_size": self.vocab_size}
 
@@ -139,3 +141,5 @@ class LMDataModule(L.LightningDataModule):
                 f"but data.tokenizer {self.tokenizer_name!r} has vocab {self.vocab_size}; resume with the same tokenizer."
             )
         self._resume = {"epoch": state["epoch"], "consumed_blocks": state["consumed_blocks"]}
+        # Lightning warns that a plain DataLoader cannot resume mid-epoch; this one can, through the sampler
+        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")

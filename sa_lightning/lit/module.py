@@ -2,15 +2,13 @@
 runs need. It wraps a ``Transformer`` built from ``arch`` and knows nothing of attention kernels."""
 from __future__ import annotations
 
-import math
-
 import lightning as L
 import torch
 import torch.nn.functional as F
 from torchmetrics.aggregation import MeanMetric
 
 from ..models import ModelConfig, Transformer
-from .schedule import warmup_cosine
+from .schedule import steps_for_tokens, warmup_cosine
 
 
 class LitLM(L.LightningModule):
@@ -105,7 +103,7 @@ class LitLM(L.LightningModule):
         total = int(self.trainer.estimated_stepping_batches)
         warmup = self.hparams.warmup_steps
         if self.hparams.warmup_tokens is not None:
-            warmup = math.ceil(self.hparams.warmup_tokens / self.tokens_per_step())
+            warmup = steps_for_tokens(self.hparams.warmup_tokens, self.tokens_per_step())
         warmup = min(int(warmup or 0), max(total - 1, 0))
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, warmup_cosine(warmup, total, self.hparams.min_lr / self.hparams.lr)

@@ -14,3 +14,10 @@ def warmup_cosine(warmup: int, total: int, floor: float):
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return factor
+
+
+def steps_for_tokens(tokens: int, tokens_per_step: int) -> int:
+    """Optimizer steps that consume ``tokens`` (rounded up): 15B / (16 x 2048 x 30 x 4) = 3815."""
+    if tokens_per_step < 1:
+        raise ValueError(f"tokens per optimizer step must be >= 1, got {tokens_per_step}.")
+    return math.ceil(tokens / tokens_per_step)

@@ -1,0 +1,142 @@
+"""The training stack end to end through the CLI: every variant, resume, 2-process DDP, bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sa_lightning.attention import VARIANTS
+from sa_lightning.cli import run
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
+
+
+def _callbacks(*specs) -> list[str]:
+    return ["--trainer.callbacks", json.dumps([{"class_path": c, "init_args": a} for c, a in specs])]
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_fast_dev_run_trains_every_variant(variant, tmp_path):
+    cli = run(["fit", *BASE, "--model", str(ROOT / f"configs/model/{variant}.yaml"),
+               "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path)])
+    metrics = cli.trainer.callback_metrics
+    assert cli.model.arch.variant == variant and cli.model.arch.vocab_size == 4096  # linked from the tokenizer
+    assert torch.isfinite(metrics["train/loss"]) and torch.isfinite(metrics["val/ppl"])
+    assert metrics["val/ppl"] == pytest.approx(torch.exp(metrics["val/loss"]).item(), rel=1e-5)
+
+
+def _record(tmp_path, name, extra):
+    out = tmp_path / name
+    run(["fit", *BASE, "--trainer.default_root_dir", str(tmp_path / f"root_{name}"), *extra(out)])
+    return json.loads((out / "rank0.json").read_text())
+
+
+def test_resume_continues_with_the_next_unseen_batch_and_the_same_losses(tmp_path):
+    full = _record(tmp_path, "full", lambda out: _callbacks(("tests.helpers.RecordBatches", {"out": str(out)})))
+    ck = tmp_path / "ck"
+    first = _record(tmp_path, "first", lambda out: _callbacks(
+        ("lightning.pytorch.callbacks.ModelCheckpoint", {"dirpath": str(ck), "every_n_train_steps": 3, "save_top_k": -1}),
+        ("tests.helpers.RecordBatches", {"out": str(out)}),
+        ("tests.helpers.StopAfter", {"steps": 3}),
+    ))
+    (ckpt,) = ck.glob("*.ckpt")
+    rest = _record(tmp_path, "rest", lambda out: [
+        *_callbacks(("tests.helpers.RecordBatches", {"out": str(out)})), "--ckpt_path", str(ckpt)])
+    assert [s["rows"] for s in first] == [s["rows"] for s in full[:3]]
+    assert [s["rows"] for s in rest] == [s["rows"] for s in full[3:]]
+    assert [s["loss"] for s in rest] == pytest.approx([s["loss"] for s in full[3:]], rel=1e-6, abs=1e-6)
+
+
+def test_resume_with_another_tokenizer_is_refused(tmp_path):
+    from sa_lightning.data import embedded_documents
+    from sa_lightning.data.tokenizer import train_embedded_tokenizer
+
+    ck = tmp_path / "ck"
+    run(["fit", *BASE, "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path),
+         *_callbacks(("lightning.pytorch.callbacks.ModelCheckpoint", {"dirpath": str(ck), "every_n_train_steps": 2}))])
+    small = tmp_path / "small_tokenizer.json"
+    train_embedded_tokenizer(list(embedded_documents("validation"))[:5], vocab_size=300).save(str(small))
+    with pytest.raises(ValueError, match="vocab"):
+        run(["fit", *BASE, "--data.tokenizer", str(small), "--trainer.max_steps", "4",
+             "--trainer.default_root_dir", str(tmp_path), "--ckpt_path", str(next(ck.glob("*.ckpt")))])
+
+
+def _cli(*args, **env):
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
+
+
+def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data(tmp_path):
+    out = tmp_path / "ddp"
+    proc = _cli("fit", *BASE, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "4",
+                "--trainer.default_root_dir", str(tmp_path), *_callbacks(("tests.helpers.RecordBatches", {"out": str(out)})))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    rows = [[h for s in steps for h in s["rows"]] for steps in ranks]
+    assert len(rows[0]) == len(rows[1]) == 4 * 4
+    assert not set(rows[0]) & set(rows[1]) and len(set(rows[0])) == 16
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model.arch.variant", "sax"], "error: unknown attention variant 'sax'; choose one of full, swa, sa, sa_swa, moba. Did you mean"),
+    (["--model.arch.n_head", "3"], "error: model d_model=128 must be divisible by n_head=3."),
+    (["--model.arch.window", "0"], "error: window must be"),
+    (["--data.train", '{"kind": "files", "paths": ["/no/such/dir/*.txt"]}'], "error: data path '/no/such/dir/*.txt' matches no file."),
+    (["--data.train", '{"kind": "hub", "path": "DKYoon/SlimPajama-6B"}'], "needs the network"),
+])
+def test_bad_input_fails_in_one_line_before_training(args, message, tmp_path):
+    proc = _cli("fit", *BASE, "--trainer.default_root_dir", str(tmp_path), *args)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert message in last, proc.stderr[-2000:]
+    assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def test_window_longer_than_the_sequence_trains_as_full_attention(tmp_path):
+    cli = run(["fit", *BASE, "--model.arch.variant", "sa", "--model.arch.window", "1000",
+               "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path)])
+    assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+
+
+def test_paper_recipe_arithmetic():
+    from sa_lightning.lit.schedule import steps_for_tokens, warmup_cosine
+
+    per_step = 16 * 2048 * 30 * 4  # per-GPU batch x seq x accumulation x GPUs = 3.93M tokens
+    assert steps_for_tokens(15_000_000_000, per_step) == 3815
+    assert steps_for_tokens(500_000_000, per_step) == 128
+    f = warmup_cosine(128, 3815, 0.1)
+    assert f(0) == pytest.approx(1 / 128) and f(127) == 1.0 and f(3815) == pytest.approx(0.1)
+    assert f(128 + (3815 - 128) // 2) == pytest.approx(0.55, abs=1e-3)
+
+
+def test_paper_config_runs_its_hub_code_path_with_local_stand_ins(tmp_path):
+    """configs/pretrain_360m.yaml, with the Mistral tokenizer and SlimPajama replaced by local copies."""
+    from sa_lightning.data import embedded_documents, load_tokenizer
+
+    tok_dir, hub_dir = tmp_path / "mistral_stand_in", tmp_path / "slimpajama_stand_in"
+    load_tokenizer("embedded").save_pretrained(tok_dir)
+    (hub_dir / "data").mkdir(parents=True)
+    for split in ("train", "validation"):
+        docs = list(embedded_documents(split))[:40]
+        (hub_dir / "data" / f"{split}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    cli = run(["fit", "--config", str(ROOT / "configs/pretrain_360m.yaml"),
+               "--trainer", str(ROOT / "configs/trainer/cpu.yaml"), "--trainer.fast_dev_run", "true",
+               "--trainer.logger", "false", "--trainer.callbacks", "[]", "--trainer.default_root_dir", str(tmp_path),
+               "--data.tokenizer", str(tok_dir), "--data.train.path", str(hub_dir), "--data.val.path", str(hub_dir),
+               "--data.seq_len", "128", "--data.batch_size", "2", "--data.num_workers", "0", "--data.progress", "false",
+               "--model.arch.n_layer", "2", "--model.arch.d_model", "64", "--model.arch.n_head", "4",
+               "--model.arch.max_seq_len", "128", "--model.arch.window", "32"])
+    assert cli.datamodule.train_source.describe() == f"hub:{hub_dir}:train"
+    assert cli.trainer.accumulate_grad_batches == 30 and cli.model.hparams.max_tokens == 15_000_000_000
+    assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+
+
+def test_max_tokens_sets_max_steps(tmp_path):
+    per_step = 4 * 64  # fast.yaml: batch 4 x seq 64, one process, no accumulation
+    cli = run(["fit", *BASE, "--model.max_tokens", str(3 * per_step - 5), "--trainer.max_steps", "-1",
+               "--trainer.default_root_dir", str(tmp_path)])
+    assert cli.trainer.global_step == 3 and cli.model.tokens_seen == 3 * per_step
