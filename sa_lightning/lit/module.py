@@ -120,6 +120,8 @@ class LitLM(L.LightningModule):
             counts["tokens_per_step"] = self.tokens_per_step()
             if hasattr(dm, "unigram_perplexity"):
                 counts["val/unigram_ppl"] = dm.unigram_perplexity()
+                if self.trainer.is_global_zero:
+                    print(f"val/ppl to beat: {counts['val/unigram_ppl']:.1f} (unigram baseline, no context)")
         for logger in self.loggers:
             logger.log_hyperparams(counts)
 
