@@ -140,3 +140,21 @@ def test_max_tokens_sets_max_steps(tmp_path):
     cli = run(["fit", *BASE, "--model.max_tokens", str(3 * per_step - 5), "--trainer.max_steps", "-1",
                "--trainer.default_root_dir", str(tmp_path)])
     assert cli.trainer.global_step == 3 and cli.model.tokens_seen == 3 * per_step
+
+
+def test_last_checkpoint_is_written_at_max_steps_and_loads_weights_only(tmp_path):
+    from sa_lightning.lit import LitLM
+
+    run(["fit", *BASE, "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path), *_callbacks(
+        ("lightning.pytorch.callbacks.ModelCheckpoint", {"dirpath": str(tmp_path / "ck"), "every_n_train_steps": 100}),
+        ("sa_lightning.lit.CheckpointAtEnd", {}))])
+    ckpt = torch.load(tmp_path / "ck" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 2 and ckpt["LMDataModule"]["consumed_blocks"] == 2 * 4
+    model = LitLM.load_from_checkpoint(tmp_path / "ck" / "last.ckpt", weights_only=True)
+    assert model.arch.variant == "sa_swa" and model.arch.vocab_size == 4096
+
+
+def test_config_is_saved_and_a_requeued_run_into_the_same_folder_does_not_fail(tmp_path):
+    for steps in ("1", "2"):  # the second run finds config.yaml from the first, as a requeued job does
+        run(["fit", *BASE, "--trainer.max_steps", steps, "--trainer.default_root_dir", str(tmp_path)])
+    assert "max_steps: 2" in (tmp_path / "config.yaml").read_text()

@@ -1,7 +1,9 @@
 """Training callbacks that need to know our batch layout."""
 from __future__ import annotations
 
-from lightning.pytorch.callbacks import ThroughputMonitor
+import os
+
+from lightning.pytorch.callbacks import Callback, ThroughputMonitor
 
 
 class TokenThroughput(ThroughputMonitor):
@@ -11,3 +13,24 @@ class TokenThroughput(ThroughputMonitor):
     def __init__(self, window_size: int = 20, **kwargs):
         super().__init__(batch_size_fn=lambda batch: batch.size(0), length_fn=lambda batch: batch[:, 1:].numel(),
                          window_size=window_size, **kwargs)
+
+
+class CheckpointAtEnd(Callback):
+    """Writes ``last.ckpt`` (next to ModelCheckpoint's files) after the final optimizer step.
+
+    ``max_steps`` rarely lands on a periodic checkpoint (the paper's 3815 steps against saves every
+    500), and ModelCheckpoint does not save when ``max_steps`` stops an epoch midway. The file is
+    written from ``on_train_batch_end``, in the same state as a periodic checkpoint, so
+    ``--ckpt_path last`` resumes from it exactly.
+    """
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        ckpt = trainer.checkpoint_callback
+        if ckpt is None or trainer.max_steps < 1 or trainer.global_step < trainer.max_steps:
+            return
+        if ckpt.dirpath is None:  # resolved by ModelCheckpoint.setup; absent only without a logger dir
+            return
+        path = os.path.join(ckpt.dirpath, ckpt.CHECKPOINT_NAME_LAST + ckpt.FILE_EXTENSION)
+        if getattr(self, "_saved_step", None) != trainer.global_step:
+            trainer.save_checkpoint(path)
+            self._saved_step = trainer.global_step

@@ -39,7 +39,11 @@ class LitLM(L.LightningModule):
             raise ValueError("give model.warmup_tokens or model.warmup_steps, not both.")
         if not 0 <= min_lr <= lr:
             raise ValueError(f"model min_lr={min_lr} must lie in [0, lr={lr}].")
-        self.save_hyperparameters()
+        if isinstance(arch, dict):  # from a checkpoint's hyper_parameters
+            arch = ModelConfig(**arch)
+        # hparams hold plain types only, so checkpoints load with torch.load(weights_only=True)
+        self.save_hyperparameters(ignore=["arch"])
+        self.hparams["arch"] = arch.to_dict()
         self.arch = arch
         self.net = Transformer(arch)
         self.compile = compile
@@ -49,8 +53,9 @@ class LitLM(L.LightningModule):
 
     # ---- model -------------------------------------------------------------------------------
     def configure_model(self) -> None:
-        if self.compile and not isinstance(self.net, torch._dynamo.eval_frame.OptimizedModule):
-            self.net = torch.compile(self.net)
+        if self.compile and not getattr(self, "_compiled", False):
+            self.net.compile()  # in place: parameter names (and checkpoints) stay as without compile
+            self._compiled = True
 
     def forward(self, idx: torch.Tensor, perm_stream: int | None = None) -> torch.Tensor:
         return self.net(idx, perm_stream=perm_stream)
