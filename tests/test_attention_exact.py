@@ -46,7 +46,7 @@ def _assert_matches(fn, q, k, v, mask, rtol=0.0):
 @pytest.mark.parametrize("n,w", CASES)
 def test_swa_matches_oracle(n, w, groups):
     q, k, v = _qkv(n, groups, seed=n * 31 + w)
-    _assert_matches(lambda: sliding_window_attention(q, k, v, w), q, k, v, oracle.swa_mask(n, w))
+    _assert_matches(lambda: sliding_window_attention(q, k, v, w), q, k, v, oracle.swa_mask(n, w), rtol=TOL)
 
 
 @pytest.mark.parametrize("per_row", [False, True], ids=["shared_perm", "per_row_perm"])
@@ -55,7 +55,8 @@ def test_swa_matches_oracle(n, w, groups):
 def test_sa_matches_oracle(n, w, groups, per_row):
     q, k, v = _qkv(n, groups, seed=n * 17 + w)
     perm = sample_permutation(n, batch=2 if per_row else None, generator=torch.Generator().manual_seed(n + w))
-    _assert_matches(lambda: stochastic_attention(q, k, v, w, perm), q, k, v, oracle.sa_mask(perm, w, 2))
+    # with w >= n, dv of early tokens sums over up to 4*n queries: fp32 needs the relative term too
+    _assert_matches(lambda: stochastic_attention(q, k, v, w, perm), q, k, v, oracle.sa_mask(perm, w, 2), rtol=TOL)
 
 
 @pytest.mark.parametrize("groups", [1, 4])

