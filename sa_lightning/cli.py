@@ -9,7 +9,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from .data import LMDataModule
 from .lit import LitLM
-from .lit.schedule import steps_for_tokens
+from .lit.schedule import steps_for_tokens, tokens_per_step
 
 
 def _int_seed(seed) -> int:
@@ -32,8 +32,7 @@ class SACLI(LightningCLI):
         max_tokens = self.model.hparams.max_tokens
         if max_tokens is None or self.trainer.fast_dev_run:
             return
-        trainer, dm = self.trainer, self.datamodule
-        per_step = dm.batch_size * dm.seq_len * trainer.accumulate_grad_batches * trainer.world_size
+        per_step = tokens_per_step(self.trainer, self.datamodule)
         steps = steps_for_tokens(max_tokens, per_step)
         self.trainer.fit_loop.epoch_loop.max_steps = steps
         if self.trainer.is_global_zero:

@@ -64,6 +64,19 @@ def _per_window(args, measure, report) -> list[dict]:
     return rows
 
 
+def _window_figure(args, rows: list[dict], name: str, series, legend_size: int | None = None, **axes) -> Path:
+    """Write ``<name>.csv`` and a log-log ``<name>.png`` of ``series`` ((column, style, color, label), ...)
+    against the window; returns the CSV path."""
+    _write_csv(args.out / f"{name}.csv", rows)
+    fig, ax = _pyplot().subplots(figsize=(5, 3.6))
+    ws = [r["window"] for r in rows]
+    for column, style, color, label in series:
+        ax.plot(ws, [r[column] for r in rows], style, color=color, label=label)
+    ax.set(xscale="log", yscale="log", xlabel="window w", **axes)
+    _save(fig, ax, args.out / f"{name}.png", legend_size=legend_size)
+    return args.out / f"{name}.csv"
+
+
 def run_connection(args) -> Path:
     def report(w, row):
         print(f"connection n={args.n} w={w}: measured near {row['measured_near']:.5f} far {row['measured_far']:.5f}  "
@@ -71,18 +84,12 @@ def run_connection(args) -> Path:
               f"paper {row['paper']:.5f}  w/n {row['approx_w_over_n']:.5f}", flush=True)
 
     rows = _per_window(args, mechanism.connection_probability, report)
-    _write_csv(args.out / "connection.csv", rows)
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    ws = [r["window"] for r in rows]
-    ax.plot(ws, [r["measured_near"] for r in rows], "o", color=COLORS["sa"], label="measured, |i−j|=1")
-    ax.plot(ws, [r["measured_far"] for r in rows], "x", color=COLORS["swa"], label="measured, |i−j|=n/2")
-    ax.plot(ws, [r["exact"] for r in rows], "-", color="black", label="exact (2⌈w/2⌉−2)/(n−1)")
-    ax.plot(ws, [r["paper"] for r in rows], "--", color="gray", label="paper (w−1)/(n−1)")
-    ax.set(xscale="log", yscale="log", xlabel="window w", ylabel="P[pair shares a window]",
-           title=f"SA connection probability (n={args.n})")
-    _save(fig, ax, args.out / "connection.png")
-    return args.out / "connection.csv"
+    return _window_figure(args, rows, "connection", [
+        ("measured_near", "o", COLORS["sa"], "measured, |i−j|=1"),
+        ("measured_far", "x", COLORS["swa"], "measured, |i−j|=n/2"),
+        ("exact", "-", "black", "exact (2⌈w/2⌉−2)/(n−1)"),
+        ("paper", "--", "gray", "paper (w−1)/(n−1)"),
+    ], ylabel="P[pair shares a window]", title=f"SA connection probability (n={args.n})")
 
 
 def run_variance(args) -> Path:
@@ -91,17 +98,12 @@ def run_variance(args) -> Path:
               f"sampling {row['sampling_variance']:.4f}  paper bound {row['paper_bound']:.4f}", flush=True)
 
     rows = _per_window(args, mechanism.uniform_attention_moments, report)
-    _write_csv(args.out / "variance.csv", rows)
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    ws = [r["window"] for r in rows]
-    ax.plot(ws, [r["variance"] for r in rows], "o-", color=COLORS["sa"], label="SA variance (measured)")
-    ax.plot(ws, [r["sampling_variance"] for r in rows], "--", color="black", label="exact sampling variance")
-    ax.plot(ws, [r["paper_bound"] for r in rows], ":", color="gray", label="σ²/w bound")
-    ax.plot(ws, [r["bias"] for r in rows], "s-", color=COLORS["swa"], label="|bias| vs uniform full")
-    ax.set(xscale="log", yscale="log", xlabel="window w", title=f"SA at infinite temperature (n={args.n})")
-    _save(fig, ax, args.out / "variance.png", legend_size=8)
-    return args.out / "variance.csv"
+    return _window_figure(args, rows, "variance", [
+        ("variance", "o-", COLORS["sa"], "SA variance (measured)"),
+        ("sampling_variance", "--", "black", "exact sampling variance"),
+        ("paper_bound", ":", "gray", "σ²/w bound"),
+        ("bias", "s-", COLORS["swa"], "|bias| vs uniform full"),
+    ], legend_size=8, title=f"SA at infinite temperature (n={args.n})")
 
 
 DEFAULT_TRIALS = {"coverage": 8, "connection": 200, "variance": 256}

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..attention import AttentionSpec, get_variant, sample_permutation
+from .machine import sync
 from .memory import peak_bytes
 
 PRESETS = {
@@ -28,11 +29,6 @@ PRESETS = {
 }
 VARIANTS = ("full", "swa", "sa", "sa_swa", "moba")
 COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "moba": "#F39C12", "sa_flex": "#9B59B6"}
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class Case:
@@ -63,10 +59,10 @@ class Case:
                 self.q.grad = self.k.grad = self.v.grad = None
 
     def timed(self) -> float:
-        _sync(self.device)
+        sync(self.device)
         start = time.perf_counter()
         self()
-        _sync(self.device)
+        sync(self.device)
         return time.perf_counter() - start
 
 

@@ -6,6 +6,12 @@ import platform
 import torch
 
 
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work, so that a timer measures it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def describe(device: torch.device | str = "cpu") -> str:
     device = torch.device(device)
     if device.type == "cuda":

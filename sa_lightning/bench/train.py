@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import ModelConfig, Transformer
-from .machine import describe
+from .machine import describe, sync
 
 VARIANTS = ("full", "swa", "sa", "sa_swa", "moba")
 PRESETS = {
@@ -28,10 +28,6 @@ PRESETS = {
                   device="cuda", dtype="bfloat16"),
 }
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class StepCase:
@@ -56,11 +52,11 @@ class StepCase:
         self.step_index += 1
 
     def timed(self, steps: int) -> float:
-        _sync(self.device)
+        sync(self.device)
         t0 = time.perf_counter()
         for _ in range(steps):
             self.step()
-        _sync(self.device)
+        sync(self.device)
         return (time.perf_counter() - t0) / steps
 
 

@@ -69,16 +69,20 @@ def resolve_files(patterns: list[str]) -> list[str]:
         if not matches:
             raise FileNotFoundError(f"data path {pattern!r} matches no file.")
         for path in matches:
-            ext = ".jsonl" if path.endswith(".jsonl.gz") else Path(path).suffix
-            if ext not in _FILE_BUILDERS:
+            if _format(path) is None:
                 raise ValueError(f"data file {path!r} has an unsupported extension; expected .txt, .jsonl, .json or .parquet.")
             if not os.access(path, os.R_OK) or not os.path.isfile(path):
                 raise PermissionError(f"data file {path!r} is not a readable file.")
             files.append(path)
-    kinds = {_FILE_BUILDERS[".jsonl" if f.endswith(".jsonl.gz") else Path(f).suffix] for f in files}
+    kinds = {_format(f) for f in files}
     if len(kinds) > 1:
         raise ValueError(f"data paths mix formats ({', '.join(sorted(kinds))}); give one format per source.")
     return files
+
+
+def _format(path: str) -> str | None:
+    """The ``datasets`` builder for a data file, from its extension (None if unsupported)."""
+    return _FILE_BUILDERS.get(".jsonl" if path.endswith(".jsonl.gz") else Path(path).suffix)
 
 
 def _offline() -> bool:
@@ -94,7 +98,7 @@ def documents(source: SourceConfig) -> Iterator[str]:
 
     if source.kind == "files":
         files = resolve_files(source.paths)
-        builder = _FILE_BUILDERS[".jsonl" if files[0].endswith(".jsonl.gz") else Path(files[0]).suffix]
+        builder = _format(files[0])
         kwargs = {"sample_by": "document"} if builder == "text" else {}
         try:
             stream = datasets.load_dataset(builder, data_files=files, split="train", streaming=True, **kwargs)

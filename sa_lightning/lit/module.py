@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torchmetrics.aggregation import MeanMetric
 
 from ..models import ModelConfig, Transformer
-from .schedule import steps_for_tokens, warmup_cosine
+from .schedule import steps_for_tokens, tokens_per_step, warmup_cosine
 
 
 class LitLM(L.LightningModule):
@@ -95,8 +95,7 @@ class LitLM(L.LightningModule):
 
     # ---- optimizer ---------------------------------------------------------------------------
     def tokens_per_step(self) -> int:
-        trainer, dm = self.trainer, self.trainer.datamodule
-        return dm.batch_size * dm.seq_len * trainer.accumulate_grad_batches * trainer.world_size
+        return tokens_per_step(self.trainer, self.trainer.datamodule)
 
     def configure_optimizers(self):
         decay = [p for p in self.parameters() if p.dim() >= 2]

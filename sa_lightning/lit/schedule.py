@@ -16,6 +16,11 @@ def warmup_cosine(warmup: int, total: int, floor: float):
     return factor
 
 
+def tokens_per_step(trainer, datamodule) -> int:
+    """Training tokens one optimizer step consumes over all ranks: batch x seq x accumulation x world."""
+    return datamodule.batch_size * datamodule.seq_len * trainer.accumulate_grad_batches * trainer.world_size
+
+
 def steps_for_tokens(tokens: int, tokens_per_step: int) -> int:
     """Optimizer steps that consume ``tokens`` (rounded up): 15B / (16 x 2048 x 30 x 4) = 3815."""
     if tokens_per_step < 1:
