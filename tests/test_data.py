@@ -1,9 +1,6 @@
 """Data: the embedded corpus and tokenizer, sources, packing, exact sharding and resume offsets."""
 import json
-import os
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
