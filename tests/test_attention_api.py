@@ -154,3 +154,13 @@ def test_no_n_by_n_tensor(variant):
         outs = get_variant(variant)(q, k, v, spec, perm)
         sum(o.sum() for o in outs).backward()
     assert probe.largest < n * n // 8, f"{variant} made a tensor of {probe.largest} elements"
+
+
+@pytest.mark.parametrize("lengths,word", [
+    (torch.tensor([4, 0]), "lengths"), (torch.tensor([4, 9]), "lengths"), (torch.tensor([4]), "lengths"),
+    (torch.tensor([4.0, 2.0]), "lengths"),
+])
+def test_bad_lengths_name_the_argument(lengths, word):
+    q = k = v = torch.randn(2, 1, 8, 4)
+    with pytest.raises(ValueError, match=word):
+        stochastic_attention(q, k, v, 4, torch.arange(8), lengths=lengths)

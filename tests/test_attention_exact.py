@@ -139,3 +139,36 @@ def test_sa_output_is_causal():
     v2[:, :, 400:] -= 5
     moved = stochastic_attention(q, k2, v2, 32, perm)
     torch.testing.assert_close(moved[:, :, :400], base[:, :, :400], atol=1e-6, rtol=0)
+
+
+PADDED = [(40, 8, (40, 17, 3, 1)), (300, 16, (300, 120, 5, 299)), (12, 16, (12, 5, 1, 9)), (64, 16, (64, 14, 15, 16)),
+          (1024, 256, (1024, 511, 600, 2))]
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("n,w,lens", PADDED)
+def test_padded_sa_matches_oracle_and_solo_rows(n, w, lens, groups):
+    """Right-padded batch with per-row lengths: valid rows match the oracle (forward and grads), pad
+    keys get no gradient (never read), and every row equals the same sequence run alone."""
+    lengths = torch.tensor(lens)
+    B = len(lens)
+    q, k, v = _qkv(n, groups, seed=n + w, batch=B)
+    perm = sample_permutation(n, lengths=lengths, generator=torch.Generator().manual_seed(w))
+    for b, length in enumerate(lens):  # valid tokens fill the first slots, padding keeps its place
+        assert sorted(perm[b, :length].tolist()) == list(range(length))
+        assert perm[b, length:].tolist() == list(range(length, n))
+    valid = (torch.arange(n).view(1, n) < lengths.view(-1, 1)).view(B, 1, n, 1).float()
+    out = stochastic_attention(q, k, v, w, perm, lengths=lengths)
+    ref = oracle.reference_attention(q, k, v, oracle.sa_mask(perm, w, B, lengths))
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out * valid, ref * valid, atol=TOL, rtol=TOL)
+    grad = torch.randn_like(out) * valid
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(ref, (q, k, v), grad)
+    for a, b_ in zip(got, want):
+        torch.testing.assert_close(a, b_, atol=TOL, rtol=TOL)
+    for b, length in enumerate(lens):
+        assert got[1][b, :, length:].abs().max() == 0 if length < n else True
+        solo = stochastic_attention(q[b:b + 1, :, :length], k[b:b + 1, :, :length], v[b:b + 1, :, :length], w,
+                                    perm[b, :length])
+        torch.testing.assert_close(out[b:b + 1, :, :length], solo, atol=TOL, rtol=TOL)

@@ -62,3 +62,18 @@ def check_perm(perm: torch.Tensor, batch: int, n: int, device: torch.device) -> 
 
 def default_scale(d: int, scale: float | None) -> float:
     return d ** -0.5 if scale is None else float(scale)
+
+
+def check_lengths(lengths, batch: int, n: int, device: torch.device) -> torch.Tensor | None:
+    """Check per-row valid lengths: a LongTensor of shape (B,) with values in [1, n]."""
+    if lengths is None:
+        return None
+    if not isinstance(lengths, torch.Tensor) or lengths.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"lengths must be an integer tensor of shape ({batch},), got {lengths!r}.")
+    if lengths.shape != (batch,):
+        raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}.")
+    if lengths.device != device:
+        raise ValueError(f"lengths is on {lengths.device} but q is on {device}.")
+    if batch and (int(lengths.min()) < 1 or int(lengths.max()) > n):
+        raise ValueError(f"lengths must lie in [1, {n}], got range [{int(lengths.min())}, {int(lengths.max())}].")
+    return lengths.long()

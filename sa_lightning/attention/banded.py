@@ -39,31 +39,30 @@ def default_block(span: int) -> int:
     return max(16, min(64, 1 << max(span // 4, 1).bit_length()))
 
 
-def _blocked(n: int, blk: int, nb: int, before: int, after: int, circular: bool,
-             pos: torch.Tensor | None, device) -> torch.Tensor:
+def _blocked(n: int, blk: int, nb: int, before: int, after: int, q_pos: torch.Tensor | None,
+             k_pos: torch.Tensor | None, lengths: torch.Tensor | None, device) -> torch.Tensor:
     """(Bp, nb, blk, W) bool: True where query ``r`` of block ``i`` must not read window column ``u``.
 
-    Column ``u`` of block ``i`` is key slot ``i*blk - before + u``.
+    Column ``u`` of block ``i`` is key slot ``i*blk - before + u``. Without positions (SWA) the band
+    is clipped at the sequence ends; with them (SA) the band is circular and a key is read only if
+    its original position ``k_pos`` is not after the query's ``q_pos``. ``lengths`` (B, 1) marks the
+    circular band of a row shorter than the band: offsets that wrap onto a slot already in the band
+    are dropped, so no key is read twice.
     """
     W = blk + before + after
     r = torch.arange(blk, device=device).view(blk, 1)
     u = torch.arange(W, device=device).view(1, W)
     blocked = ((u < r) | (u > r + before + after)).expand(nb, blk, W)  # outside before >= s - t >= -after
-    if not circular:
+    if q_pos is None:
         t = torch.arange(nb, device=device).view(nb, 1) * blk - before + u
-        blocked = blocked | ((t < 0) | (t >= n)).view(nb, 1, W)
-    blocked = blocked.unsqueeze(0)
-    if pos is not None:
-        pad = nb * blk - n
-        # Padded query slots get position -1 so they read nothing real; they are cropped anyway.
-        pos_q = F.pad(pos, (0, pad), value=-1).view(-1, nb, blk, 1)
-        if circular:
-            pos_k = torch.cat([pos[:, n - before:], pos, pos[:, :after]], dim=1)
-            pos_k = F.pad(pos_k, (0, pad), value=n)  # keys only padded query slots reach
-        else:
-            pos_k = F.pad(pos, (before, after + pad), value=n)  # out-of-range keys: never causal
-        pos_k = pos_k.unfold(1, W, blk).unsqueeze(2)  # (Bp, nb, 1, W)
-        blocked = blocked | (pos_k > pos_q)
+        return (blocked | ((t < 0) | (t >= n)).view(nb, 1, W)).unsqueeze(0)
+    pad = nb * blk - n
+    # Padded query slots get position -1 so they read nothing real; they are cropped anyway.
+    pos_q = F.pad(q_pos, (0, pad), value=-1).view(-1, nb, blk, 1)
+    pos_k = k_pos.unfold(1, W, blk).unsqueeze(2)  # (Bp, nb, 1, W)
+    blocked = blocked.unsqueeze(0) | (pos_k > pos_q)
+    if lengths is not None:
+        blocked = blocked | ((u - r).view(1, 1, blk, W) >= lengths.view(-1, 1, 1, 1))
     return blocked
 
 
@@ -124,38 +123,48 @@ def banded_attention(
     after: int,
     scale: float,
     perm: torch.Tensor | None = None,
+    lengths: torch.Tensor | None = None,
     block: int | None = None,
 ) -> torch.Tensor:
     """Banded attention in O(n*(before+after)): query slot s reads key slots s-before .. s+after.
 
     Without ``perm`` the slots are the tokens (SWA: before = w-1, after = 0). With a gather-index
     ``perm`` (1 or B, n) slot s holds token perm[s], the band wraps around the sequence end, and a
-    key is read only if it is causal in original positions (SA); this needs n >= before + after + 1
-    so that no key appears twice. Both cases run the same gathers and matmuls; only the indices and
-    the mask differ. q is (B, Hq, n, d), k and v (B, Hkv, n, d); the output is in token order.
+    key is read only if it is causal in original positions (SA). ``lengths`` (B,) makes row b's band
+    wrap at its first lengths[b] slots instead of n, so the slots after them (padding) are never
+    read. Both cases run the same gathers and matmuls; only the indices and the mask differ. q is
+    (B, Hq, n, d), k and v (B, Hkv, n, d); the output is in token order.
     """
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
     G = Hq // Hkv
     circular = perm is not None
-    if circular and n < before + after + 1:
-        raise ValueError(f"a circular band of {before + after + 1} slots needs n >= that, got n={n}.")
+    if circular and lengths is None and n < before + after + 1:
+        lengths = torch.full((1,), n, device=q.device)  # the band covers the row more than once
     blk = block or default_block(before + after + 1)
     nb = -(-n // blk)
     W = blk + before + after
     dev = q.device
 
-    # Token held by each padded query slot and key-window column; padding points at token 0 and
+    # Token held by each padded query slot and key-window column; padding points at a real token and
     # is masked (keys) or cropped (queries).
     q_slots = torch.arange(nb * blk, device=dev)
     k_slots = torch.arange(nb * blk + before + after, device=dev) - before
     if circular:
         perm = perm.view(-1, n)
         q_src = perm[:, q_slots.clamp(max=n - 1)]
-        k_src = perm[:, k_slots.clamp(max=n - 1 + after) % n]
+        if lengths is None:
+            k_src = perm[:, k_slots % n]
+        else:
+            lengths = lengths.view(-1, 1).clamp(min=1)
+            rows = perm.expand(max(perm.shape[0], lengths.shape[0]), n)
+            k_src = rows.gather(1, torch.remainder(k_slots.view(1, -1), lengths).expand(rows.shape[0], -1))
+        # perm holds original positions, so the key windows' positions are the key indices themselves
+        blocked = _blocked(n, blk, nb, before, after, perm, k_src, lengths, dev)
     else:
         q_src = q_slots.clamp(max=n - 1).view(1, -1)
         k_src = k_slots.clamp(0, n - 1).view(1, -1)
+        blocked = _blocked(n, blk, nb, before, after, None, None, None, dev)
 
     # One gather lays out every block's key window contiguously: (B*Hkv*nb, W, d), no unfold copy.
     cols = (torch.arange(nb, device=dev) * blk).view(nb, 1) + torch.arange(W, device=dev).view(1, W)
@@ -165,7 +174,6 @@ def banded_attention(
         return _take_rows(x, w_src).view(B * Hkv * nb, W, d)
 
     qb = _fold_groups(_take_rows(q, q_src).mul_(scale), Hkv, nb, blk).reshape(B * Hkv * nb, G * blk, d)
-    blocked = _blocked(n, blk, nb, before, after, circular, perm, dev)
     out = _BlockedSoftmaxAttention.apply(
         qb, windows(k), windows(v), blocked.view(-1, 1, nb, 1, blk, W), (B, Hkv, nb, G, blk, W)
     )

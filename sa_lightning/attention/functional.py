@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from . import masks
-from ._checks import check_perm, check_positive, check_qkv, default_scale
+from ._checks import check_lengths, check_perm, check_positive, check_qkv, default_scale
 from .banded import banded_attention, dense_masked_attention
 from .moba import moba_kernel
 from .permutation import gather_tokens, invert_permutation, sample_permutation
@@ -49,25 +49,34 @@ def sliding_window_attention(q, k, v, window, *, scale=None, backend="auto"):
     return banded_attention(q, k, v, before=window - 1, after=0, scale=scale)
 
 
-def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=None, backend="auto"):
+def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=None, backend="auto", lengths=None):
     """Stochastic Attention: sliding-window attention in a permuted order, causal in original order.
 
     ``perm`` is a gather index of shape (n,) or (B, n): slot s holds token perm[s]. Query i reads key
     j when j <= i and |slot(i) - slot(j)|_n < window / 2. With ``perm=None`` one permutation is drawn
     from ``generator`` and shared by the batch.
+
+    ``lengths`` (B,) is for padded batches: row b's valid tokens must fill its first lengths[b] slots
+    (see ``sample_permutation(lengths=...)``). Its circular distance is then taken modulo lengths[b]
+    and later slots (padding) are never read, so a row gives what it gives alone. Outputs at padding
+    tokens are finite but meaningless.
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     check_positive("window", window)
+    lengths = check_lengths(lengths, B, n, q.device)
     if perm is None:
         perm = sample_permutation(n, generator=generator, device=q.device)
     else:
         perm = check_perm(perm, B, n, q.device)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
+    if backend == "flex" and lengths is not None:
+        backend = "banded"  # the flex block mask is built per (n, band); ragged bands would rebuild it per call
     pos = perm if perm.dim() == 2 else perm.unsqueeze(0)
     if backend == "dense" or (backend == "banded" and n < 2 * window):
         slot = invert_permutation(pos).expand(B, n)
-        return dense_masked_attention(q, k, v, masks.dense(masks.stochastic(slot, window), n, batch=B, device=q.device), scale=scale)
+        mask = masks.stochastic(slot, window, lengths)
+        return dense_masked_attention(q, k, v, masks.dense(mask, n, batch=B, device=q.device), scale=scale)
     if backend == "flex":
         from .flex import sa_flex_slots
 
@@ -75,7 +84,7 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
         ys = sa_flex_slots(qs, ks, vs, pos.expand(B, n), window, scale=scale)
         return gather_tokens(ys, invert_permutation(perm))
     half = masks.sa_half_width(window)
-    return banded_attention(q, k, v, before=half, after=half, perm=pos, scale=scale)
+    return banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale)
 
 
 def moba_attention(q, k, v, block_size, top_k, *, scale=None):

@@ -43,17 +43,21 @@ def sliding_window(window: int) -> MaskMod:
     return mask
 
 
-def stochastic(slot: torch.Tensor, window: int) -> MaskMod:
+def stochastic(slot: torch.Tensor, window: int, lengths: torch.Tensor | None = None) -> MaskMod:
     """SA in original token space: j <= i and |slot(i) - slot(j)|_n < w/2.
 
     ``slot`` is (B, n), or (1, n) for a shared permutation: ``slot[b, token]`` is the token's slot.
+    With ``lengths`` (B,), row b's valid tokens fill its first lengths[b] slots: the circular distance
+    is taken modulo lengths[b], and tokens in later slots (padding) are never read.
     """
     n, half, row = slot.shape[-1], sa_half_width(window), _row(slot)
 
     def mask(b, h, q_idx, kv_idx):
-        r = row(b)
-        near = circular_distance(slot[r, q_idx], slot[r, kv_idx], n) <= half
-        return (kv_idx <= q_idx) & near
+        s_q, s_k = slot[row(b), q_idx], slot[row(b), kv_idx]
+        if lengths is None:
+            return (kv_idx <= q_idx) & (circular_distance(s_q, s_k, n) <= half)
+        size = lengths[b]
+        return (kv_idx <= q_idx) & (circular_distance(s_q, s_k, size) <= half) & (s_k < size)
 
     return mask
 

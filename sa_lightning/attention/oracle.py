@@ -39,9 +39,9 @@ def swa_mask(n: int, window: int, device=None) -> torch.Tensor:
     return masks.dense(masks.sliding_window(window), n, device=device)
 
 
-def sa_mask(perm: torch.Tensor, window: int, batch: int) -> torch.Tensor:
+def sa_mask(perm: torch.Tensor, window: int, batch: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
     slot = slots_of(perm, batch)
-    return masks.dense(masks.stochastic(slot, window), slot.shape[-1], batch=batch, device=perm.device)
+    return masks.dense(masks.stochastic(slot, window, lengths), slot.shape[-1], batch=batch, device=perm.device)
 
 
 def moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:

@@ -15,15 +15,19 @@ def sample_permutation(
     batch: int | None = None,
     generator: torch.Generator | None = None,
     device: torch.device | str | None = None,
+    lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Draw a uniform permutation of ``range(n)``: shape (n,), or (batch, n) with one per row.
 
     Seed it with ``generator`` to reproduce a run; the draw happens on the generator's device and the
-    result moves to ``device``.
+    result moves to ``device``. With ``lengths`` (B,) for a right-padded batch, row b permutes only its
+    first lengths[b] tokens, which fill its first lengths[b] slots; the padding keeps its place.
     """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}.")
     gen_device = generator.device if generator is not None else torch.device("cpu")
+    if lengths is not None:
+        batch = lengths.shape[0]
     if batch is None:
         perm = torch.randperm(n, generator=generator, device=gen_device)
     else:
@@ -31,6 +35,9 @@ def sample_permutation(
             raise ValueError(f"batch must be >= 1, got {batch}.")
         # float64 keys make ties (which would bias the draw) practically impossible.
         keys = torch.rand(batch, n, generator=generator, device=gen_device, dtype=torch.float64)
+        if lengths is not None:  # padding sorts after every valid token, in its own order
+            slots = torch.arange(n, device=gen_device, dtype=torch.float64)
+            keys = torch.where(slots < lengths.to(gen_device).view(-1, 1), keys, 2.0 + slots)
         perm = keys.argsort(dim=-1)
     return perm.to(device) if device is not None else perm
 

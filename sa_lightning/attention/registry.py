@@ -34,7 +34,9 @@ class AttentionSpec:
         check_positive("top_k", self.top_k)
 
 
-Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionSpec, "torch.Tensor | None"], tuple]
+#: kernel(q, k, v, spec, perm, lengths) -> one output per path. ``lengths`` (B,) marks right padding;
+#: only SA needs it (its band wraps), the causal variants never read a later pad token anyway.
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionSpec, "torch.Tensor | None", "torch.Tensor | None"], tuple]
 MaskBuilder = Callable[[AttentionSpec, int, "torch.Tensor | None"], masks.MaskMod]
 
 
@@ -47,8 +49,9 @@ class Variant:
     mask: MaskBuilder | None = field(default=None, repr=False)
     uses_permutation: bool = False
 
-    def __call__(self, q, k, v, spec: AttentionSpec, perm: torch.Tensor | None = None) -> tuple:
-        return self.kernel(q, k, v, spec, perm)
+    def __call__(self, q, k, v, spec: AttentionSpec, perm: torch.Tensor | None = None,
+                 lengths: torch.Tensor | None = None) -> tuple:
+        return self.kernel(q, k, v, spec, perm, lengths)
 
 
 VARIANTS: dict[str, Variant] = {}
@@ -76,24 +79,24 @@ def _slot_of(perm: torch.Tensor) -> torch.Tensor:
 
 register_variant(Variant(
     "full", ("full",),
-    lambda q, k, v, s, p: (full_attention(q, k, v),),
+    lambda q, k, v, s, p, lens: (full_attention(q, k, v),),
     mask=lambda s, n, p: masks.causal,
 ))
 register_variant(Variant(
     "swa", ("swa",),
-    lambda q, k, v, s, p: (sliding_window_attention(q, k, v, s.window, backend=s.backend),),
+    lambda q, k, v, s, p, lens: (sliding_window_attention(q, k, v, s.window, backend=s.backend),),
     mask=lambda s, n, p: masks.sliding_window(s.window),
 ))
 register_variant(Variant(
     "sa", ("sa",),
-    lambda q, k, v, s, p: (stochastic_attention(q, k, v, s.window, p, backend=s.backend),),
+    lambda q, k, v, s, p, lens: (stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens),),
     mask=lambda s, n, p: masks.stochastic(_slot_of(p), s.window),
     uses_permutation=True,
 ))
 register_variant(Variant(
     "sa_swa", ("sa", "swa"),
-    lambda q, k, v, s, p: (
-        stochastic_attention(q, k, v, s.window, p, backend=s.backend),
+    lambda q, k, v, s, p, lens: (
+        stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens),
         sliding_window_attention(q, k, v, s.window, backend=s.backend),
     ),
     mask=lambda s, n, p: masks.union(masks.stochastic(_slot_of(p), s.window), masks.sliding_window(s.window)),
@@ -101,5 +104,5 @@ register_variant(Variant(
 ))
 register_variant(Variant(
     "moba", ("moba",),
-    lambda q, k, v, s, p: (moba_attention(q, k, v, s.block_size, s.top_k),),
+    lambda q, k, v, s, p, lens: (moba_attention(q, k, v, s.block_size, s.top_k),),
 ))

@@ -41,7 +41,7 @@ class Attention(nn.Module):
         self.spec = cfg.attention_spec()
         self.variant = get_variant(cfg.variant)
 
-    def forward(self, x, cos, sin, perm=None):
+    def forward(self, x, cos, sin, perm=None, lengths=None):
         B, n, d = x.shape
         sizes = (self.n_head * self.head_dim, self.n_kv_head * self.head_dim, self.n_kv_head * self.head_dim)
         q, k, v = self.qkv(x).split(sizes, dim=-1)
@@ -49,7 +49,7 @@ class Attention(nn.Module):
         k = k.view(B, n, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = v.view(B, n, self.n_kv_head, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # original positions, before any permutation
-        paths = self.variant(q, k, v, self.spec, perm)
+        paths = self.variant(q, k, v, self.spec, perm, lengths)
         merged = [y.transpose(1, 2).reshape(B, n, d) for y in paths]
         return self.proj(self.gate(*merged))
 
@@ -73,8 +73,8 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
 
-    def forward(self, x, cos, sin, perm=None):
-        x = x + self.attn(self.attn_norm(x), cos, sin, perm)
+    def forward(self, x, cos, sin, perm=None, lengths=None):
+        x = x + self.attn(self.attn_norm(x), cos, sin, perm, lengths)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -124,8 +124,14 @@ class Transformer(nn.Module):
             seed = _stream_seed(self.cfg.seed, stream)
         return [sample_permutation(n, generator=layer_generator(seed, i), device=device) for i in range(len(self.blocks))]
 
-    def forward(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None) -> torch.Tensor:
-        """Logits (B, n, vocab) for token ids (B, n). ``perms`` overrides the per-layer permutations."""
+    def forward(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
+                lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, n, vocab) for token ids (B, n). ``perms`` overrides the per-layer permutations.
+
+        ``lengths`` (B,) marks a right-padded batch: row b's tokens from lengths[b] on are padding and
+        are never attended to; pass per-row ``perms`` that keep the padding in place
+        (``sample_permutation(lengths=...)``) so that every row gives what it gives alone.
+        """
         n = idx.shape[1]
         if n > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {n} exceeds the model's max_seq_len={self.cfg.max_seq_len}.")
@@ -134,5 +140,5 @@ class Transformer(nn.Module):
             perms = self.permutations(n, perm_stream, idx.device)
         x = self.embed(idx)
         for block, perm in zip(self.blocks, perms):
-            x = block(x, cos, sin, perm)
+            x = block(x, cos, sin, perm, lengths)
         return self.lm_head(self.norm(x))
