@@ -4,7 +4,9 @@
     python cli.py fit|validate|test|predict --config configs/tiny.yaml ...   LightningCLI (pre-training)
     python cli.py bench attention [--preset cpu|paper] ...   latency and memory of every variant
     python cli.py bench train [--preset cpu|paper] ...       training step time per variant, data pipeline speed
+    python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
     python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
+    python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 4: attention heat maps per variant
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
-    if command in ("bench", "analyze", *LIGHTNING_COMMANDS):
+    if command in ("bench", "analyze", "evaluate", *LIGHTNING_COMMANDS):
         from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
 
         tune_cpu_allocator()
@@ -38,12 +40,16 @@ def main(argv: list[str] | None = None) -> None:
             from sa_lightning.bench.train import main as bench_main
 
         bench_main(rest[1:])
+    elif command == "evaluate":
+        from sa_lightning.eval.report import main as evaluate_main
+
+        evaluate_main(rest)
     elif command == "analyze":
         from sa_lightning.analysis.report import main as analyze_main
 
         analyze_main(rest)
     else:
-        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, bench or analyze.\n{USAGE}")
+        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, evaluate, bench or analyze.\n{USAGE}")
 
 
 def _main_with_clean_errors() -> None:

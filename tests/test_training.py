@@ -70,11 +70,18 @@ def _cli(*args, **env):
                           env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
 
 
-def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data(tmp_path):
+def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data_and_evaluates_on_rank_zero(tmp_path):
     out = tmp_path / "ddp"
+    # the zero-shot callback runs on rank 0 at step 2 while rank 1 waits at its barrier: no deadlock
     proc = _cli("fit", *BASE, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "4",
-                "--trainer.default_root_dir", str(tmp_path), *_callbacks(("tests.helpers.RecordBatches", {"out": str(out)})))
+                "--trainer.default_root_dir", str(tmp_path), *_callbacks(
+                    ("tests.helpers.RecordBatches", {"out": str(out)}),
+                    ("sa_lightning.eval.ZeroShotEval", {"tasks": "shakespeare_lastword", "every_n_steps": 2, "limit": 2}),
+                    ("sa_lightning.eval.AttentionMapLogger", {"every_n_steps": 4, "tokens": 12})))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "eval" / "step2.json").read_text())["shakespeare_lastword"]["acc"] >= 0
+    assert json.loads((tmp_path / "eval" / "step4.json").read_text())
+    assert (tmp_path / "attention_maps" / "step4.png").exists()
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     rows = [[h for s in steps for h in s["rows"]] for steps in ranks]
     assert len(rows[0]) == len(rows[1]) == 4 * 4

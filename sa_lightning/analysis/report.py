@@ -112,7 +112,8 @@ RUNNERS = {"coverage": run_coverage, "connection": run_connection, "variance": r
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="cli.py analyze")
-    parser.add_argument("what", choices=[*RUNNERS, "all"], help="which check to run")
+    parser.add_argument("what", choices=[*RUNNERS, "all", "attention-maps"],
+                        help="which check to run (attention-maps takes its own flags: --ckpt, --layer, ...)")
     parser.add_argument("--n", type=int, default=2048, help="sequence length (Figure 2 uses 2048)")
     parser.add_argument("--window", type=int, default=32, help="window for coverage (Figure 2 uses 32)")
     parser.add_argument("--windows", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128, 256],
@@ -130,6 +131,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def main(argv: list[str] | None = None) -> None:
+    if argv and argv[0] == "attention-maps":
+        from .attention_maps import main as maps_main
+
+        maps_main(argv[1:])
+        return
     args = build_parser().parse_args(argv)
     for name, value in (("--n", args.n), ("--window", args.window), ("--depth", args.depth),
                         ("--trials", 1 if args.trials is None else args.trials), ("--sources", args.sources), *(("--windows", w) for w in args.windows)):

@@ -191,7 +191,7 @@ def dense_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
     G = Hq // Hkv
-    qg = (q * scale).view(B, Hkv, G * n, d)
+    qg = (q * scale).reshape(B, Hkv, G * n, d)  # q may be a transposed view (the model's heads)
     scores = torch.matmul(qg, k.transpose(-1, -2)).to(_softmax_dtype(q.dtype)).view(B, Hkv, G, n, n)
     if mask.shape[1] == 1:
         mask = mask.view(mask.shape[0], 1, 1, n, n)

@@ -122,6 +122,10 @@ class LMDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set, BlockSampler(len(self.val_set), shuffle=False))
 
+    def test_dataloader(self) -> DataLoader:
+        """``cli.py test`` scores the held-out split (the zero-shot tasks come from ``ZeroShotEval``)."""
+        return self.val_dataloader()
+
     def state_dict(self) -> dict:
         """Batches this rank finished in the current epoch (identical on every rank), as blocks."""
         if self.trainer is None:

@@ -50,6 +50,7 @@ class LitLM(L.LightningModule):
         self.val_loss = MeanMetric()
         self.micro_step = 0  # training forward passes so far: the permutation stream, restored on resume
         self.tokens_seen = 0  # global (all ranks) training tokens
+        self.trained_steps = 0  # optimizer steps of the loaded checkpoint
 
     # ---- model -------------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -88,6 +89,15 @@ class LitLM(L.LightningModule):
         self.log("val/loss", loss, prog_bar=True, sync_dist=False)
         self.log("val/ppl", torch.exp(loss), sync_dist=False)
 
+    def test_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+    def on_test_epoch_end(self) -> None:
+        loss = self.val_loss.compute()
+        self.val_loss.reset()
+        self.log("test/loss", loss)
+        self.log("test/ppl", torch.exp(loss))
+
     def on_before_optimizer_step(self, optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:  # before clipping (Lightning clips after this hook)
@@ -115,12 +125,16 @@ class LitLM(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ---- bookkeeping -------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        dm = self.trainer.datamodule
+        if dm is not None and hasattr(dm, "seq_len"):  # read by TokenThroughput for flops/s and MFU
+            self.flops_per_batch = self.train_flops_per_token(dm.seq_len) * dm.seq_len * dm.batch_size
+
     def on_fit_start(self) -> None:
         counts = {"params/total": self.net.num_parameters(),
                   "params/non_embedding": self.net.num_parameters(exclude_embedding=True)}
         dm = self.trainer.datamodule
         if dm is not None:
-            self.flops_per_batch = self.train_flops_per_token(dm.seq_len) * dm.seq_len * dm.batch_size
             counts["tokens_per_step"] = self.tokens_per_step()
             if hasattr(dm, "unigram_perplexity"):
                 counts["val/unigram_ppl"] = dm.unigram_perplexity()
@@ -150,4 +164,5 @@ class LitLM(L.LightningModule):
                     "resume with the checkpoint's model and data config (its config.yaml sits next to the logs)."
                 )
         self.micro_step = state.get("micro_step", 0)
+        self.trained_steps = int(checkpoint.get("global_step") or 0)  # trainer.global_step stays 0 in test
         self.tokens_seen = state.get("tokens_seen", 0)

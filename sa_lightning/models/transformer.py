@@ -132,6 +132,12 @@ class Transformer(nn.Module):
         are never attended to; pass per-row ``perms`` that keep the padding in place
         (``sample_permutation(lengths=...)``) so that every row gives what it gives alone.
         """
+        return self.lm_head(self.features(idx, perm_stream=perm_stream, perms=perms, lengths=lengths))
+
+    def features(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
+                 lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """The final normed hidden states (B, n, d_model): ``forward`` without the LM head, for callers
+        that need logits at a few positions only (scoring continuations)."""
         n = idx.shape[1]
         if n > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {n} exceeds the model's max_seq_len={self.cfg.max_seq_len}.")
@@ -141,4 +147,4 @@ class Transformer(nn.Module):
         x = self.embed(idx)
         for block, perm in zip(self.blocks, perms):
             x = block(x, cos, sin, perm, lengths)
-        return self.lm_head(self.norm(x))
+        return self.norm(x)

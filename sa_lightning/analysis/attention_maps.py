@@ -1,0 +1,164 @@
+"""Attention heat maps per variant, as in the paper's Figure 4 (Layer 11, Head 0, 27 tokens, w=8).
+
+The model runs with its own variant up to the chosen layer; that layer's queries and keys are then
+scored under each variant's mask from the registry (gray: masked, blue: weight). For SA+SWA the map
+is the mean of its two paths' weights on the union of their masks: the learned gates mix features,
+not weights, so no single exact map exists.
+
+    python cli.py analyze attention-maps --ckpt runs/tiny/tb/version_0/checkpoints/last.ckpt
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from ..attention import AttentionSpec, get_variant, layer_generator, masks, sample_permutation
+from ..attention.oracle import moba_mask
+from ..models.transformer import Transformer, apply_rope
+
+TITLES = {"full": "Full Attention", "swa": "SWA", "sa": "Stochastic Attention", "sa_swa": "SA + SWA", "moba": "MoBA"}
+
+
+class _Stop(Exception):
+    pass
+
+
+def layer_qk(model: Transformer, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries (1, Hq, n, hd) and keys (1, Hkv, n, hd) of ``layer``, RoPE applied, for one sequence."""
+    attn = model.blocks[layer].attn
+    captured = {}
+
+    def grab(module, args):
+        captured["x"], captured["cos"], captured["sin"] = args[0], args[1], args[2]
+        raise _Stop
+
+    handle = attn.register_forward_pre_hook(grab)
+    try:
+        with torch.no_grad():
+            model.features(idx, perms=model.permutations(idx.shape[1], 0, idx.device))
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    x, cos, sin = captured["x"], captured["cos"], captured["sin"]
+    B, n, _ = x.shape
+    hd = attn.head_dim
+    with torch.no_grad():
+        q, k, _ = attn.qkv(x).split((attn.n_head * hd, attn.n_kv_head * hd, attn.n_kv_head * hd), dim=-1)
+    q = q.view(B, n, attn.n_head, hd).transpose(1, 2)
+    k = k.view(B, n, attn.n_kv_head, hd).transpose(1, 2)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+
+def _weights(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
+
+
+def variant_maps(q: torch.Tensor, k: torch.Tensor, head: int, variants: list[str], window: int,
+                 block_size: int = 4, top_k: int = 2, seed: int = 0, layer: int = 0) -> dict[str, tuple]:
+    """{variant: (weights (n, n), visible (n, n) bool)} for one head, in float64."""
+    n, hd = q.shape[2], q.shape[3]
+    group = q.shape[1] // k.shape[1]
+    qh, kh = q[0, head].double(), k[0, head // group].double()
+    scores = qh @ kh.T / hd ** 0.5
+    perm = sample_permutation(n, generator=layer_generator(seed, layer))
+    out = {}
+    for name in variants:
+        variant = get_variant(name)
+        spec = AttentionSpec(variant=name, window=window, block_size=block_size, top_k=top_k)
+        if name == "moba":
+            visible = moba_mask(q[:, head:head + 1], k[:, head // group:head // group + 1], block_size, top_k)[0, 0]
+            out[name] = (_weights(scores, visible), visible)
+        elif name == "sa_swa":  # mean of the two paths' weights
+            sa = masks.dense(get_variant("sa").mask(spec, n, perm), n)[0, 0]
+            swa = masks.dense(get_variant("swa").mask(spec, n, perm), n)[0, 0]
+            out[name] = ((_weights(scores, sa) + _weights(scores, swa)) / 2, sa | swa)
+        else:
+            visible = masks.dense(variant.mask(spec, n, perm), n)[0, 0]
+            out[name] = (_weights(scores, visible), visible)
+    return out
+
+
+def draw(maps: dict[str, tuple], labels: list[str], title: str):
+    """A row of heat maps: masked cells gray, weights in blue. Returns the matplotlib figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cmap = plt.get_cmap("Blues").copy()
+    cmap.set_bad("#BDBDBD")
+    fig, axes = plt.subplots(1, len(maps), figsize=(3.6 * len(maps), 3.9), squeeze=False)
+    n = len(labels)
+    for ax, (name, (weights, visible)) in zip(axes[0], maps.items()):
+        grid = np.ma.masked_array(weights.numpy(), mask=~visible.numpy())
+        image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=max(float(weights.max()), 1e-6), interpolation="nearest")
+        ax.set_title(TITLES.get(name, name), fontsize=10)
+        ticks = range(0, n, max(1, n // 14))
+        ax.set_xticks(list(ticks), [labels[i] for i in ticks], rotation=90, fontsize=5)
+        ax.set_yticks(list(ticks), [labels[i] for i in ticks], fontsize=5)
+        ax.set_xlabel("key", fontsize=8)
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03).ax.tick_params(labelsize=6)
+    axes[0][0].set_ylabel("query", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def default_text() -> str:
+    """The opening of the first held-out scene of the embedded corpus."""
+    from ..data.corpus import embedded_documents
+
+    return next(iter(embedded_documents("validation")))
+
+
+def attention_maps(model: Transformer, tokenizer, *, text: str | None = None, tokens: int = 27, layer: int = 11,
+                   head: int = 0, window: int = 8, variants=("full", "swa", "sa", "sa_swa"), seed: int = 0):
+    """(figure, maps, token labels). ``layer`` is clipped to the model's depth."""
+    ids = tokenizer.encode(text or default_text(), add_special_tokens=False)[:tokens]
+    if not ids:
+        raise ValueError("--text gives no tokens; pass a non-empty text.")
+    layer = min(layer, len(model.blocks) - 1)
+    if not 0 <= head < model.cfg.n_head:
+        raise ValueError(f"--head must lie in [0, {model.cfg.n_head - 1}], got {head}.")
+    device = next(model.parameters()).device
+    q, k = layer_qk(model.eval(), torch.tensor([ids], device=device), layer)
+    maps = variant_maps(q.cpu(), k.cpu(), head, list(variants), window, block_size=max(1, window // 2),
+                        top_k=2, seed=seed, layer=layer)
+    labels = [tokenizer.decode([t]).replace("\n", "\\n") for t in ids]
+    title = f"Attention weights, layer {layer}, head {head}, {len(ids)} tokens, w={window} ({model.cfg.variant} model)"
+    return draw(maps, labels, title), maps, labels
+
+
+def main(argv: list[str] | None = None) -> Path:
+    from ..data.tokenizer import load_tokenizer
+    from ..eval.checkpoint import load_checkpoint
+
+    p = argparse.ArgumentParser(prog="cli.py analyze attention-maps", description=__doc__.splitlines()[0])
+    p.add_argument("--ckpt", required=True, help="a checkpoint written by `cli.py fit`")
+    p.add_argument("--text", default=None, help="text to attend over (default: the embedded held-out text)")
+    p.add_argument("--tokens", type=int, default=27)
+    p.add_argument("--layer", type=int, default=11, help="clipped to the model's last layer")
+    p.add_argument("--head", type=int, default=0)
+    p.add_argument("--window", type=int, default=8)
+    p.add_argument("--variants", nargs="+", default=["full", "swa", "sa", "sa_swa"])
+    p.add_argument("--seed", type=int, default=0, help="seed of the SA permutation")
+    p.add_argument("--out", type=Path, default=Path("outputs/analysis"))
+    args = p.parse_args(argv)
+    for name in args.variants:
+        get_variant(name)
+    for name, value in (("--tokens", args.tokens), ("--window", args.window)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}.")
+    model, info = load_checkpoint(args.ckpt)
+    fig, _, _ = attention_maps(model, load_tokenizer(info["tokenizer"]), text=args.text, tokens=args.tokens,
+                               layer=args.layer, head=args.head, window=args.window, variants=args.variants,
+                               seed=args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "attention_maps.png"
+    fig.savefig(path, dpi=160)
+    print(f"wrote {path}")
+    return path

@@ -1,0 +1,197 @@
+"""An lm-evaluation-harness model for sa_lightning checkpoints (``--model sa_lightning``).
+
+Batched and padding-correct: sequences are right-padded and every row carries its length, so SA
+permutes only the row's own tokens and never reads a pad. Each row's permutations are drawn from
+(seed, sample, the row's tokens, layer), which makes results reproducible and independent of the
+batch size and of what else is in the batch.
+
+SA modes:
+- ``stochastic`` (the paper's default): every sequence draws its own permutations.
+- ``deterministic``: one fixed permutation per (layer, length), shared by every input.
+
+``eval_samples=K`` averages the per-token log-probabilities over K independent permutation draws
+(beyond the paper; it lowers the variance that the random routing adds to every score).
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from tqdm import tqdm
+
+from ..attention import layer_generator
+from ..models import Transformer
+
+SA_MODES = ("stochastic", "deterministic")
+
+
+def _row_seed(*parts) -> int:
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
+
+
+@register_model("sa_lightning")
+class SALM(TemplateLM):
+    """Args:
+        model: a ``Transformer``, or the path of a checkpoint written by ``cli.py fit``.
+        tokenizer: a Hugging Face tokenizer, or a name for ``load_tokenizer``; default: the checkpoint's.
+        batch_size: sequences per forward pass (results do not depend on it).
+        eval_samples: permutation draws averaged per score (SA variants only).
+        sa_mode: ``stochastic`` or ``deterministic``.
+        seed: the permutation seed.
+        max_length: longest scored sequence; default the model's max_seq_len.
+        max_gen_toks: default generation budget for ``generate_until``.
+    """
+
+    def __init__(self, model: Transformer | str, tokenizer=None, batch_size: int | str = 16,
+                 device: str | None = None, eval_samples: int = 1, sa_mode: str = "stochastic", seed: int = 0,
+                 max_length: int | None = None, max_gen_toks: int = 64, **unused):
+        super().__init__()
+        from ..data.tokenizer import load_tokenizer
+
+        if isinstance(model, (str, Path)):
+            from .checkpoint import load_checkpoint
+
+            model, info = load_checkpoint(model)
+            tokenizer = tokenizer or info["tokenizer"]
+        if sa_mode not in SA_MODES:
+            raise ValueError(f"sa_mode must be one of {', '.join(SA_MODES)}, got {sa_mode!r}.")
+        if int(eval_samples) < 1:
+            raise ValueError(f"eval_samples must be >= 1, got {eval_samples}.")
+        self.tokenizer = load_tokenizer(tokenizer or "embedded") if tokenizer is None or isinstance(tokenizer, str) \
+            else tokenizer
+        if len(self.tokenizer) > model.cfg.vocab_size:
+            raise ValueError(f"the tokenizer has {len(self.tokenizer)} tokens but the model's vocab is "
+                             f"{model.cfg.vocab_size}; evaluate with the tokenizer the model was trained with.")
+        self.model = model.eval()
+        if device is not None:
+            self.model.to(device)
+        self.batch_size = int(batch_size) if str(batch_size) != "auto" else 16
+        self.eval_samples = int(eval_samples) if model.uses_permutation else 1
+        self.sa_mode, self.seed = sa_mode, int(seed)
+        self.max_length = int(max_length or model.cfg.max_seq_len)
+        self.max_gen_toks = int(max_gen_toks)
+
+    # ---- TemplateLM plumbing -------------------------------------------------------------------
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        # Training packs documents joined by EOS with no BOS, so scoring adds no special tokens either.
+        return self.tokenizer.encode(string, add_special_tokens=False)
+
+    def tok_decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens)
+
+    # ---- the forward pass ----------------------------------------------------------------------
+    def _permutations(self, rows: list[list[int]], n: int, sample: int) -> list[torch.Tensor] | None:
+        """Per layer, a (B, n) gather index that permutes each row's valid tokens and keeps its padding."""
+        if not self.model.uses_permutation:
+            return None
+        perms = []
+        for layer in range(len(self.model.blocks)):
+            table = torch.arange(n).repeat(len(rows), 1)
+            for b, row in enumerate(rows):
+                key = (self.seed, layer, len(row)) if self.sa_mode == "deterministic" \
+                    else (self.seed, sample, layer, hashlib.blake2b(bytes(str(row), "ascii"), digest_size=16).digest())
+                gen = torch.Generator().manual_seed(_row_seed(*key))
+                table[b, :len(row)] = torch.randperm(len(row), generator=gen)
+            perms.append(table.to(self.device))
+        return perms
+
+    @torch.no_grad()
+    def span_log_probs(self, rows: list[list[int]], spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+        """Per row, the next-token log-probabilities (end - start, vocab) at positions start..end-1 of the
+        right-padded ``rows``, averaged over ``eval_samples`` permutation draws. The LM head runs only
+        on those positions."""
+        n = max(len(r) for r in rows)
+        idx = torch.full((len(rows), n), self.eot_token_id, dtype=torch.long)
+        for b, row in enumerate(rows):
+            idx[b, :len(row)] = torch.tensor(row, dtype=torch.long)
+        idx = idx.to(self.device)
+        lengths = torch.tensor([len(r) for r in rows], device=self.device)
+        totals: list[torch.Tensor] = []
+        for sample in range(self.eval_samples):
+            hidden = self.model.features(idx, perms=self._permutations(rows, n, sample), lengths=lengths)
+            for b, (start, end) in enumerate(spans):
+                lp = torch.log_softmax(self.model.lm_head(hidden[b, start:end]).float(), dim=-1)
+                totals.append(lp) if sample == 0 else totals[b].add_(lp)
+        return [t / self.eval_samples for t in totals]
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+        """Sum of log p(continuation | context) and whether it is the greedy continuation, per request."""
+        work = []
+        for i, (_, context, continuation) in enumerate(requests):
+            if len(continuation) > self.max_length:
+                raise ValueError(f"a continuation of {len(continuation)} tokens exceeds max_length={self.max_length}.")
+            whole = (context + continuation)[-(self.max_length + 1):]
+            work.append((i, whole[:-1], whole[-len(continuation):]))
+        work.sort(key=lambda w: -len(w[1]))  # similar lengths share a batch: little padding
+        results: list[tuple[float, bool] | None] = [None] * len(work)
+        bar = tqdm(total=len(work), desc="Scoring", disable=disable_tqdm)
+        for start in range(0, len(work), self.batch_size):
+            chunk = work[start:start + self.batch_size]
+            spans = [(len(inp) - len(cont), len(inp)) for _, inp, cont in chunk]
+            for (i, _, cont), lp in zip(chunk, self.span_log_probs([w[1] for w in chunk], spans)):
+                target = torch.tensor(cont, device=lp.device)
+                ll = lp.gather(-1, target.view(-1, 1)).sum().item()
+                greedy = bool((lp.argmax(-1) == target).all())
+                results[i] = (ll, greedy)
+                if requests[i][0] is not None:
+                    self.cache_hook.add_partial("loglikelihood", requests[i][0], (ll, greedy))
+            bar.update(len(chunk))
+        bar.close()
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """Whole-document log-likelihood in disjoint windows of max_length tokens (as HFLM does)."""
+        windows, owner = [], []
+        for doc, req in enumerate(requests):
+            tokens = self.tok_encode(req.args[0])
+            for ctx, cont in map(make_disjoint_window, get_rolling_token_windows(
+                    token_list=tokens, prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1)):
+                windows.append((None, ctx, cont))
+                owner.append(doc)
+        scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)
+        totals = [0.0] * len(requests)
+        for doc, (ll, _) in zip(owner, scores):
+            totals[doc] += ll
+        for req, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
+        return totals
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Greedy decoding until a stop string, EOS or ``max_gen_toks``; no KV cache (small models)."""
+        out = []
+        for req in tqdm(requests, desc="Generating", disable=disable_tqdm):
+            context, kwargs = req.args
+            kwargs = dict(kwargs or {})
+            until = kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            budget = int(kwargs.get("max_gen_toks", self.max_gen_toks))
+            tokens = self.tok_encode(context)[-max(1, self.max_length - budget):] or [self.prefix_token_id]
+            new: list[int] = []
+            text = ""
+            for _ in range(budget):
+                window = (tokens + new)[-self.max_length:]
+                nxt = int(self.span_log_probs([window], [(len(window) - 1, len(window))])[0][0].argmax())
+                if nxt == self.eot_token_id:
+                    break
+                new.append(nxt)
+                text = self.tok_decode(new)
+                if any(stop in text for stop in until):
+                    break
+            for stop in until:
+                text = text.split(stop)[0]
+            out.append(text)
+            self.cache_hook.add_partial("generate_until", req.args, text)
+        return out

@@ -1,0 +1,274 @@
+"""Zero-shot evaluation: the lm-eval model, the offline tasks, the tables, the callbacks, bad input."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sa_lightning.attention import VARIANTS
+from sa_lightning.cli import run
+from sa_lightning.data.tokenizer import load_tokenizer
+from sa_lightning.eval import offline
+from sa_lightning.eval.checkpoint import load_checkpoint
+from sa_lightning.eval.harness import OFFLINE, TABLE1, load_tasks, resolve_tasks, run_tasks
+from sa_lightning.eval.lm import SALM
+from sa_lightning.eval.table import markdown_table
+from sa_lightning.models import ModelConfig, Transformer
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("embedded")
+
+
+def _model(variant, seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=4096, n_layer=2, n_head=4, n_kv_head=2, d_model=64, max_seq_len=128,
+                      variant=variant, window=8, moba_block_size=8, moba_top_k=2, **kw)
+    return Transformer(cfg)
+
+
+def _requests(count=7, seed=0):
+    """(key, context, continuation) token requests of mixed lengths, some longer than max_seq_len."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        n_ctx = int(torch.randint(1, 150, (1,), generator=g))
+        n_cont = int(torch.randint(1, 6, (1,), generator=g))
+        toks = torch.randint(1, 4096, (n_ctx + n_cont,), generator=g).tolist()
+        out.append((None, toks[:n_ctx], toks[n_ctx:]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ckpt")
+    run(["fit", *BASE, "--trainer.max_steps", "2", "--trainer.default_root_dir", str(folder), "--trainer.callbacks",
+         json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                      "init_args": {"dirpath": str(folder), "filename": "last", "every_n_train_steps": 2}}])])
+    return folder / "last.ckpt"
+
+
+# ---- the lm-eval model ----------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_scores_do_not_depend_on_batch_size_or_padding(variant, tokenizer):
+    """Batch size 1 has no padding at all; any pad read by any variant would change the batched scores."""
+    model = _model(variant)
+    reqs = _requests()
+    solo = SALM(model, tokenizer, batch_size=1)._loglikelihood_tokens(reqs, disable_tqdm=True)
+    for batch_size in (3, 7):
+        batched = SALM(model, tokenizer, batch_size=batch_size)._loglikelihood_tokens(reqs, disable_tqdm=True)
+        assert [g for _, g in batched] == [g for _, g in solo]
+        torch.testing.assert_close(torch.tensor([s for s, _ in batched]), torch.tensor([s for s, _ in solo]),
+                                   atol=1e-4, rtol=1e-5)
+
+
+def test_padded_rows_permute_only_their_own_tokens(tokenizer):
+    lm = SALM(_model("sa"), tokenizer)
+    rows = [[5] * 10, [6] * 4, [7] * 7]
+    for perm in lm._permutations(rows, 10, sample=0):
+        for row, p in zip(rows, perm):
+            assert sorted(p[:len(row)].tolist()) == list(range(len(row)))
+            assert p[len(row):].tolist() == list(range(len(row), 10))
+
+
+def test_stochastic_mode_is_seeded_and_deterministic_mode_is_fixed(tokenizer):
+    model = _model("sa")
+    rows = [list(range(1, 41)), list(range(100, 140))]  # two different inputs of one length
+    stoch = SALM(model, tokenizer, seed=3)
+    first, again = stoch._permutations(rows, 40, 0), SALM(model, tokenizer, seed=3)._permutations(rows, 40, 0)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))  # reproducible
+    assert not torch.equal(first[0][0], first[0][1])  # each input draws its own
+    assert not torch.equal(first[0], SALM(model, tokenizer, seed=4)._permutations(rows, 40, 0)[0])
+    fixed = SALM(model, tokenizer, sa_mode="deterministic")._permutations(rows, 40, 0)
+    assert torch.equal(fixed[0][0], fixed[0][1]) and not torch.equal(fixed[0][0], fixed[1][0])  # per layer
+
+
+def test_eval_samples_average_the_log_likelihoods_of_independent_draws(tokenizer):
+    model = _model("sa_swa")
+    reqs = _requests(4)
+    averaged = SALM(model, tokenizer, eval_samples=3)._loglikelihood_tokens(reqs, disable_tqdm=True)
+    singles = []
+    for k in range(3):
+        lm = SALM(model, tokenizer)
+        base = lm._permutations
+        lm._permutations = lambda rows, n, sample, k=k, base=base: base(rows, n, sample + k)
+        singles.append([s for s, _ in lm._loglikelihood_tokens(reqs, disable_tqdm=True)])
+    assert len({round(x[0], 4) for x in singles}) == 3  # the draws really differ
+    torch.testing.assert_close(torch.tensor([s for s, _ in averaged]), torch.tensor(singles).mean(0), atol=1e-4,
+                               rtol=1e-5)
+    assert SALM(_model("swa"), tokenizer, eval_samples=5).eval_samples == 1  # nothing to average
+
+
+def test_rolling_loglikelihood_scores_every_token_once(tokenizer):
+    from lm_eval.api.instance import Instance
+
+    model = _model("full")
+    text = "To be, or not to be, that is the question: " * 12
+    lm = SALM(model, tokenizer, max_length=32)
+    ids = lm.tok_encode(text)
+    assert len(ids) > 3 * 32  # several windows
+    got = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)], disable_tqdm=True)[0]
+    # reference: every token scored once; each window reads the (up to) 32 tokens before its last target
+    want, tokens = 0.0, [lm.eot_token_id] + ids
+    with torch.no_grad():
+        for start in range(0, len(ids), 32):
+            end = min(start + 32, len(ids))
+            logits = model(torch.tensor([tokens[max(0, end - 32):end]]))[0, -(end - start):]
+            want += torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[start:end]).view(-1, 1)).sum().item()
+    assert got == pytest.approx(want, rel=1e-5)
+
+
+def test_generate_until_stops_at_the_stop_string_and_budget(tokenizer):
+    from lm_eval.api.instance import Instance
+
+    lm = SALM(_model("sa"), tokenizer)
+    reqs = [Instance("generate_until", {}, ("HAMLET:\nTo be", {"until": ["\n"], "max_gen_toks": 6}), 0),
+            Instance("generate_until", {}, ("Enter", {"until": ["zzz"], "max_gen_toks": 3}), 1)]
+    out = lm.generate_until(reqs, disable_tqdm=True)
+    assert len(out) == 2 and "\n" not in out[0]
+    assert len(lm.tok_encode(out[1])) <= 3
+
+
+# ---- offline tasks, harness, tables --------------------------------------------------------------
+def test_shipped_offline_tasks_are_what_the_script_builds(tmp_path):
+    built = offline.build(tmp_path)
+    for name, path in built.items():
+        assert path.read_bytes() == (offline.DATA_DIR / path.name).read_bytes(), name
+    last = [json.loads(line) for line in (offline.DATA_DIR / "shakespeare_lastword.jsonl").open()]
+    for doc in last:  # the target word occurs in the passage before it, as in LAMBADA
+        context, target = doc["text"].rsplit(" ", 1)
+        assert target.isalpha() and f"{target}" in context
+
+
+def test_offline_tasks_load_through_the_task_manager():
+    names = resolve_tasks("offline")
+    assert names == list(offline.TASK_NAMES)
+    tasks = load_tasks(names)
+    assert {t.config.task for t in tasks} == set(names)
+    assert all(len(list(t.test_docs())) > 40 for t in tasks)
+
+
+def test_tiny_model_on_the_offline_tasks(checkpoint):
+    model, info = load_checkpoint(checkpoint)
+    results = run_tasks(SALM(model, info["tokenizer"], batch_size=16), ["offline"], limit=8)
+    assert set(results) == set(offline.TASK_NAMES)
+    assert results["shakespeare_rolling"]["word_perplexity"] > 1
+    assert 0 <= results["shakespeare_lastword"]["acc"] <= 1 and results["shakespeare_lastword"]["perplexity"] > 1
+    assert 0 <= results["shakespeare_choice"]["acc_norm"] <= 1
+
+
+def test_table_marks_best_bold_and_second_underlined():
+    rows = {
+        "Full": {"wikitext": {"word_perplexity": 51.34}, "piqa": {"acc": 0.599}, "arc_easy": {"acc": 0.358}},
+        "SWA": {"wikitext": {"word_perplexity": 57.05}, "piqa": {"acc": 0.596}, "arc_easy": {"acc": 0.360}},
+        "SA": {"wikitext": {"word_perplexity": 75.83}, "piqa": {"acc": 0.593}, "arc_easy": {"acc": 0.342}},
+    }
+    text = markdown_table(rows, TABLE1)
+    header, _, full, swa, sa = text.strip().splitlines()
+    assert header.split(" | ")[1:3] == ["Wiki. ppl ↓", "LMB-o ppl ↓"] and header.endswith("Avg. |")
+    assert "**51.34**" in full and "<u>57.05</u>" in swa and "75.83 |" in sa  # lower is better
+    assert "**59.9**" in full and "<u>59.6</u>" in swa  # accuracies in %
+    assert "**36.0**" in swa and "<u>35.8</u>" in full
+    assert "| – |" in full  # tasks not run
+    assert full.rstrip(" |").endswith("**47.9**") or "47.8" in full or "47.9" in full  # avg of 59.9 and 35.8
+    assert [c.task for c in OFFLINE] == ["shakespeare_rolling", "shakespeare_lastword", "shakespeare_lastword",
+                                          "shakespeare_choice"]
+
+
+# ---- the commands ------------------------------------------------------------------------------
+def _cli(*args, **env):
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
+
+
+def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
+    from sa_lightning.eval.report import main
+
+    report = main(["--ckpt", str(checkpoint), str(checkpoint), "--label", "a", "b", "--limit", "4",
+                   "--seeds", "0", "1", "--out", str(tmp_path)])
+    assert set(report["models"]) == {"a", "b"}
+    assert len(report["models"]["a"]["per_seed"]) == 2
+    table = (tmp_path / "table.md").read_text()
+    assert "| a |" in table and "| b |" in table and "Shk. ppl" in table and "Standard deviation" in table
+    assert json.loads((tmp_path / "results.json").read_text())["tasks"] == list(offline.TASK_NAMES)
+    assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+
+
+def test_test_command_runs_the_zero_shot_tasks_and_logs_them(checkpoint, tmp_path):
+    cli = run(["test", *BASE, "--ckpt_path", str(checkpoint), "--trainer.default_root_dir", str(tmp_path),
+               "--trainer.logger", json.dumps({"class_path": "lightning.pytorch.loggers.CSVLogger",
+                                               "init_args": {"save_dir": str(tmp_path)}}),
+               "--trainer.callbacks", json.dumps([
+                   {"class_path": "sa_lightning.eval.ZeroShotEval", "init_args": {"test_limit": 4}}])])
+    written = list(tmp_path.rglob("test_step2.json"))
+    assert written, list(tmp_path.rglob("*"))
+    assert set(json.loads(written[0].read_text())) == set(offline.TASK_NAMES)
+    assert "test/ppl" in cli.trainer.callback_metrics
+    header = next(tmp_path.rglob("metrics.csv")).read_text().splitlines()[0]
+    assert "eval/shakespeare_lastword/acc" in header and "eval/shakespeare_rolling/word_perplexity" in header
+
+
+def test_attention_maps_command_draws_every_variant(checkpoint, tmp_path):
+    from sa_lightning.analysis.attention_maps import attention_maps
+
+    model, info = load_checkpoint(checkpoint)
+    fig, maps, labels = attention_maps(model, load_tokenizer(info["tokenizer"]), window=8)
+    assert list(maps) == ["full", "swa", "sa", "sa_swa"] and len(labels) == 27
+    for name, (weights, visible) in maps.items():
+        assert weights.shape == (27, 27)
+        assert torch.all(weights[~visible] == 0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(27, dtype=weights.dtype))
+        assert not visible.triu(1).any()  # causal
+    assert maps["swa"][1].sum() < maps["sa_swa"][1].sum() <= maps["full"][1].sum()
+    proc = _cli("analyze", "attention-maps", "--ckpt", str(checkpoint), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "attention_maps.png").stat().st_size > 10_000
+
+
+# ---- bad input: one clear sentence ---------------------------------------------------------------
+def test_unknown_task_lists_close_matches():
+    with pytest.raises(ValueError, match=r"unknown task 'lambada_opnai'.*Close matches: lambada_openai"):
+        resolve_tasks(["lambada_opnai"])
+
+
+def test_network_only_task_offline_points_to_the_offline_tasks():
+    with pytest.raises(ValueError, match=r"task 'piqa' needs its dataset .* cannot be had offline.*--tasks offline"):
+        load_tasks(["piqa"])
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    (b"not a checkpoint at all", "cannot be read"),
+    ("foreign", "not an sa_lightning checkpoint"),
+])
+def test_bad_checkpoints_fail_in_one_sentence(content, message, tmp_path):
+    path = tmp_path / "model.ckpt"
+    if content == "foreign":
+        torch.save({"state_dict": {"w": torch.zeros(1)}}, path)
+    elif content is not None:
+        path.write_bytes(content)
+    proc = _cli("evaluate", "--ckpt", str(path), "--out", str(tmp_path / "out"))
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last, proc.stderr[-2000:]
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_truncated_checkpoint_is_refused(checkpoint, tmp_path):
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(checkpoint.read_bytes()[:4000])
+    with pytest.raises(ValueError, match="cannot be read"):
+        load_checkpoint(cut)
+
+
+def test_unknown_task_in_the_cli_fails_before_scoring(checkpoint, tmp_path):
+    proc = _cli("evaluate", "--ckpt", str(checkpoint), "--tasks", "hellaswg", "--out", str(tmp_path))
+    assert proc.returncode != 0
+    assert "error: unknown task 'hellaswg'" in proc.stderr and "hellaswag" in proc.stderr.strip().splitlines()[-1]
