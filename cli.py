@@ -4,6 +4,7 @@
     python cli.py fit|validate|test|predict --config configs/tiny.yaml ...   LightningCLI (pre-training)
     python cli.py bench attention [--preset cpu|paper] ...   latency and memory of every variant
     python cli.py bench train [--preset cpu|paper] ...       training step time per variant, data pipeline speed
+    python cli.py bench eval --ckpt A.ckpt                   offline-task time; eval_samples vs permutation noise
     python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
     python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 4: attention heat maps per variant
@@ -32,12 +33,14 @@ def main(argv: list[str] | None = None) -> None:
 
         run(None if from_shell else argv)  # LightningCLI reads sys.argv itself
     elif command == "bench":
-        if not rest or rest[0] not in ("attention", "train"):
-            raise SystemExit("error: 'bench' takes a benchmark: attention or train. Example: python cli.py bench attention")
+        if not rest or rest[0] not in ("attention", "train", "eval"):
+            raise SystemExit("error: 'bench' takes a benchmark: attention, train or eval. Example: python cli.py bench attention")
         if rest[0] == "attention":
             from sa_lightning.bench.attention import main as bench_main
-        else:
+        elif rest[0] == "train":
             from sa_lightning.bench.train import main as bench_main
+        else:
+            from sa_lightning.bench.eval import main as bench_main
 
         bench_main(rest[1:])
     elif command == "evaluate":

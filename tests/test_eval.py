@@ -249,16 +249,23 @@ def test_network_only_task_offline_points_to_the_offline_tasks():
     ("foreign", "not an sa_lightning checkpoint"),
 ])
 def test_bad_checkpoints_fail_in_one_sentence(content, message, tmp_path):
+    from sa_lightning.eval.report import main
+
     path = tmp_path / "model.ckpt"
     if content == "foreign":
         torch.save({"state_dict": {"w": torch.zeros(1)}}, path)
     elif content is not None:
         path.write_bytes(content)
-    proc = _cli("evaluate", "--ckpt", str(path), "--out", str(tmp_path / "out"))
+    with pytest.raises((ValueError, FileNotFoundError), match=message) as err:
+        main(["--ckpt", str(path), "--out", str(tmp_path / "out")])
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_checkpoint_in_the_cli_is_one_line(tmp_path):
+    proc = _cli("evaluate", "--ckpt", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out"))
     assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and message in last, proc.stderr[-2000:]
-    assert not (tmp_path / "out" / "results.json").exists()
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint '{tmp_path / 'nope.ckpt'}' does not exist")
 
 
 def test_truncated_checkpoint_is_refused(checkpoint, tmp_path):
@@ -272,3 +279,15 @@ def test_unknown_task_in_the_cli_fails_before_scoring(checkpoint, tmp_path):
     proc = _cli("evaluate", "--ckpt", str(checkpoint), "--tasks", "hellaswg", "--out", str(tmp_path))
     assert proc.returncode != 0
     assert "error: unknown task 'hellaswg'" in proc.stderr and "hellaswag" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_bench_eval_reports_permutation_noise_per_eval_samples(checkpoint, tmp_path):
+    from sa_lightning.bench.eval import main
+
+    main(["--ckpt", str(checkpoint), "--samples", "1", "2", "--seeds", "3", "--requests", "6", "--skip_timing",
+          "--out", str(tmp_path)])
+    table = (tmp_path / "eval.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rows) == 2
+    k1, k2 = (float(r.split(" | ")[1]) for r in rows)
+    assert k1 > 0 and k2 > 0  # SA scores really vary with the seed

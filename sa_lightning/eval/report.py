@@ -63,9 +63,9 @@ def evaluate(args: argparse.Namespace) -> dict:
     from .harness import load_tasks, resolve_tasks
     from .lm import SALM
 
+    loaded = [load_checkpoint(path) for path in args.ckpt]  # a bad checkpoint fails first, in a second
     tasks = resolve_tasks(args.tasks)
     load_tasks(tasks)  # every dataset is at hand before any checkpoint is scored
-    loaded = [load_checkpoint(path) for path in args.ckpt]  # a bad checkpoint fails before any scoring
     labels = _unique(args.label or [label_of(info) for _, info in loaded])
     if len(labels) != len(loaded):
         raise ValueError(f"--label got {len(labels)} names for {len(loaded)} checkpoints; give one per --ckpt.")

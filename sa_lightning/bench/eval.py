@@ -1,0 +1,100 @@
+"""``cli.py bench eval``: how long the offline tasks take, and how much ``eval_samples`` steadies SA's scores.
+
+    python cli.py bench eval --ckpt runs/tiny_sa/tb/version_0/checkpoints/last.ckpt
+
+1. Wall time of the three offline tasks (all documents) for the checkpoint, as ``cli.py evaluate`` runs them.
+2. Permutation noise: the last-word requests are scored under ``--seeds`` permutation seeds for each K in
+   ``--samples``. Reported per K: the standard deviation over seeds of a request's log-likelihood
+   (averaged over requests), of the task's mean log-likelihood, and of its accuracy, with the ratio
+   to K=1. Independent draws would give 1/sqrt(K).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+
+from .machine import describe
+
+
+def _lastword_requests(lm, count: int) -> list:
+    from ..eval.offline import DATA_DIR
+
+    reqs = []
+    with open(DATA_DIR / "shakespeare_lastword.jsonl", encoding="utf-8") as f:
+        for line in list(f)[:count]:
+            text = json.loads(line)["text"]
+            context, word = text.rsplit(" ", 1)
+            ctx, cont = lm._encode_pair(context, " " + word)
+            reqs.append(((context, " " + word), ctx, cont))
+    return reqs
+
+
+def noise(model, tokenizer, samples: list[int], seeds: int, count: int, batch_size: int) -> list[dict]:
+    from ..eval.lm import SALM
+
+    rows = []
+    base_request_std = None
+    for k in samples:
+        scores = []  # (seeds, requests)
+        greedy = []
+        for seed in range(seeds):
+            lm = SALM(model, tokenizer, batch_size=batch_size, eval_samples=k, seed=seed)
+            out = lm._loglikelihood_tokens(_lastword_requests(lm, count), disable_tqdm=True)
+            scores.append([s for s, _ in out])
+            greedy.append(statistics.fmean(float(g) for _, g in out))
+        t = torch.tensor(scores, dtype=torch.float64)
+        request_std = float(t.std(dim=0).mean())
+        base_request_std = base_request_std or request_std
+        rows.append({"eval_samples": k, "request_ll_std": request_std, "mean_ll_std": float(t.mean(1).std()),
+                     "acc_std": statistics.stdev(greedy), "mean_ll": float(t.mean()),
+                     "ratio_to_k1": request_std / base_request_std, "ideal": 1 / k ** 0.5})
+        print(f"eval_samples={k}: request ll std {request_std:.4f} ({request_std / base_request_std:.2f}x K=1, "
+              f"ideal {1 / k ** 0.5:.2f}x)", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    from ..data.tokenizer import load_tokenizer
+    from ..eval.checkpoint import load_checkpoint
+    from ..eval.harness import run_tasks
+    from ..eval.lm import SALM
+
+    p = argparse.ArgumentParser(prog="cli.py bench eval", description=__doc__.splitlines()[0])
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--samples", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--seeds", type=int, default=8)
+    p.add_argument("--requests", type=int, default=100)
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--skip_timing", action="store_true")
+    p.add_argument("--out", default="outputs/bench")
+    args = p.parse_args(argv)
+    model, info = load_checkpoint(args.ckpt)
+    tokenizer = load_tokenizer(info["tokenizer"])
+    lines = [f"# bench eval ({date.today()}, {describe(torch.device('cpu'))})", "",
+             f"checkpoint: {args.ckpt} ({info['arch']['variant']}, w={info['arch']['window']})", ""]
+    if not args.skip_timing:
+        start = time.perf_counter()
+        results = run_tasks(SALM(model, tokenizer, batch_size=args.batch_size), ["offline"])
+        seconds = time.perf_counter() - start
+        print(f"offline tasks, all documents: {seconds:.1f}s", flush=True)
+        lines += [f"offline tasks (all documents, eval_samples=1): **{seconds:.1f} s**", "",
+                  "```", json.dumps(results, indent=1), "```", ""]
+    if model.uses_permutation:
+        rows = noise(model, tokenizer, args.samples, args.seeds, args.requests, args.batch_size)
+        lines += [f"permutation noise over {args.seeds} seeds, {args.requests} last-word requests:", "",
+                  "| eval_samples K | request ll std | ×K=1 | 1/√K | mean ll std | acc std | mean ll |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['eval_samples']} | {r['request_ll_std']:.4f} | {r['ratio_to_k1']:.2f} | {r['ideal']:.2f} | "
+                  f"{r['mean_ll_std']:.4f} | {r['acc_std']:.4f} | {r['mean_ll']:.3f} |" for r in rows]
+    text = "\n".join(lines) + "\n"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.md").write_text(text)
+    print(text)
+    return lines
