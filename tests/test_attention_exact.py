@@ -172,3 +172,28 @@ def test_padded_sa_matches_oracle_and_solo_rows(n, w, lens, groups):
         solo = stochastic_attention(q[b:b + 1, :, :length], k[b:b + 1, :, :length], v[b:b + 1, :, :length], w,
                                     perm[b, :length])
         torch.testing.assert_close(out[b:b + 1, :, :length], solo, atol=TOL, rtol=TOL)
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+@pytest.mark.parametrize("n,w,lens", [(300, 16, None), (7, 4, None), (1024, 256, None), (1000, 32, (1000, 400)),
+                                      (64, 16, (64, 30)), (257, 64, (257, 3))])
+def test_sa_swa_union_matches_oracle(n, w, lens, groups):
+    """Training-free SA+SWA: one softmax over the union of both masks, merged from two bands by log-sum-exp."""
+    from sa_lightning.attention import masks, sa_swa_union_attention
+
+    B = 2
+    q, k, v = _qkv(n, groups, seed=n + 3 * w, batch=B)
+    lengths = None if lens is None else torch.tensor(lens)
+    perm = sample_permutation(n, batch=B, lengths=lengths, generator=torch.Generator().manual_seed(n))
+    mask = masks.dense(masks.union(masks.stochastic(oracle.slots_of(perm, B), w, lengths), masks.sliding_window(w)),
+                       n, batch=B)
+    valid = torch.ones(B, 1, n, 1)
+    if lengths is not None:
+        mask = mask & (torch.arange(n).view(1, 1, 1, n) < lengths.view(-1, 1, 1, 1))
+        valid = (torch.arange(n).view(1, n) < lengths.view(-1, 1)).view(B, 1, n, 1).float()
+    out = sa_swa_union_attention(q, k, v, w, perm, lengths=lengths)
+    ref = oracle.reference_attention(q, k, v, mask)
+    torch.testing.assert_close(out * valid, ref * valid, atol=TOL, rtol=TOL)
+    grad = torch.randn_like(out) * valid
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, atol=TOL, rtol=TOL)

@@ -1,5 +1,6 @@
 """The attention core: semantics, kernels, permutations, MoBA and the variant registry."""
-from .functional import full_attention, moba_attention, sliding_window_attention, stochastic_attention
+from .functional import (full_attention, moba_attention, sa_swa_union_attention, sliding_window_attention,
+                         stochastic_attention)
 from .gating import GatedPaths
 from .permutation import invert_permutation, layer_generator, sample_permutation
 from .registry import VARIANTS, AttentionSpec, Variant, get_variant, register_variant
@@ -9,6 +10,7 @@ __all__ = [
     "sliding_window_attention",
     "stochastic_attention",
     "moba_attention",
+    "sa_swa_union_attention",
     "sample_permutation",
     "invert_permutation",
     "layer_generator",

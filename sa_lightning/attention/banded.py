@@ -40,14 +40,15 @@ def default_block(span: int) -> int:
 
 
 def _blocked(n: int, blk: int, nb: int, before: int, after: int, q_pos: torch.Tensor | None,
-             k_pos: torch.Tensor | None, lengths: torch.Tensor | None, device) -> torch.Tensor:
+             k_pos: torch.Tensor | None, lengths: torch.Tensor | None, device, skip_recent: int = 0) -> torch.Tensor:
     """(Bp, nb, blk, W) bool: True where query ``r`` of block ``i`` must not read window column ``u``.
 
     Column ``u`` of block ``i`` is key slot ``i*blk - before + u``. Without positions (SWA) the band
     is clipped at the sequence ends; with them (SA) the band is circular and a key is read only if
     its original position ``k_pos`` is not after the query's ``q_pos``. ``lengths`` (B, 1) marks the
     circular band of a row shorter than the band: offsets that wrap onto a slot already in the band
-    are dropped, so no key is read twice.
+    are dropped, so no key is read twice. ``skip_recent`` also drops keys with 0 <= q_pos - k_pos <
+    skip_recent: the SWA window that the union of SA and SWA reads in its other part.
     """
     W = blk + before + after
     r = torch.arange(blk, device=device).view(blk, 1)
@@ -61,6 +62,8 @@ def _blocked(n: int, blk: int, nb: int, before: int, after: int, q_pos: torch.Te
     pos_q = F.pad(q_pos, (0, pad), value=-1).view(-1, nb, blk, 1)
     pos_k = k_pos.unfold(1, W, blk).unsqueeze(2)  # (Bp, nb, 1, W)
     blocked = blocked.unsqueeze(0) | (pos_k > pos_q)
+    if skip_recent:
+        blocked = blocked | (pos_q - pos_k < skip_recent)
     if lengths is not None:
         blocked = blocked | ((u - r).view(1, 1, blk, W) >= lengths.view(-1, 1, 1, 1))
     return blocked
@@ -125,7 +128,9 @@ def banded_attention(
     perm: torch.Tensor | None = None,
     lengths: torch.Tensor | None = None,
     block: int | None = None,
-) -> torch.Tensor:
+    skip_recent: int = 0,
+    return_lse: bool = False,
+):
     """Banded attention in O(n*(before+after)): query slot s reads key slots s-before .. s+after.
 
     Without ``perm`` the slots are the tokens (SWA: before = w-1, after = 0). With a gather-index
@@ -134,6 +139,10 @@ def banded_attention(
     wrap at its first lengths[b] slots instead of n, so the slots after them (padding) are never
     read. Both cases run the same gathers and matmuls; only the indices and the mask differ. q is
     (B, Hq, n, d), k and v (B, Hkv, n, d); the output is in token order.
+
+    ``return_lse`` also returns the log-sum-exp of each query's scores (B, Hq, n), so that two
+    disjoint key sets can be merged into one softmax (``skip_recent`` makes SA's set disjoint from
+    SWA's); that path is differentiated by autograd instead of the hand-written backward.
     """
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
@@ -160,7 +169,7 @@ def banded_attention(
             rows = perm.expand(max(perm.shape[0], lengths.shape[0]), n)
             k_src = rows.gather(1, torch.remainder(k_slots.view(1, -1), lengths).expand(rows.shape[0], -1))
         # perm holds original positions, so the key windows' positions are the key indices themselves
-        blocked = _blocked(n, blk, nb, before, after, perm, k_src, lengths, dev)
+        blocked = _blocked(n, blk, nb, before, after, perm, k_src, lengths, dev, skip_recent)
     else:
         q_src = q_slots.clamp(max=n - 1).view(1, -1)
         k_src = k_slots.clamp(0, n - 1).view(1, -1)
@@ -174,15 +183,31 @@ def banded_attention(
         return _take_rows(x, w_src).view(B * Hkv * nb, W, d)
 
     qb = _fold_groups(_take_rows(q, q_src).mul_(scale), Hkv, nb, blk).reshape(B * Hkv * nb, G * blk, d)
-    out = _BlockedSoftmaxAttention.apply(
-        qb, windows(k), windows(v), blocked.view(-1, 1, nb, 1, blk, W), (B, Hkv, nb, G, blk, W)
-    )
+    view = (B, Hkv, nb, G, blk, W)
+    if return_lse:
+        out, lse = _softmax_with_lse(qb, windows(k), windows(v), blocked.view(-1, 1, nb, 1, blk, W), view)
+        lse = _unfold_groups(lse.view(B, Hkv, nb, G * blk, 1), Hq, n)
+    else:
+        out = _BlockedSoftmaxAttention.apply(qb, windows(k), windows(v), blocked.view(-1, 1, nb, 1, blk, W), view)
     out = _unfold_groups(out.view(B, Hkv, nb, G * blk, d), Hq, n)
     if circular:  # back to token order: token i sits in slot inv[i]
         from .permutation import invert_permutation
 
-        out = _take_rows(out, invert_permutation(perm))
-    return out
+        inv = invert_permutation(perm)
+        out = _take_rows(out, inv)
+        if return_lse:
+            lse = _take_rows(lse, inv)
+    return (out, lse.squeeze(-1)) if return_lse else out
+
+
+def _softmax_with_lse(q, k, v, blocked, score_view):
+    """As ``_BlockedSoftmaxAttention.forward``, plus the scores' log-sum-exp; plain autograd ops."""
+    sdt = _softmax_dtype(q.dtype)
+    scores = torch.bmm(q, k.transpose(1, 2)).to(sdt)
+    scores = (scores.view(score_view) + blocked.to(sdt) * (torch.finfo(sdt).min / 2)).view(scores.shape)
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+    out = torch.bmm(torch.exp(scores - lse).to(v.dtype), v)
+    return out, lse
 
 
 def dense_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,

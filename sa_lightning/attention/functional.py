@@ -87,6 +87,33 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
     return banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale)
 
 
+def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=None, lengths=None):
+    """The union of the SWA and SA masks in one softmax (training-free SA+SWA: no gate to learn).
+
+    Query i reads key j when j <= i and (i - j < window or |slot(i) - slot(j)|_n < window / 2). SWA's
+    band and SA's band minus the SWA window are computed apart and merged by log-sum-exp, so no key
+    counts twice and nothing n x n is built. ``perm``, ``generator`` and ``lengths`` are as for
+    ``stochastic_attention``.
+    """
+    B, Hq, Hkv, n, d = check_qkv(q, k, v)
+    check_positive("window", window)
+    lengths = check_lengths(lengths, B, n, q.device)
+    perm = sample_permutation(n, generator=generator, device=q.device) if perm is None else check_perm(perm, B, n, q.device)
+    scale = default_scale(d, scale)
+    pos = perm if perm.dim() == 2 else perm.unsqueeze(0)
+    if n < 2 * window:
+        slot = invert_permutation(pos).expand(B, n)
+        mask = masks.union(masks.stochastic(slot, window, lengths), masks.sliding_window(window))
+        return dense_masked_attention(q, k, v, masks.dense(mask, n, batch=B, device=q.device), scale=scale)
+    half = masks.sa_half_width(window)
+    y_swa, lse_swa = banded_attention(q, k, v, before=window - 1, after=0, scale=scale, return_lse=True)
+    y_sa, lse_sa = banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale,
+                                    skip_recent=window, return_lse=True)
+    top = torch.maximum(lse_swa, lse_sa)
+    a_swa, a_sa = torch.exp(lse_swa - top).unsqueeze(-1), torch.exp(lse_sa - top).unsqueeze(-1)
+    return ((a_swa * y_swa.float() + a_sa * y_sa.float()) / (a_swa + a_sa)).to(q.dtype)
+
+
 def moba_attention(q, k, v, block_size, top_k, *, scale=None):
     """Mixture of Block Attention: own block (causal) plus the top_k - 1 best strictly-past blocks."""
     _, _, _, _, d = check_qkv(q, k, v)

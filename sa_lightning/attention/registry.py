@@ -1,7 +1,7 @@
 """The variant registry: one name -> implementation map for every caller.
 
 The Transformer++ model, the Hugging Face patcher, the benchmarks and the analysis tools all resolve
-``full | swa | sa | sa_swa | moba`` here. A variant returns one tensor per path; the caller gates and
+``full | swa | sa | sa_swa | sa_swa_union | moba`` here. A variant returns one tensor per path; the caller gates and
 sums the paths (see ``GatedPaths``) or, training-free, uses the single path as is.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ import torch
 
 from . import masks
 from ._checks import check_positive
-from .functional import full_attention, moba_attention, sliding_window_attention, stochastic_attention
+from .functional import (full_attention, moba_attention, sa_swa_union_attention, sliding_window_attention,
+                         stochastic_attention)
 
 
 @dataclass(frozen=True)
@@ -106,3 +107,11 @@ register_variant(Variant(
     "moba", ("moba",),
     lambda q, k, v, s, p, lens: (moba_attention(q, k, v, s.block_size, s.top_k),),
 ))
+# Training-free SA+SWA (the HF patcher's ``sa_swa`` mode): one softmax over the union of both masks.
+register_variant(Variant(
+    "sa_swa_union", ("sa_swa_union",),
+    lambda q, k, v, s, p, lens: (sa_swa_union_attention(q, k, v, s.window, p, lengths=lens),),
+    mask=lambda s, n, p: masks.union(masks.stochastic(_slot_of(p), s.window), masks.sliding_window(s.window)),
+    uses_permutation=True,
+))
+
