@@ -1,0 +1,205 @@
+"""Patch a Hugging Face causal LM so that its prefill runs an attention variant from the registry.
+
+Registration goes through transformers' ``AttentionInterface`` (the attention itself) **and**
+``AttentionMaskInterface``: for an implementation name unknown to the mask interface, transformers
+builds no mask at all and padding would be lost. Our mask function hands the attention the 2-D
+padding mask (B, kv_len) instead of an n x n one.
+
+- Prefill (q_len == kv_len) runs the O(n*w) kernels of ``sa_lightning.attention``. Each row's valid
+  tokens are moved to the front (left or right padding alike), SA permutes only them, and no pad is
+  ever read, so a row gives what it gives alone.
+- Decode and cached continuations (q_len < kv_len) attend densely over the KV cache, as the model
+  natively does (its own sliding window, if any, included).
+- RoPE has already been applied by the model on its own positions; GQA heads go to the kernels
+  unrepeated (query head h reads kv head h // num_key_value_groups).
+- The SA permutation of a row is drawn from (seed, layer, row length), so results are reproducible
+  and independent of the batch.
+"""
+from __future__ import annotations
+
+import contextlib
+import difflib
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..attention import AttentionSpec, get_variant, layer_generator
+from ..attention.permutation import gather_tokens, invert_permutation
+
+NAME = "sa_lightning"
+#: patcher mode -> registry variant. ``sa_swa`` is training-free: one softmax over the union of both masks.
+MODES = {"full": "full", "swa": "swa", "sa": "sa", "sa_swa": "sa_swa_union", "moba": "moba"}
+#: how many attention calls took each path; tests read it to check that decoding stays dense
+CALLS: Counter = Counter()
+_SPECS: dict[int, tuple[object, "PatchSpec"]] = {}
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """mode: full | swa | sa | sa_swa | moba. window: w for swa/sa/sa_swa. block_size, top_k: MoBA
+    (effective window block_size * top_k). seed: SA permutations. backend: as the attention core."""
+
+    mode: str
+    window: int | None = None
+    block_size: int = 64
+    top_k: int = 2
+    seed: int = 0
+    backend: str = "auto"
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            close = difflib.get_close_matches(str(self.mode), MODES, n=2)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}.{hint}")
+        if self.mode in ("swa", "sa", "sa_swa") and (self.window is None or isinstance(self.window, bool)
+                                                     or not isinstance(self.window, int) or self.window < 1):
+            raise ValueError(f"mode {self.mode!r} needs a window >= 1, got {self.window!r}.")
+        for name in ("block_size", "top_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+
+    @property
+    def effective_window(self) -> int | None:
+        return self.block_size * self.top_k if self.mode == "moba" else self.window
+
+    def attention_spec(self) -> AttentionSpec:
+        return AttentionSpec(variant=MODES[self.mode], window=self.window or 1, block_size=self.block_size,
+                             top_k=self.top_k, backend=self.backend)
+
+
+# ---- the two registered functions --------------------------------------------------------------
+def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0, mask_function=None,
+                 attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor | None:
+    """The mask our attention receives: the (B, kv_length) bool padding mask, or None without padding."""
+    if attention_mask is None:
+        return None
+    mask = attention_mask[:, kv_offset:kv_offset + kv_length].to(torch.bool)
+    return None if bool(mask.all()) else mask
+
+
+def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, **kwargs):
+    """transformers' attention signature: q (B, Hq, q_len, d), k/v (B, Hkv, kv_len, d) -> ((B, q_len, Hq, d), None)."""
+    spec = spec_of(module.config)
+    q_len, kv_len, d = query.shape[2], key.shape[2], query.shape[3]
+    scale = d ** -0.5 if scaling is None else float(scaling)
+    if q_len != kv_len or spec.mode == "full":
+        CALLS["dense"] += 1
+        out = _dense(query, key, value, attention_mask, scale, sliding_window)
+    else:
+        CALLS["prefill"] += 1
+        out = _prefill(spec, getattr(module, "layer_idx", 0) or 0, query, key, value, attention_mask, scale)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _dense(q, k, v, valid, scale, sliding_window):
+    """Causal attention of the q_len newest tokens over all kv_len keys, minus padding (decode, full mode)."""
+    B, Hq, q_len, _ = q.shape
+    kv_len = k.shape[2]
+    if valid is None and sliding_window is None and q_len in (1, kv_len):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=q_len > 1, scale=scale,
+                                              enable_gqa=Hq != k.shape[1])
+    q_pos = torch.arange(kv_len - q_len, kv_len, device=q.device).view(-1, 1)
+    k_pos = torch.arange(kv_len, device=q.device).view(1, -1)
+    mask = (k_pos <= q_pos).view(1, 1, q_len, kv_len)
+    if sliding_window is not None:
+        mask = mask & (q_pos - k_pos < sliding_window).view(1, 1, q_len, kv_len)
+    if valid is not None:
+        mask = mask & valid.view(B, 1, 1, kv_len)
+    mask = mask | ~mask.any(-1, keepdim=True)  # a pad query that sees nothing reads anything: finite, discarded
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=Hq != k.shape[1])
+
+
+def _row_permutations(lengths: list[int], n: int, seed: int, layer: int, device) -> torch.Tensor:
+    table = torch.arange(n).repeat(len(lengths), 1)
+    for b, length in enumerate(lengths):
+        table[b, :length] = torch.randperm(length, generator=layer_generator(seed * 1_000_003 + length, layer))
+    return table.to(device)
+
+
+def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale):
+    B, _, n, d = q.shape
+    order = lengths = None
+    if valid is not None:  # valid tokens first, in their order; padding after (left or right alike)
+        order = torch.sort((~valid).to(torch.int8), dim=-1, stable=True).indices
+        q, k, v = (gather_tokens(t, order) for t in (q, k, v))
+        lengths = valid.sum(-1)
+    if scale != d ** -0.5:  # the kernels take the default 1/sqrt(d)
+        q = q * (scale * math.sqrt(d))
+    variant = get_variant(MODES[spec.mode])
+    perm = None
+    if variant.uses_permutation:
+        rows = lengths.tolist() if lengths is not None else [n] * B
+        perm = _row_permutations(rows, n, spec.seed, layer, q.device)
+    (y,) = variant(q, k, v, spec.attention_spec(), perm, lengths)
+    if order is not None:
+        y = gather_tokens(y, invert_permutation(order)) * valid.view(B, 1, n, 1).to(y.dtype)
+    return y
+
+
+# ---- patching ------------------------------------------------------------------------------------
+def _register() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, padding_mask)
+
+
+def spec_of(config) -> PatchSpec:
+    try:
+        return _SPECS[id(config)][1]
+    except KeyError:
+        raise RuntimeError(f"attn_implementation {NAME!r} is set on a model that sa_lightning did not patch; "
+                           "use sa_lightning.inference.patch(model, ...).") from None
+
+
+def _check_patchable(model) -> None:
+    from transformers import PreTrainedModel
+
+    name = type(model).__name__
+    if not isinstance(model, PreTrainedModel):
+        raise ValueError(f"{name} cannot be patched: it is not a Hugging Face PreTrainedModel.")
+    if not getattr(model, "_supports_attention_backend", False):
+        raise ValueError(f"{name} cannot be patched: its attention does not go through transformers' "
+                         "AttentionInterface (the model class does not declare _supports_attention_backend).")
+
+
+def patch(model, mode: str | PatchSpec = "sa", window: int | None = None, *, block_size: int = 64, top_k: int = 2,
+          seed: int = 0, backend: str = "auto"):
+    """Make ``model``'s prefill use ``mode``; returns the model. Patching again replaces the spec."""
+    spec = mode if isinstance(mode, PatchSpec) else PatchSpec(mode, window, block_size, top_k, seed, backend)
+    _check_patchable(model)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if spec.mode == "moba" and limit and spec.effective_window > limit:
+        raise ValueError(f"MoBA's block_size * top_k = {spec.effective_window} does not fit the model's "
+                         f"max_position_embeddings={limit}; choose a smaller block_size or top_k.")
+    _register()
+    if id(model.config) not in _SPECS:
+        model._sa_lightning_previous = model.config._attn_implementation
+    _SPECS[id(model.config)] = (model.config, spec)
+    model.set_attn_implementation(NAME)
+    return model
+
+
+def unpatch(model):
+    """Restore the attention implementation the model had before ``patch``."""
+    if id(model.config) not in _SPECS:
+        return model
+    model.set_attn_implementation(model._sa_lightning_previous)
+    del _SPECS[id(model.config)]
+    del model._sa_lightning_previous
+    return model
+
+
+@contextlib.contextmanager
+def patched(model, mode: str | PatchSpec = "sa", window: int | None = None, **kwargs):
+    """``with patched(model, "sa", 256): ...`` patches for the block and restores afterwards."""
+    patch(model, mode, window, **kwargs)
+    try:
+        yield model
+    finally:
+        unpatch(model)

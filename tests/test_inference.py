@@ -1,0 +1,151 @@
+"""The Hugging Face patcher on tiny random Qwen3, Qwen3-MoE and Llama models built from configs."""
+import pytest
+import torch
+
+from sa_lightning.inference import MODES, patch, patched, unpatch
+from sa_lightning.inference import patcher
+
+SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=16, max_position_embeddings=512)
+
+
+def _qwen3(**kw):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(Qwen3Config(**SIZES, **kw)).eval()
+
+
+def _qwen3_moe():
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen3MoeForCausalLM(Qwen3MoeConfig(**SIZES, num_experts=4, num_experts_per_tok=2,
+                                              moe_intermediate_size=32)).eval()
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**SIZES)).eval()
+
+
+MODELS = {"qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "llama": _llama}
+SETTINGS = {"full": {}, "swa": {"window": 16}, "sa": {"window": 16}, "sa_swa": {"window": 16},
+            "moba": {"block_size": 16, "top_k": 2}}
+
+
+def _ids(batch=2, n=96, seed=0):
+    return torch.randint(0, 128, (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def model(request):
+    return MODELS[request.param]()
+
+
+@torch.no_grad()
+def test_full_mode_equals_the_unpatched_model(model):
+    ids = _ids()
+    mask = torch.ones_like(ids)
+    mask[1, :20] = 0
+    ref, ref_padded = model(ids).logits, model(ids, attention_mask=mask).logits
+    with patched(model, "full"):
+        torch.testing.assert_close(model(ids).logits, ref, atol=1e-5, rtol=0)
+        got = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got[1, 20:], ref_padded[1, 20:], atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_sa_with_a_window_wider_than_the_sequence_is_full(model):
+    ids = _ids()
+    ref = model(ids).logits
+    with patched(model, "sa", 1000):
+        torch.testing.assert_close(model(ids).logits, ref, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_swa_equals_the_native_sliding_window():
+    ids = _ids(n=80)
+    native = _qwen3(use_sliding_window=True, sliding_window=16, max_window_layers=0)
+    assert all(t == "sliding_attention" for t in native.config.layer_types)
+    ref = native(ids).logits
+    plain = _qwen3()
+    with patched(plain, "swa", 16):
+        torch.testing.assert_close(plain(ids).logits, ref, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@torch.no_grad()
+def test_padded_batches_equal_solo_runs(model, mode):
+    """Left- and right-padded rows give what the sequence gives alone; pads are never read."""
+    lengths = (96, 57, 23)
+    seqs = [_ids(1, n, seed=n)[0] for n in lengths]
+    with patched(model, mode, **SETTINGS[mode]):
+        solo = [model(s.view(1, -1)).logits[0] for s in seqs]
+        for side in ("left", "right"):
+            ids = torch.zeros(len(seqs), 96, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for b, s in enumerate(seqs):
+                span = slice(96 - len(s), 96) if side == "left" else slice(0, len(s))
+                ids[b, span], mask[b, span] = s, 1
+            # positions as generate() gives them: each row counts from 0 at its first real token
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = model(ids, attention_mask=mask, position_ids=pos).logits
+            for b, s in enumerate(seqs):
+                span = slice(96 - len(s), 96) if side == "left" else slice(0, len(s))
+                torch.testing.assert_close(logits[b, span], solo[b], atol=2e-5, rtol=0, msg=f"{side} row {b}")
+
+
+@torch.no_grad()
+def test_generate_works_and_decoding_is_dense(model):
+    ids = _ids(2, 40)
+    mask = torch.ones_like(ids)
+    mask[1, :10] = 0
+    with patched(model, "sa", 8):
+        patcher.CALLS.clear()
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0)
+        layers = model.config.num_hidden_layers
+        assert patcher.CALLS["prefill"] == layers and patcher.CALLS["dense"] == 4 * layers
+    assert out.shape == (2, 45)
+    # the decode steps after a patched prefill equal dense decoding from the same prefill cache
+    with patched(model, "sa", 8):
+        first = model(ids, attention_mask=mask, use_cache=True)
+    cache, token = first.past_key_values, first.logits[:, -1].argmax(-1, keepdim=True)
+    assert torch.equal(token[:, 0], out[:, 40])
+    step = model(token, attention_mask=torch.cat([mask, torch.ones_like(token)], 1), past_key_values=cache).logits
+    assert torch.equal(step[:, -1].argmax(-1), out[:, 41])
+
+
+@torch.no_grad()
+def test_unpatching_restores_the_model_exactly(model):
+    ids = _ids()
+    before = model.config._attn_implementation
+    ref = model(ids).logits
+    patch(model, "swa", 8)
+    assert model.config._attn_implementation == "sa_lightning"
+    assert not torch.allclose(model(ids).logits, ref)
+    unpatch(model)
+    assert model.config._attn_implementation == before
+    assert torch.equal(model(ids).logits, ref)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"mode": "stochastic", "window": 8}, "unknown mode 'stochastic'"),
+    ({"mode": "sa", "window": 0}, "window >= 1"),
+    ({"mode": "swa"}, "window >= 1"),
+    ({"mode": "moba", "block_size": 512, "top_k": 2}, "does not fit"),
+    ({"mode": "moba", "block_size": 0}, "block_size"),
+])
+def test_bad_patch_requests_fail_in_one_sentence(kwargs, message):
+    model = _qwen3()
+    mode = kwargs.pop("mode")
+    with pytest.raises(ValueError, match=message):
+        patch(model, mode, **kwargs)
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_model_without_the_attention_interface_is_named():
+    with pytest.raises(ValueError, match="Linear cannot be patched"):
+        patch(torch.nn.Linear(2, 2), "sa", 8)
