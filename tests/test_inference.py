@@ -149,3 +149,24 @@ def test_bad_patch_requests_fail_in_one_sentence(kwargs, message):
 def test_a_model_without_the_attention_interface_is_named():
     with pytest.raises(ValueError, match="Linear cannot be patched"):
         patch(torch.nn.Linear(2, 2), "sa", 8)
+
+
+def test_lm_eval_model_scores_do_not_depend_on_batch_size():
+    """HFLM pads loglikelihood batches with token 0 and passes no mask; PatchedHFLM passes it."""
+    from lm_eval.api.instance import Instance
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from sa_lightning.data.tokenizer import load_tokenizer
+    from sa_lightning.inference.lm import PatchedHFLM
+
+    tok = load_tokenizer("embedded")
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(**{**SIZES, "vocab_size": len(tok)})).eval()
+    texts = ["HAMLET:\nTo be, or not to be, that is the question:" * k for k in (1, 3, 5, 2)]
+    reqs = [Instance("loglikelihood", {}, (t, " Whether"), i) for i, t in enumerate(texts)]
+    scores = {}
+    for batch_size in (1, 4):
+        lm = PatchedHFLM(model, tokenizer=tok, mode="sa", window=8, batch_size=batch_size, device="cpu")
+        scores[batch_size] = [s for s, _ in lm.loglikelihood(reqs, disable_tqdm=True)]
+        unpatch(model)
+    torch.testing.assert_close(torch.tensor(scores[4]), torch.tensor(scores[1]), atol=1e-4, rtol=1e-5)
