@@ -6,6 +6,7 @@
     python cli.py bench train [--preset cpu|paper] ...       training step time per variant, data pipeline speed
     python cli.py bench eval --ckpt A.ckpt                   offline-task time; eval_samples vs permutation noise
     python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
+    python cli.py sweep --config configs/sweep/qwen3_8b.yaml ...   training-free window sweep of a HF model
     python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 4: attention heat maps per variant
 """
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
-    if command in ("bench", "analyze", "evaluate", *LIGHTNING_COMMANDS):
+    if command in ("bench", "analyze", "evaluate", "sweep", *LIGHTNING_COMMANDS):
         from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
 
         tune_cpu_allocator()
@@ -43,6 +44,10 @@ def main(argv: list[str] | None = None) -> None:
             from sa_lightning.bench.eval import main as bench_main
 
         bench_main(rest[1:])
+    elif command == "sweep":
+        from sa_lightning.inference.sweep import main as sweep_main
+
+        sweep_main(rest)
     elif command == "evaluate":
         from sa_lightning.eval.report import main as evaluate_main
 
@@ -52,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
 
         analyze_main(rest)
     else:
-        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, evaluate, bench or analyze.\n{USAGE}")
+        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, evaluate, sweep, bench or analyze.\n{USAGE}")
 
 
 def _main_with_clean_errors() -> None:

@@ -170,3 +170,79 @@ def test_lm_eval_model_scores_do_not_depend_on_batch_size():
         scores[batch_size] = [s for s, _ in lm.loglikelihood(reqs, disable_tqdm=True)]
         unpatch(model)
     torch.testing.assert_close(torch.tensor(scores[4]), torch.tensor(scores[1]), atol=1e-4, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def local_model(tmp_path_factory):
+    """A tiny random Qwen3 and the embedded tokenizer, saved as a Hugging Face folder."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from sa_lightning.data.tokenizer import load_tokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_qwen3")
+    tok = load_tokenizer("embedded")
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(Qwen3Config(**{**SIZES, "vocab_size": len(tok)}, eos_token_id=tok.eos_token_id,
+                                 pad_token_id=tok.eos_token_id)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_sweep_writes_every_cell_resumes_and_draws(local_model, tmp_path, capsys):
+    from sa_lightning.inference.sweep import main
+
+    args = ["--model", str(local_model), "--dtype", "float32", "--tasks", "[shakespeare_lastword]",
+            "--modes", "[full, swa, sa, sa_swa, moba]", "--windows", "[8, 32]", "--moba_block_sizes", "[4, 16]",
+            "--seeds", "[0, 1]", "--limit", "3", "--out", str(tmp_path)]
+    result = main(args)
+    # full once, swa 2 windows, sa and sa_swa 2 windows x 2 seeds, moba 2 block sizes
+    assert len(list((tmp_path / "cells").glob("*.json"))) == 1 + 2 + 4 + 4 + 2
+    assert {(r["mode"], r["w_eff"]) for r in result["rows"]} == {
+        ("full", None), *((m, w) for m in ("swa", "sa", "sa_swa") for w in (8, 32)), ("moba", 8), ("moba", 32)}
+    table = (tmp_path / "table.md").read_text()
+    assert table.splitlines()[0] == "| w_eff | Mode | LW | Avg. |" and "| all | Full |" in table
+    assert (tmp_path / "average.png").stat().st_size > 5000 and (tmp_path / "tasks.png").exists()
+    assert "mode,w_eff,shakespeare_lastword,avg" in (tmp_path / "results.csv").read_text()
+    (tmp_path / "cells" / "sa_w8_s1_shakespeare_lastword.json").unlink()
+    capsys.readouterr()
+    main(args)
+    assert "13 cells, 12 already done, 1 to run" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--modes", "[full, stochastic]"], "unknown mode 'stochastic'"),
+    (["--windows", "[0, 8]"], "windows must all be >= 1"),
+    (["--tasks", "[humaneval]"], "confirm_run_unsafe_code"),
+    (["--tasks", "[hellaswg]"], "unknown task 'hellaswg'"),
+])
+def test_bad_sweep_configs_fail_before_any_cell(args, message, tmp_path):
+    from sa_lightning.inference.sweep import main
+
+    with pytest.raises(ValueError, match=message):
+        main(["--model", "nowhere", "--out", str(tmp_path), *args])
+    assert not (tmp_path / "cells").exists() or not list((tmp_path / "cells").iterdir())
+
+
+def test_sweep_names_a_model_it_cannot_load(tmp_path):
+    from sa_lightning.inference.sweep import main
+
+    with pytest.raises(ValueError, match="model '/no/such/model' cannot be loaded"):
+        main(["--model", "/no/such/model", "--tasks", "[shakespeare_lastword]", "--modes", "[full]",
+              "--out", str(tmp_path)])
+
+
+def test_paper_sweep_configs_parse():
+    from jsonargparse import ArgumentParser
+
+    from sa_lightning.inference.sweep import SweepConfig, cells
+
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for name, model in (("qwen3_8b", "Qwen/Qwen3-8B"), ("qwen3_30b_a3b", "Qwen/Qwen3-30B-A3B")):
+        parser = ArgumentParser()
+        parser.add_class_arguments(SweepConfig, nested_key=None)
+        raw = vars(parser.parse_path(str(root / "configs/sweep" / f"{name}.yaml")))
+        cfg = SweepConfig(**{k: v for k, v in raw.items() if k in SweepConfig.__dataclass_fields__})
+        assert cfg.model == model and cfg.windows == [16, 32, 64, 128, 256, 512]
+        assert {c.w_eff for c in cells(cfg) if c.mode == "moba"} == {64, 128, 256, 512}

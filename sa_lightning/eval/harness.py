@@ -106,7 +106,7 @@ def load_tasks(names: list[str]) -> list:
     objects = []
     for name in names:
         try:
-            loaded = task_manager().load_task_or_group([name])
+            loaded = task_manager().load([name])["tasks"]
         except Exception as err:  # datasets raises many types for "not reachable / not cached"
             if name in OFFLINE_TASKS:
                 raise
@@ -128,14 +128,16 @@ def _leaves(tree: dict) -> list:
 
 
 def run_tasks(lm, tasks: list[str], *, limit: int | float | None = None, bootstrap_iters: int = 0,
-              seed: int = 1234) -> dict[str, dict[str, float]]:
+              seed: int = 1234, num_fewshot: int | None = None,
+              confirm_run_unsafe_code: bool = False) -> dict[str, dict[str, float]]:
     """Evaluate ``lm`` (an lm-eval ``LM``) on ``tasks``; returns ``{task: {metric: value}}``."""
     import lm_eval
 
     objects = load_tasks(resolve_tasks(tasks))
     raw = lm_eval.simple_evaluate(model=lm, tasks=objects, task_manager=task_manager(), limit=limit,
-                                  bootstrap_iters=bootstrap_iters, log_samples=False, random_seed=seed,
-                                  numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
+                                  num_fewshot=num_fewshot, bootstrap_iters=bootstrap_iters, log_samples=False,
+                                  random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+                                  fewshot_random_seed=seed, confirm_run_unsafe_code=confirm_run_unsafe_code)
     return flatten(raw["results"])
 
 
