@@ -291,3 +291,17 @@ def test_bench_eval_reports_permutation_noise_per_eval_samples(checkpoint, tmp_p
     assert len(rows) == 2
     k1, k2 = (float(r.split(" | ")[1]) for r in rows)
     assert k1 > 0 and k2 > 0  # SA scores really vary with the seed
+
+
+@pytest.mark.parametrize("variant", ["sa", "sa_swa", "moba"])
+def test_qwen3_backbone_scores_do_not_depend_on_batch_size(variant, tokenizer):
+    from sa_lightning.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=4096, n_layer=2, n_head=4, n_kv_head=2, d_model=64, max_seq_len=128,
+                                    variant=variant, window=8, moba_block_size=8, backbone="qwen3")).eval()
+    reqs = _requests(5)
+    solo = SALM(model, tokenizer, batch_size=1)._loglikelihood_tokens(reqs, disable_tqdm=True)
+    batched = SALM(model, tokenizer, batch_size=5)._loglikelihood_tokens(reqs, disable_tqdm=True)
+    torch.testing.assert_close(torch.tensor([s for s, _ in batched]), torch.tensor([s for s, _ in solo]),
+                               atol=1e-4, rtol=1e-5)

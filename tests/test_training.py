@@ -165,3 +165,22 @@ def test_config_is_saved_and_a_requeued_run_into_the_same_folder_does_not_fail(t
     for steps in ("1", "2"):  # the second run finds config.yaml from the first, as a requeued job does
         run(["fit", *BASE, "--trainer.max_steps", steps, "--trainer.default_root_dir", str(tmp_path)])
     assert "max_steps: 2" in (tmp_path / "config.yaml").read_text()
+
+
+def test_qwen3_backbone_trains_through_the_registry_and_exports_a_plain_hf_model(tmp_path):
+    """backbone: qwen3 trains every variant via the patcher; ExportHF writes a folder plain transformers loads."""
+    from transformers import AutoModelForCausalLM
+
+    for variant in ("sa", "full"):
+        out = tmp_path / variant
+        cli = run(["fit", "--config", str(ROOT / "configs/tiny_qwen3.yaml"), "--config",
+                   str(ROOT / "tests/configs/fast.yaml"), "--model.arch.variant", variant,
+                   "--trainer.max_steps", "3", "--trainer.default_root_dir", str(out), *_callbacks(
+                       ("sa_lightning.lit.ExportHF", {"dirpath": str(out / "hf")}))])
+        assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+        assert cli.model.net.hf.config._attn_implementation == "sa_lightning"
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "full" / "hf").eval()
+    assert plain.config._attn_implementation != "sa_lightning"
+    idx = torch.randint(0, 4096, (2, 40))
+    with torch.no_grad():
+        torch.testing.assert_close(plain(idx).logits, cli.model.net.eval()(idx), atol=1e-5, rtol=0)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..models import ModelConfig, Transformer
+from ..models import ModelConfig, Transformer, build_model
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[Transformer, dict]:
@@ -30,7 +30,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         cfg = ModelConfig(**arch)
     except (TypeError, ValueError) as err:
         raise ValueError(f"checkpoint {str(path)!r} holds an architecture this version cannot build: {err}") from None
-    model = Transformer(cfg)
+    model = build_model(cfg)
     weights = {k.removeprefix("net."): v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
     weights = {k.replace("_orig_mod.", ""): v for k, v in weights.items()}
     missing, unexpected = model.load_state_dict(weights, strict=False)

@@ -121,7 +121,9 @@ class SALM(TemplateLM):
         lengths = torch.tensor([len(r) for r in rows], device=self.device)
         totals: list[torch.Tensor] = []
         for sample in range(self.eval_samples):
-            hidden = self.model.features(idx, perms=self._permutations(rows, n, sample), lengths=lengths)
+            # perm_stream reaches backbones that draw their own per-row permutations (the HF backbone)
+            hidden = self.model.features(idx, perms=self._permutations(rows, n, sample), lengths=lengths,
+                                         perm_stream=-1 - (self.seed * 1009 + sample))
             for b, (start, end) in enumerate(spans):
                 lp = torch.log_softmax(self.model.lm_head(hidden[b, start:end]).float(), dim=-1)
                 totals.append(lp) if sample == 0 else totals[b].add_(lp)

@@ -34,3 +34,25 @@ class CheckpointAtEnd(Callback):
         if getattr(self, "_saved_step", None) != trainer.global_step:
             trainer.save_checkpoint(path)
             self._saved_step = trainer.global_step
+
+
+class ExportHF(Callback):
+    """At the end of fit, writes a Hugging Face folder (``save_pretrained`` of the model and the data's
+    tokenizer) for ``backbone: qwen3`` models: plain transformers loads it, and ``cli.py sweep`` patches it.
+
+    Args:
+        dirpath: the folder; default ``<log_dir>/hf``.
+    """
+
+    def __init__(self, dirpath: str | None = None):
+        self.dirpath = dirpath
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        folder = self.dirpath or os.path.join(trainer.log_dir or trainer.default_root_dir, "hf")  # all ranks ask
+        if not trainer.is_global_zero:
+            return
+        if not hasattr(pl_module.net, "save_pretrained"):
+            raise ValueError("ExportHF needs model.arch.backbone: qwen3; the Transformer++ has no transformers "
+                             "counterpart (its output gates are not in any HF architecture).")
+        pl_module.net.save_pretrained(folder, getattr(trainer.datamodule, "tokenizer", None))
+        print(f"exported the Hugging Face model to {folder}", flush=True)

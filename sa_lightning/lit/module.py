@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.aggregation import MeanMetric
 
-from ..models import ModelConfig, Transformer
+from ..models import ModelConfig, build_model
 from .schedule import steps_for_tokens, tokens_per_step, warmup_cosine
 
 
@@ -45,7 +45,7 @@ class LitLM(L.LightningModule):
         self.save_hyperparameters(ignore=["arch"])
         self.hparams["arch"] = arch.to_dict()
         self.arch = arch
-        self.net = Transformer(arch)
+        self.net = build_model(arch)
         self.compile = compile
         self.val_loss = MeanMetric()
         self.micro_step = 0  # training forward passes so far: the permutation stream, restored on resume

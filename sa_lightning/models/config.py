@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, replace
 from ..attention import AttentionSpec, get_variant
 
 PERMUTATION_MODES = ("stochastic", "fixed")
+BACKBONES = ("transformer++", "qwen3")
 
 
 @dataclass
@@ -16,6 +17,9 @@ class ModelConfig:
     ``d_ff`` defaults to floor(2.67 d) (2734 at d=1024). ``n_kv_head`` defaults to ``n_head`` (the
     paper's fused d -> 3d QKV); a smaller value gives GQA. ``permutation="stochastic"`` draws a fresh
     permutation per layer on every training step from ``seed``; ``"fixed"`` keeps one per layer.
+    ``backbone="qwen3"`` builds a Hugging Face ``Qwen3ForCausalLM`` of the same size instead, run through
+    the same registry by the patcher (no output gate; sa_swa is the union of both masks), which exports
+    with ``save_pretrained``.
     """
 
     vocab_size: int = 32000
@@ -35,6 +39,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.02
+    backbone: str = "transformer++"
 
     def __post_init__(self):
         if self.n_kv_head is None:
@@ -52,6 +57,8 @@ class ModelConfig:
             raise ValueError(f"model head dim d_model/n_head={self.d_model // self.n_head} must be even for RoPE.")
         if self.permutation not in PERMUTATION_MODES:
             raise ValueError(f"model permutation must be one of {', '.join(PERMUTATION_MODES)}, got {self.permutation!r}.")
+        if self.backbone not in BACKBONES:
+            raise ValueError(f"model backbone must be one of {', '.join(BACKBONES)}, got {self.backbone!r}.")
         self.attention_spec()  # unknown variant, window < 1, bad MoBA block: fail here, before any build
 
     @property

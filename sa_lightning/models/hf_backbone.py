@@ -1,0 +1,92 @@
+"""A Hugging Face causal-LM backbone (the Qwen3 architecture) trained through the same attention registry.
+
+The model is a plain ``Qwen3ForCausalLM`` whose attention is patched by ``sa_lightning.inference``,
+so every variant runs the registry's kernels (with their backward) and the trained model exports with
+``save_pretrained`` into a folder that any transformers install loads, and that ``cli.py sweep`` can
+patch again. ``sa_swa`` has no gate here: it is the union of both masks in one softmax. It has the
+same interface as ``Transformer`` for the Lightning module and the evaluator.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+
+#: registry variant -> patcher mode (gated sa_swa has no HF counterpart: the union takes its place)
+MODES = {"full": "full", "swa": "swa", "sa": "sa", "sa_swa": "sa_swa", "sa_swa_union": "sa_swa", "moba": "moba"}
+
+
+def qwen3_config(cfg: ModelConfig):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+                       num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
+                       num_key_value_heads=cfg.n_kv_head, head_dim=cfg.head_dim, max_position_embeddings=cfg.max_seq_len,
+                       rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+                       rms_norm_eps=cfg.norm_eps, initializer_range=cfg.init_std, tie_word_embeddings=True,
+                       use_cache=False)
+
+
+class HFBackbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        from transformers import Qwen3ForCausalLM
+
+        from ..inference.patcher import PatchSpec, patch
+
+        self.cfg = cfg
+        self.hf = Qwen3ForCausalLM(qwen3_config(cfg))
+        self.spec = PatchSpec(MODES[cfg.variant], cfg.window, cfg.moba_block_size, cfg.moba_top_k, cfg.seed,
+                              cfg.backend)
+        patch(self.hf, self.spec)
+        self.uses_permutation = self.spec.mode in ("sa", "sa_swa")
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        return self.hf.model.layers
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self.hf.lm_head
+
+    def num_parameters(self, exclude_embedding: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.hf.model.embed_tokens.weight.numel() if exclude_embedding else n
+
+    def _reseed(self, stream: int | None) -> None:
+        """Stochastic mode: fresh permutations per training step (the patcher keys them by seed and layer)."""
+        from dataclasses import replace
+
+        from ..inference.patcher import patch
+        from .transformer import _stream_seed
+
+        if self.uses_permutation and self.cfg.permutation == "stochastic" and stream is not None:
+            patch(self.hf, replace(self.spec, seed=_stream_seed(self.cfg.seed, stream)))
+
+    def features(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
+                 lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """Final hidden states; ``perms`` is ignored (the patcher draws each row's own permutation)."""
+        self._reseed(perm_stream)
+        mask = None if lengths is None else (torch.arange(idx.shape[1], device=idx.device) < lengths.view(-1, 1)).long()
+        return self.hf.model(input_ids=idx, attention_mask=mask, use_cache=False).last_hidden_state
+
+    def forward(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
+                lengths: torch.Tensor | None = None) -> torch.Tensor:
+        return self.lm_head(self.features(idx, perm_stream=perm_stream, perms=perms, lengths=lengths))
+
+    def save_pretrained(self, folder: str | Path, tokenizer=None) -> Path:
+        """A plain transformers folder: the model loads with ``AutoModelForCausalLM`` and no sa_lightning."""
+        from ..inference.patcher import patch, unpatch
+
+        folder = Path(folder)
+        unpatch(self.hf)
+        try:
+            self.hf.save_pretrained(folder)
+        finally:
+            patch(self.hf, self.spec)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+        return folder
