@@ -305,3 +305,22 @@ def test_qwen3_backbone_scores_do_not_depend_on_batch_size(variant, tokenizer):
     batched = SALM(model, tokenizer, batch_size=5)._loglikelihood_tokens(reqs, disable_tqdm=True)
     torch.testing.assert_close(torch.tensor([s for s, _ in batched]), torch.tensor([s for s, _ in solo]),
                                atol=1e-4, rtol=1e-5)
+
+
+def test_local_pass_at_k_runs_programs_in_a_subprocess_with_a_timeout():
+    import sys
+
+    sys.path.insert(0, str(offline.TASKS_DIR))
+    try:
+        import code_exec
+    finally:
+        sys.path.remove(str(offline.TASKS_DIR))
+    test = "def check(f):\n    assert f(2, 3) == 5\ncheck(add)"
+    good, bad, hang = "def add(a, b):\n    return a + b", "def add(a, b):\n    return a * b", \
+        "def add(a, b):\n    while True: pass"
+    assert code_exec.pass_at_k([test], [[good]], k=[1]) == 1.0
+    assert code_exec.pass_at_k([test], [[bad]], k=[1]) == 0.0
+    assert code_exec.passes(f"{hang}\n{test}", timeout=1.0) is False
+    assert code_exec.pass_at_k([test], [[good, bad]], k=[1]) == 0.5
+    assert code_exec.estimate_pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert "humaneval_exec" in resolve_tasks(["humaneval_exec"])

@@ -22,9 +22,9 @@ from .patcher import MODES, PatchSpec
 
 #: the metric each task's column shows (the paper: accuracy; HellaSwag acc_norm; HumanEval pass@1)
 METRICS = {"hellaswag": "acc_norm", "arc_challenge": "acc_norm", "humaneval": "pass@1",
-           "shakespeare_choice": "acc_norm"}
+           "humaneval_exec": "pass_at_k", "shakespeare_choice": "acc_norm"}
 LABELS = {"hellaswag": "Hella.", "mmlu": "MMLU", "arc_challenge": "ARC-C", "boolq": "BoolQ", "lambada_openai": "LMB",
-          "arc_easy": "ARC-E", "humaneval": "HuEval", "shakespeare_lastword": "LW", "shakespeare_choice": "MC"}
+          "arc_easy": "ARC-E", "humaneval": "HuEval", "humaneval_exec": "HuEval", "shakespeare_lastword": "LW", "shakespeare_choice": "MC"}
 CODE_TASKS = ("humaneval",)
 
 
@@ -72,7 +72,7 @@ class SweepConfig:
             raise ValueError(f"sweep moba_top_k must be >= 1, got {self.moba_top_k}.")
         if not self.seeds:
             raise ValueError("sweep seeds must name at least one seed.")
-        unsafe = [t for t in self.tasks if t.startswith(CODE_TASKS)]
+        unsafe = [t for t in self.tasks if str(t).startswith(CODE_TASKS)]
         if unsafe and not self.confirm_run_unsafe_code:
             raise ValueError(f"task(s) {', '.join(unsafe)} execute model-written code; set "
                              "confirm_run_unsafe_code: true (or --confirm_run_unsafe_code true) to allow it.")
