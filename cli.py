@@ -5,6 +5,7 @@
     python cli.py bench attention [--preset cpu|paper] ...   latency and memory of every variant
     python cli.py bench train [--preset cpu|paper] ...       training step time per variant, data pipeline speed
     python cli.py bench eval --ckpt A.ckpt                   offline-task time; eval_samples vs permutation noise
+    python cli.py bench prefill [--model ...]               patched HF prefill latency and memory per mode
     python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
     python cli.py sweep --config configs/sweep/qwen3_8b.yaml ...   training-free window sweep of a HF model
     python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
@@ -34,12 +35,15 @@ def main(argv: list[str] | None = None) -> None:
 
         run(None if from_shell else argv)  # LightningCLI reads sys.argv itself
     elif command == "bench":
-        if not rest or rest[0] not in ("attention", "train", "eval"):
-            raise SystemExit("error: 'bench' takes a benchmark: attention, train or eval. Example: python cli.py bench attention")
+        if not rest or rest[0] not in ("attention", "train", "eval", "prefill"):
+            raise SystemExit("error: 'bench' takes a benchmark: attention, train, eval or prefill. "
+                             "Example: python cli.py bench attention")
         if rest[0] == "attention":
             from sa_lightning.bench.attention import main as bench_main
         elif rest[0] == "train":
             from sa_lightning.bench.train import main as bench_main
+        elif rest[0] == "prefill":
+            from sa_lightning.bench.prefill import main as bench_main
         else:
             from sa_lightning.bench.eval import main as bench_main
 
