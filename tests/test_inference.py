@@ -246,3 +246,30 @@ def test_paper_sweep_configs_parse():
         cfg = SweepConfig(**{k: v for k, v in raw.items() if k in SweepConfig.__dataclass_fields__})
         assert cfg.model == model and cfg.windows == [16, 32, 64, 128, 256, 512]
         assert {c.w_eff for c in cells(cfg) if c.mode == "moba"} == {64, 128, 256, 512}
+
+
+def test_a_four_dimensional_mask_is_refused_in_one_sentence():
+    model = _qwen3()
+    ids = _ids(1, 20)
+    with patched(model, "sa", 8), pytest.raises(ValueError, match="2-D padding mask"):
+        model(ids, attention_mask=torch.ones(1, 1, 20, 20, dtype=torch.bool))
+
+
+def test_remote_code_needs_an_opt_in(tmp_path):
+    import json
+
+    from sa_lightning.inference.sweep import SweepConfig, load_model
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "custom_thing", "auto_map": {
+        "AutoConfig": "configuration_custom.CustomConfig", "AutoModelForCausalLM": "modeling_custom.CustomModel"}}))
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        load_model(SweepConfig(model=str(tmp_path), tasks=["shakespeare_lastword"]))
+
+
+def test_bench_prefill_reports_every_mode(tmp_path):
+    from sa_lightning.bench.prefill import main
+
+    rows = main(["--lengths", "256", "--repeats", "1", "--window", "32", "--out", str(tmp_path)])
+    assert {r["mode"] for r in rows} == {"full", "swa", "sa", "sa_swa", "moba"}
+    assert all(r["ms"] > 0 and r["peak_mib"] > 0 for r in rows)
+    assert "| 256 | sa |" in (tmp_path / "prefill.md").read_text()

@@ -84,6 +84,9 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
 def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, **kwargs):
     """transformers' attention signature: q (B, Hq, q_len, d), k/v (B, Hkv, kv_len, d) -> ((B, q_len, Hq, d), None)."""
     spec = spec_of(module.config)
+    if attention_mask is not None and attention_mask.dim() != 2:
+        raise ValueError(f"a model patched by sa_lightning takes a 2-D padding mask (batch, length); got a "
+                         f"{attention_mask.dim()}-D attention_mask, which would need an n x n mask at prefill.")
     q_len, kv_len, d = query.shape[2], key.shape[2], query.shape[3]
     scale = d ** -0.5 if scaling is None else float(scaling)
     if q_len != kv_len or spec.mode == "full":
