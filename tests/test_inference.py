@@ -1,4 +1,6 @@
 """The Hugging Face patcher on tiny random Qwen3, Qwen3-MoE and Llama models built from configs."""
+import json
+
 import pytest
 import torch
 
@@ -231,45 +233,28 @@ def test_sweep_names_a_model_it_cannot_load(tmp_path):
               "--out", str(tmp_path)])
 
 
-def test_paper_sweep_configs_parse():
-    from jsonargparse import ArgumentParser
-
-    from sa_lightning.inference.sweep import SweepConfig, cells
-
+def test_paper_sweep_configs_run_with_a_local_stand_in(local_model, tmp_path):
+    """configs/sweep/qwen3_*.yaml with the hub model replaced by a local folder and the tasks by an offline one."""
     from pathlib import Path
 
+    from sa_lightning.inference.sweep import main
+
     root = Path(__file__).resolve().parents[1]
-    for name, model in (("qwen3_8b", "Qwen/Qwen3-8B"), ("qwen3_30b_a3b", "Qwen/Qwen3-30B-A3B")):
-        parser = ArgumentParser()
-        parser.add_class_arguments(SweepConfig, nested_key=None)
-        raw = vars(parser.parse_path(str(root / "configs/sweep" / f"{name}.yaml")))
-        cfg = SweepConfig(**{k: v for k, v in raw.items() if k in SweepConfig.__dataclass_fields__})
-        assert cfg.model == model and cfg.windows == [16, 32, 64, 128, 256, 512]
-        assert {c.w_eff for c in cells(cfg) if c.mode == "moba"} == {64, 128, 256, 512}
+    for name in ("qwen3_8b", "qwen3_30b_a3b"):
+        text = (root / "configs/sweep" / f"{name}.yaml").read_text()
+        assert "windows: [16, 32, 64, 128, 256, 512]" in text and "moba_block_sizes: [32, 64, 128, 256]" in text
+        out = tmp_path / name
+        result = main(["--config", str(root / "configs/sweep" / f"{name}.yaml"), "--model", str(local_model),
+                       "--device_map", "cpu", "--tasks", "[shakespeare_lastword]", "--windows", "[16]",
+                       "--moba_block_sizes", "[8]", "--limit", "2", "--out", str(out)])
+        assert {r["mode"] for r in result["rows"]} == {"full", "swa", "sa", "moba"}
+        assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
 
 
-def test_a_four_dimensional_mask_is_refused_in_one_sentence():
-    model = _qwen3()
-    ids = _ids(1, 20)
-    with patched(model, "sa", 8), pytest.raises(ValueError, match="2-D padding mask"):
-        model(ids, attention_mask=torch.ones(1, 1, 20, 20, dtype=torch.bool))
+def test_moba_wider_than_the_model_fails_before_the_first_cell(local_model, tmp_path):
+    from sa_lightning.inference.sweep import main
 
-
-def test_remote_code_needs_an_opt_in(tmp_path):
-    import json
-
-    from sa_lightning.inference.sweep import SweepConfig, load_model
-
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "custom_thing", "auto_map": {
-        "AutoConfig": "configuration_custom.CustomConfig", "AutoModelForCausalLM": "modeling_custom.CustomModel"}}))
-    with pytest.raises(ValueError, match="trust_remote_code"):
-        load_model(SweepConfig(model=str(tmp_path), tasks=["shakespeare_lastword"]))
-
-
-def test_bench_prefill_reports_every_mode(tmp_path):
-    from sa_lightning.bench.prefill import main
-
-    rows = main(["--lengths", "256", "--repeats", "1", "--window", "32", "--out", str(tmp_path)])
-    assert {r["mode"] for r in rows} == {"full", "swa", "sa", "sa_swa", "moba"}
-    assert all(r["ms"] > 0 and r["peak_mib"] > 0 for r in rows)
-    assert "| 256 | sa |" in (tmp_path / "prefill.md").read_text()
+    with pytest.raises(ValueError, match=r"block_size \* top_k = \[1024\] does not fit"):
+        main(["--model", str(local_model), "--tasks", "[shakespeare_lastword]", "--modes", "[full, moba]",
+              "--moba_block_sizes", "[8, 512]", "--out", str(tmp_path)])
+    assert not list((tmp_path / "cells").iterdir())

@@ -88,6 +88,10 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         raise ValueError(f"a model patched by sa_lightning takes a 2-D padding mask (batch, length); got a "
                          f"{attention_mask.dim()}-D attention_mask, which would need an n x n mask at prefill.")
     q_len, kv_len, d = query.shape[2], key.shape[2], query.shape[3]
+    groups = getattr(module, "num_key_value_groups", None)
+    if groups is not None and query.shape[1] != groups * key.shape[1]:
+        raise ValueError(f"{type(module).__name__} has {query.shape[1]} query heads and {key.shape[1]} kv heads, which "
+                         f"does not match its num_key_value_groups={groups}.")
     scale = d ** -0.5 if scaling is None else float(scaling)
     if q_len != kv_len or spec.mode == "full":
         CALLS["dense"] += 1

@@ -149,6 +149,11 @@ def run(cfg: SweepConfig) -> dict:
     if pending:
         load_tasks(sorted({c.task for c in pending}))  # unreachable datasets fail before the model loads
         model, tokenizer = load_model(cfg)
+        limit = getattr(model.config, "max_position_embeddings", None)
+        too_wide = sorted({c.w_eff for c in pending if c.mode == "moba" and limit and c.w_eff > limit})
+        if too_wide:  # fail before the first cell, not halfway through the sweep
+            raise ValueError(f"MoBA's block_size * top_k = {too_wide} does not fit the model's "
+                             f"max_position_embeddings={limit}; drop those moba_block_sizes.")
         lm = PatchedHFLM(model, tokenizer=tokenizer, batch_size=cfg.batch_size, max_length=cfg.max_length,
                          device=str(model.device))
         for i, cell in enumerate(pending, 1):
