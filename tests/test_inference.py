@@ -258,3 +258,24 @@ def test_moba_wider_than_the_model_fails_before_the_first_cell(local_model, tmp_
         main(["--model", str(local_model), "--tasks", "[shakespeare_lastword]", "--modes", "[full, moba]",
               "--moba_block_sizes", "[8, 512]", "--out", str(tmp_path)])
     assert not list((tmp_path / "cells").iterdir())
+
+
+@pytest.mark.parametrize("mode", ["swa", "sa", "sa_swa", "moba"])
+def test_patched_prefill_never_builds_an_n_by_n_tensor(mode):
+    """A padded batch at n=2048 through the patched model: no tensor near B x H x n x n, mask included."""
+    from tests.helpers import LargestTensor
+
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    n = 2048
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(**{**SIZES, "max_position_embeddings": n, "num_hidden_layers": 1,
+                                            "head_dim": 8})).eval()
+    ids = _ids(2, n)
+    mask = torch.ones_like(ids)
+    mask[1, :300] = 0
+    settings = {"moba": {"block_size": 16, "top_k": 2}}.get(mode, {"window": 32})
+    with patched(model, mode, **settings), torch.no_grad(), LargestTensor() as probe:
+        model(ids, attention_mask=mask, use_cache=False)
+    dense_scores = 2 * 4 * n * n
+    assert probe.largest < dense_scores // 8, f"{mode} made a tensor of {probe.largest} elements"
