@@ -244,7 +244,11 @@ def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
                             label="MoBA" if mode == "moba" else mode.replace("_", "+").upper())
             if full is not None and full.get(col) is not None:
                 ax.axhline(full[col], color="gray", linestyle="--", label="Full")
-            ax.set(xscale="log", xlabel="effective window $w_{eff}$", ylabel="accuracy (%)",
+            ticks = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.minorticks_off()
+            ax.set(xlabel="effective window $w_{eff}$", ylabel="accuracy (%)",
                    title="Average" if col == "avg" else LABELS.get(col, col))
             ax.grid(alpha=0.3, which="both")
             ax.legend(fontsize=7)
