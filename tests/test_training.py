@@ -184,3 +184,20 @@ def test_qwen3_backbone_trains_through_the_registry_and_exports_a_plain_hf_model
     idx = torch.randint(0, 4096, (2, 40))
     with torch.no_grad():
         torch.testing.assert_close(plain(idx).logits, cli.model.net.eval()(idx), atol=1e-5, rtol=0)
+
+
+def test_continued_pretraining_starts_from_an_exported_model_and_checks_its_sizes(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    base = ["fit", "--config", str(ROOT / "configs/tiny_qwen3.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml"),
+            "--trainer.max_steps", "2"]
+    run([*base, "--trainer.default_root_dir", str(tmp_path / "a"),
+         *_callbacks(("sa_lightning.lit.ExportHF", {"dirpath": str(tmp_path / "hf")}))])
+    start = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").state_dict()
+    cli = run([*base, "--model.arch.variant", "sa", "--model.arch.init_from", str(tmp_path / "hf"),
+               "--trainer.max_steps", "0", "--trainer.default_root_dir", str(tmp_path / "b")])
+    loaded = cli.model.net.hf.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in start.items())
+    with pytest.raises(ValueError, match="does not match model.arch: num_hidden_layers=4 \\(config: 2\\)"):
+        run([*base, "--model.arch.n_layer", "2", "--model.arch.init_from", str(tmp_path / "hf"),
+             "--trainer.default_root_dir", str(tmp_path / "c")])

@@ -19,7 +19,8 @@ class ModelConfig:
     permutation per layer on every training step from ``seed``; ``"fixed"`` keeps one per layer.
     ``backbone="qwen3"`` builds a Hugging Face ``Qwen3ForCausalLM`` of the same size instead, run through
     the same registry by the patcher (no output gate; sa_swa is the union of both masks), which exports
-    with ``save_pretrained``.
+    with ``save_pretrained``. ``init_from`` (a local folder or Hub id) starts it from pretrained weights
+    for continued pre-training; its sizes must match this config.
     """
 
     vocab_size: int = 32000
@@ -40,6 +41,7 @@ class ModelConfig:
     norm_eps: float = 1e-6
     init_std: float = 0.02
     backbone: str = "transformer++"
+    init_from: str | None = None
 
     def __post_init__(self):
         if self.n_kv_head is None:
@@ -59,6 +61,8 @@ class ModelConfig:
             raise ValueError(f"model permutation must be one of {', '.join(PERMUTATION_MODES)}, got {self.permutation!r}.")
         if self.backbone not in BACKBONES:
             raise ValueError(f"model backbone must be one of {', '.join(BACKBONES)}, got {self.backbone!r}.")
+        if self.init_from is not None and self.backbone != "qwen3":
+            raise ValueError("model init_from (continued pre-training from a Hugging Face folder) needs backbone: qwen3.")
         self.attention_spec()  # unknown variant, window < 1, bad MoBA block: fail here, before any build
 
     @property

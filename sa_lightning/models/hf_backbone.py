@@ -38,11 +38,31 @@ class HFBackbone(nn.Module):
         from ..inference.patcher import PatchSpec, patch
 
         self.cfg = cfg
-        self.hf = Qwen3ForCausalLM(qwen3_config(cfg))
+        self.hf = Qwen3ForCausalLM(qwen3_config(cfg)) if cfg.init_from is None else self._pretrained(cfg)
         self.spec = PatchSpec(MODES[cfg.variant], cfg.window, cfg.moba_block_size, cfg.moba_top_k, cfg.seed,
                               cfg.backend)
         patch(self.hf, self.spec)
         self.uses_permutation = self.spec.mode in ("sa", "sa_swa")
+
+    @staticmethod
+    def _pretrained(cfg: ModelConfig):
+        """Continued pre-training: the weights of ``cfg.init_from``, whose sizes must match ``cfg``."""
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(cfg.init_from, dtype="float32")
+        except OSError as err:
+            raise ValueError(f"model init_from {cfg.init_from!r} cannot be loaded: it is neither a local model "
+                             f"folder nor a reachable Hub repo ({str(err).splitlines()[0][:160]}).") from None
+        want = qwen3_config(cfg)
+        fields = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "head_dim")
+        wrong = [f"{f}={getattr(model.config, f, None)} (config: {getattr(want, f)})" for f in fields
+                 if getattr(model.config, f, None) != getattr(want, f)]
+        if wrong:
+            raise ValueError(f"model init_from {cfg.init_from!r} does not match model.arch: {', '.join(wrong)}; "
+                             "set model.arch to the pretrained model's sizes.")
+        return model
 
     @property
     def blocks(self) -> nn.ModuleList:
