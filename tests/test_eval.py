@@ -324,3 +324,19 @@ def test_local_pass_at_k_runs_programs_in_a_subprocess_with_a_timeout():
     assert code_exec.pass_at_k([test], [[good, bad]], k=[1]) == 0.5
     assert code_exec.estimate_pass_at_k(10, 3, 1) == pytest.approx(0.3)
     assert "humaneval_exec" in resolve_tasks(["humaneval_exec"])
+
+
+def test_a_group_task_is_reported_with_its_aggregate(checkpoint, tmp_path, monkeypatch):
+    """Groups such as mmlu must reach lm-eval by name, or their aggregate (the table's column) is lost."""
+    from lm_eval.tasks import TaskManager
+
+    from sa_lightning.eval import harness
+
+    (tmp_path / "group.yaml").write_text(
+        "group: offline_pair\ntask:\n  - shakespeare_lastword\n  - shakespeare_choice\n"
+        "aggregate_metric_list:\n  - metric: acc\n    aggregation: mean\n    weight_by_size: true\n")
+    manager = TaskManager(include_path=[str(offline.TASKS_DIR), str(tmp_path)])
+    monkeypatch.setattr(harness, "task_manager", lambda: manager)
+    model, info = load_checkpoint(checkpoint)
+    results = harness.run_tasks(SALM(model, info["tokenizer"]), ["offline_pair"], limit=3)
+    assert "acc" in results["offline_pair"] and "acc" in results["shakespeare_lastword"]

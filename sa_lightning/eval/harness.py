@@ -58,7 +58,9 @@ def layout_for(results: dict[str, dict[str, float]]) -> tuple[Column, ...]:
         if task in covered or not metrics:
             continue
         metric = next((m for m in ("acc_norm", "acc", "exact_match", "word_perplexity", "perplexity") if m in metrics),
-                      next(m for m in metrics if not m.endswith("_stderr")))
+                      next((m for m in metrics if not m.endswith("_stderr") and m != "sample_len"), None))
+        if metric is None:
+            continue
         cols.append(Column(task, task, metric, "perplexity" in metric))
     return tuple(cols)
 
@@ -120,6 +122,11 @@ def load_tasks(names: list[str]) -> list:
     return objects
 
 
+@functools.lru_cache(maxsize=None)
+def _subtasks(group: str) -> frozenset:
+    return frozenset(task_manager().load([group])["tasks"])
+
+
 def _leaves(tree: dict) -> list:
     out = []
     for value in tree.values():
@@ -133,7 +140,12 @@ def run_tasks(lm, tasks: list[str], *, limit: int | float | None = None, bootstr
     """Evaluate ``lm`` (an lm-eval ``LM``) on ``tasks``; returns ``{task: {metric: value}}``."""
     import lm_eval
 
-    objects = load_tasks(resolve_tasks(tasks))
+    names = resolve_tasks(tasks)
+    objects = load_tasks(names)
+    # a group (mmlu) goes by name so that lm-eval aggregates its subtasks; its datasets are cached by now
+    groups = [n for n in names if n in task_manager().all_groups]
+    if groups:
+        objects = [t for t in objects if not any(t.config.task in _subtasks(g) for g in groups)] + groups
     raw = lm_eval.simple_evaluate(model=lm, tasks=objects, task_manager=task_manager(), limit=limit,
                                   num_fewshot=num_fewshot, bootstrap_iters=bootstrap_iters, log_samples=False,
                                   random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,

@@ -45,11 +45,12 @@ class SALM(TemplateLM):
         seed: the permutation seed.
         max_length: longest scored sequence; default the model's max_seq_len.
         max_gen_toks: default generation budget for ``generate_until``.
+        max_batch_size: accepted for lm-eval's CLI, which always passes it; batches are ``batch_size``.
     """
 
     def __init__(self, model: Transformer | str, tokenizer=None, batch_size: int | str = 16,
                  device: str | None = None, eval_samples: int = 1, sa_mode: str = "stochastic", seed: int = 0,
-                 max_length: int | None = None, max_gen_toks: int = 64, **unused):
+                 max_length: int | None = None, max_gen_toks: int = 64, max_batch_size: int | None = None):
         super().__init__()
         from ..data.tokenizer import load_tokenizer
 
