@@ -28,6 +28,17 @@ class SACLI(LightningCLI):
     def before_fit(self) -> None:
         self._steps_from_tokens()
 
+    def _parse_ckpt_path(self) -> None:
+        """A truncated or corrupt ``ckpt_path`` stops the run in one sentence (LightningCLI reads the file's
+        hyperparameters right after parsing): never a traceback, never a silent fresh start."""
+        from .lit.checkpoint import read_checkpoint
+
+        subcommand = self.config.get("subcommand")
+        path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if path and path not in ("last", "best", "hpc", "registry"):
+            read_checkpoint(path, mmap=True)
+        super()._parse_ckpt_path()
+
     def _steps_from_tokens(self) -> None:
         max_tokens = self.model.hparams.max_tokens
         if max_tokens is None or self.trainer.fast_dev_run:

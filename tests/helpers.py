@@ -25,9 +25,19 @@ class RecordBatches(L.Callback):
         self.steps.append({"step": trainer.global_step, "rows": row_hashes(batch), "loss": float(outputs["loss"])})
 
     def on_fit_end(self, trainer, pl_module):
+        self.flush(trainer)
+
+    def flush(self, trainer):
         os.makedirs(self.out, exist_ok=True)
         with open(os.path.join(self.out, f"rank{trainer.global_rank}.json"), "w") as f:
             json.dump(self.steps, f)
+
+    @staticmethod
+    def flush_all(trainer):
+        """Write what every RecordBatches has seen so far (before a kill that skips on_fit_end)."""
+        for cb in trainer.callbacks:
+            if isinstance(cb, RecordBatches):
+                cb.flush(trainer)
 
 
 class StopAfter(L.Callback):
@@ -54,3 +64,17 @@ class LargestTensor(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self.largest = max(self.largest, t.numel())
         return out
+
+
+class SignalAt(L.Callback):
+    """Sends ``signal`` to this process after optimizer step ``step``: a deterministic preemption or kill."""
+
+    def __init__(self, step: int, signal: str):
+        self.step, self.signal = step, signal
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        import signal as sig
+
+        if trainer.global_step == self.step:
+            RecordBatches.flush_all(trainer)
+            os.kill(os.getpid(), getattr(sig, self.signal))

@@ -1,8 +1,6 @@
 """Load a trained model from a Lightning checkpoint, with one clear sentence for every way it can fail."""
 from __future__ import annotations
 
-import pickle
-import zipfile
 from pathlib import Path
 
 import torch
@@ -13,15 +11,10 @@ from ..models import ModelConfig, Transformer, build_model
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[Transformer, dict]:
     """(model in eval mode, info) from a ``cli.py fit`` checkpoint; ``info`` holds the tokenizer name,
     the step and the architecture. Loads with ``weights_only=True``: a checkpoint runs no code."""
+    from ..lit.checkpoint import read_checkpoint
+
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist; pass the .ckpt file that `cli.py fit` wrote "
-                                "(for example runs/tiny/tb/version_0/checkpoints/last.ckpt).")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError) as err:
-        raise ValueError(f"checkpoint {str(path)!r} cannot be read (truncated, corrupt, or not a torch checkpoint): "
-                         f"{str(err).splitlines()[0] if str(err) else type(err).__name__}.") from None
+    ckpt = read_checkpoint(path, map_location=map_location)
     arch = (ckpt.get("hyper_parameters") or {}).get("arch") if isinstance(ckpt, dict) else None
     if not isinstance(arch, dict) or "state_dict" not in ckpt:
         raise ValueError(f"checkpoint {str(path)!r} is not an sa_lightning checkpoint: it has no model architecture "

@@ -56,3 +56,48 @@ class ExportHF(Callback):
                              "counterpart (its output gates are not in any HF architecture).")
         pl_module.net.save_pretrained(folder, getattr(trainer.datamodule, "tokenizer", None))
         print(f"exported the Hugging Face model to {folder}", flush=True)
+
+
+class SaveOnSignal(Callback):
+    """On SIGTERM (preemption) or SIGUSR1 (SLURM's ``--signal=SIGUSR1@90``), finish the current batch,
+    write ``last.ckpt`` next to ModelCheckpoint's files, and stop; ``--ckpt_path last`` resumes exactly.
+
+    Lightning turns SIGTERM into a ``SIGTERMException`` at the end of the batch on every rank; this
+    callback saves in ``on_exception``, so all ranks reach ``save_checkpoint``'s barrier. SIGUSR1 is
+    routed the same way unless Lightning's SLURM auto-requeue already handles it (then Lightning saves
+    its own ``hpc_ckpt`` and requeues).
+    """
+
+    def __init__(self, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1")):
+        import signal
+
+        for name in signals:
+            if not hasattr(signal, name):
+                raise ValueError(f"SaveOnSignal: unknown signal {name!r}.")
+        self.signals = tuple(signals)
+        self.saved: str | None = None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        import signal
+
+        if "SIGUSR1" in self.signals and hasattr(signal, "SIGUSR1") and \
+                signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+            connector = trainer._signal_connector
+
+            def usr1(signum, frame):
+                connector.received_sigterm = True  # the same clean stop as SIGTERM
+
+            signal.signal(signal.SIGUSR1, usr1)
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+        ckpt = trainer.checkpoint_callback
+        if not isinstance(exception, SIGTERMException) or ckpt is None or ckpt.dirpath is None:
+            return
+        path = os.path.join(ckpt.dirpath, ckpt.CHECKPOINT_NAME_LAST + ckpt.FILE_EXTENSION)
+        trainer.save_checkpoint(path)
+        self.saved = path
+        if trainer.is_global_zero:
+            print(f"signal received: saved {path} at step {trainer.global_step}; resume with --ckpt_path last",
+                  flush=True)

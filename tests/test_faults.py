@@ -1,0 +1,76 @@
+"""Faults on CPU: kill -9, SIGTERM and SIGUSR1 mid-training, and corrupt checkpoints.
+
+Every interrupted run is resumed with ``--ckpt_path last`` and must continue with exactly the batches
+(row hashes) and losses of an uninterrupted run: no block repeated or skipped.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
+
+
+def _fit(root: Path, record: Path, *callbacks, ckpt_path=None):
+    specs = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+              "init_args": {"dirpath": str(root / "ck"), "every_n_train_steps": 2, "save_top_k": -1,
+                            "save_last": True}},
+             {"class_path": "sa_lightning.lit.SaveOnSignal"},
+             {"class_path": "tests.helpers.RecordBatches", "init_args": {"out": str(record)}}, *callbacks]
+    args = [sys.executable, str(ROOT / "cli.py"), "fit", *BASE, "--trainer.default_root_dir", str(root),
+            "--trainer.callbacks", json.dumps(specs)]
+    if ckpt_path:
+        args += ["--ckpt_path", ckpt_path]
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("full")
+    proc = _fit(root, root / "rec")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = json.loads((root / "rec" / "rank0.json").read_text())
+    assert len(steps) == 6
+    return steps
+
+
+@pytest.mark.parametrize("sig, saved_step", [("SIGTERM", 3), ("SIGUSR1", 3), ("SIGKILL", 2)])
+def test_interrupted_training_resumes_with_the_same_batches_and_losses(sig, saved_step, uninterrupted, tmp_path):
+    """SIGTERM/SIGUSR1 save last.ckpt at the signal's step; kill -9 falls back to the periodic step-2 one."""
+    first = _fit(tmp_path, tmp_path / "first", {"class_path": "tests.helpers.SignalAt",
+                                                 "init_args": {"step": 3, "signal": sig}})
+    assert first.returncode != 0 if sig == "SIGKILL" else True
+    if sig == "SIGKILL":
+        assert first.returncode == -signal.SIGKILL
+    else:
+        assert f"saved {tmp_path / 'ck' / 'last.ckpt'} at step 3" in first.stdout + first.stderr
+    import torch
+
+    last = torch.load(tmp_path / "ck" / "last.ckpt", weights_only=True, map_location="cpu")
+    assert last["global_step"] == saved_step
+    seen = json.loads((tmp_path / "first" / "rank0.json").read_text())
+    assert [s["rows"] for s in seen] == [s["rows"] for s in uninterrupted[:3]]
+    rest = _fit(tmp_path, tmp_path / "rest", ckpt_path="last")
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    resumed = json.loads((tmp_path / "rest" / "rank0.json").read_text())
+    assert [s["rows"] for s in resumed] == [s["rows"] for s in uninterrupted[saved_step:]]
+    assert [s["loss"] for s in resumed] == pytest.approx([s["loss"] for s in uninterrupted[saved_step:]],
+                                                          rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_corrupt_checkpoint_is_refused_and_never_restarts_from_scratch(damage, uninterrupted, tmp_path):
+    src = next(Path(p) for p in sorted((tmp_path.parent).glob("full*/ck/last.ckpt")))
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(src.read_bytes()[:5000] if damage == "truncated" else b"\\x00garbage" * 100)
+    proc = _fit(tmp_path, tmp_path / "rec", ckpt_path=str(bad))
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: checkpoint") and "cannot be read" in last, proc.stderr[-2000:]
+    assert not (tmp_path / "rec").exists()  # no step was trained
