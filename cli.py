@@ -8,6 +8,7 @@
     python cli.py bench prefill [--model ...]               patched HF prefill latency and memory per mode
     python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
     python cli.py sweep --config configs/sweep/qwen3_8b.yaml ...   training-free window sweep of a HF model
+    python cli.py submit pretrain|sweep --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
     python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 4: attention heat maps per variant
 """
@@ -48,6 +49,10 @@ def main(argv: list[str] | None = None) -> None:
             from sa_lightning.bench.eval import main as bench_main
 
         bench_main(rest[1:])
+    elif command == "submit":
+        from sa_lightning.cluster import main as submit_main
+
+        submit_main(rest)
     elif command == "sweep":
         from sa_lightning.inference.sweep import main as sweep_main
 
@@ -61,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
 
         analyze_main(rest)
     else:
-        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, evaluate, sweep, bench or analyze.\n{USAGE}")
+        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, evaluate, sweep, submit, bench or analyze.\n{USAGE}")
 
 
 def _main_with_clean_errors() -> None:

@@ -80,6 +80,11 @@ class SaveOnSignal(Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         import signal
 
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
+        environment = trainer._accelerator_connector.cluster_environment
+        if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+            return  # Lightning saves hpc_ckpt and requeues on SLURM's signal itself
         if "SIGUSR1" in self.signals and hasattr(signal, "SIGUSR1") and \
                 signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
             connector = trainer._signal_connector

@@ -1,0 +1,133 @@
+"""``cli.py submit``: fill the sbatch templates in ``slurm/`` from a config and submit them.
+
+    python cli.py submit pretrain --config configs/pretrain_360m.yaml --nodes 2 --gpus_per_node 4
+    python cli.py submit sweep --config configs/sweep/qwen3_8b.yaml --gpus_per_node 1 --time 08:00:00
+    ... --dry_run      # write and print the script and the sbatch command, submit nothing
+
+pretrain: ``srun`` with one task per GPU, ``--signal=SIGUSR1@90``, requeue into a fixed run directory
+(Lightning saves ``hpc_ckpt`` on the signal and resumes from it). sweep: a job array with one
+(mode, window) pair per array task, then a report job (``--dependency=afterany``) that writes the
+tables and plots from the finished cells.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = ROOT / "slurm"
+
+
+def render(template: str, fields: dict[str, str]) -> str:
+    text = (TEMPLATES / template).read_text()
+    for key, value in fields.items():
+        text = text.replace("{{" + key + "}}", str(value))
+    missing = sorted(set(re.findall(r"{{(\w+)}}", text)))
+    if missing:
+        raise ValueError(f"template {template} has unfilled fields: {', '.join(missing)}.")
+    return text
+
+
+def _sbatch_lines(extra: list[str]) -> str:
+    return "\n".join(f"#SBATCH {arg}" for arg in extra)
+
+
+def _submit(script: Path, dry_run: bool, extra: list[str] = ()) -> str | None:
+    cmd = ["sbatch", "--parsable", *extra, str(script)]
+    print("$ " + shlex.join(cmd), flush=True)
+    if dry_run:
+        return None
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    except FileNotFoundError:
+        raise ValueError("sbatch is not on PATH: run `cli.py submit` on a SLURM login node, or add --dry_run.") from None
+    except subprocess.CalledProcessError as err:
+        raise ValueError(f"sbatch refused the job: {err.stderr.strip() or err.stdout.strip()}") from None
+    job = done.stdout.strip().split(";")[0]
+    print(f"submitted job {job}", flush=True)
+    return job
+
+
+def sweep_pairs(config: str):
+    """The sweep's distinct (mode, window or MoBA block size) pairs, one per array task, and its config."""
+    from jsonargparse import ArgumentParser
+
+    from .inference.sweep import SweepConfig, cells
+
+    parser = ArgumentParser()
+    parser.add_class_arguments(SweepConfig, nested_key=None)
+    raw = vars(parser.parse_path(config))
+    cfg = SweepConfig(**{k: v for k, v in raw.items() if k in SweepConfig.__dataclass_fields__})
+    pairs = []
+    for cell in cells(cfg):
+        setting = cell.spec.block_size if cell.mode == "moba" else (cell.spec.window or 0)
+        if (cell.mode, setting) not in pairs:
+            pairs.append((cell.mode, setting))
+    return pairs, cfg
+
+
+def main(argv: list[str] | None = None) -> Path:
+    p = argparse.ArgumentParser(prog="cli.py submit", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("job", choices=("pretrain", "sweep"))
+    p.add_argument("--config", required=True)
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpus_per_node", type=int, default=None, help="default: 4 for pretrain, 1 for sweep")
+    p.add_argument("--cpus_per_task", type=int, default=8)
+    p.add_argument("--time", default="48:00:00")
+    p.add_argument("--job_name", default=None)
+    p.add_argument("--run_dir", default=None, help="pretrain: the fixed run directory (default runs/<config name>)")
+    p.add_argument("--sbatch", action="append", default=[], help="an extra #SBATCH option, e.g. --sbatch=--account=abc")
+    p.add_argument("--dry_run", action="store_true")
+    args, extra = p.parse_known_args(argv)
+    if not Path(args.config).is_file():
+        raise FileNotFoundError(f"config {args.config!r} does not exist.")
+    for name in ("nodes", "cpus_per_task"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}.")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise ValueError(f"--gpus_per_node must be >= 1, got {args.gpus_per_node}.")
+    if not re.fullmatch(r"(\d+-)?\d{1,3}:\d{2}:\d{2}", args.time):
+        raise ValueError(f"--time must look like HH:MM:SS or D-HH:MM:SS, got {args.time!r}.")
+    stem = Path(args.config).stem
+    common = {"workdir": shlex.quote(str(Path.cwd())), "cli": shlex.quote(str(ROOT / "cli.py")),
+              "config": shlex.quote(args.config), "time": args.time,
+              "cpus_per_task": args.cpus_per_task, "extra_sbatch": _sbatch_lines(args.sbatch),
+              "extra_args": shlex.join(extra)}
+    if args.job == "pretrain":
+        run_dir = args.run_dir or f"runs/{stem}"
+        fields = {**common, "job_name": args.job_name or f"sa_{stem}", "nodes": args.nodes,
+                  "gpus_per_node": args.gpus_per_node or 4, "run_dir": shlex.quote(run_dir)}
+        script = Path(run_dir) / "submit_pretrain.sbatch"
+        text = render("pretrain.sbatch", fields)
+    else:
+        if args.nodes != 1:
+            raise ValueError("the sweep runs one model per array task: --nodes must be 1.")
+        pairs, cfg = sweep_pairs(args.config)
+        fields = {**common, "job_name": args.job_name or f"sweep_{stem}", "gpus_per_node": args.gpus_per_node or 1,
+                  "out": shlex.quote(cfg.out), "last_index": len(pairs) - 1,
+                  "cells": " ".join(shlex.quote(f"{m} {s}") for m, s in pairs)}
+        script = Path(cfg.out) / "submit_sweep.sbatch"
+        text = render("sweep_array.sbatch", fields)
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(text)
+    script.chmod(0o755)
+    print(f"wrote {script}", flush=True)
+    if args.dry_run:
+        print(text)
+    job = _submit(script, args.dry_run)
+    if args.job == "sweep":
+        report = f"cd {common['workdir']} && python {common['cli']} sweep --config {common['config']} --out {fields['out']}"
+        _submit_wrap(report, f"afterany:{job or '<array job>'}", fields["job_name"] + "_report", args.dry_run,
+                     args.sbatch)
+    return script
+
+
+def _submit_wrap(command: str, dependency: str, name: str, dry_run: bool, sbatch: list[str]) -> None:
+    cmd = ["sbatch", "--parsable", f"--dependency={dependency}", f"--job-name={name}", *sbatch, "--wrap", command]
+    print("$ " + shlex.join(cmd), flush=True)
+    if not dry_run:
+        subprocess.run(cmd, check=True)

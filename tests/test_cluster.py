@@ -1,0 +1,119 @@
+"""SLURM: the templates parse, and `cli.py submit` drives fake sbatch/srun/scontrol with the right command lines."""
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIM = """#!/usr/bin/env bash
+printf "%s\n" "$(basename "$0") $*" >> "$SHIM_LOG"
+{body}
+"""
+
+
+def _shims(folder: Path) -> dict:
+    bodies = {"sbatch": 'echo "4242"', "srun": "", "scontrol": ""}
+    for name, body in bodies.items():
+        path = folder / name
+        path.write_text(SHIM.format(body=body))
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    log = folder / "calls.log"
+    return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", "SHIM_LOG": str(log), "PYTHONPATH": str(ROOT)}
+
+
+def _submit(tmp_path, *args):
+    env = _shims(tmp_path)
+    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "submit", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    return proc, env
+
+
+@pytest.mark.parametrize("script", sorted((ROOT / "slurm").glob("*.sbatch")), ids=lambda p: p.name)
+def test_every_slurm_script_parses(script):
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+
+
+def test_pretrain_submission_runs_srun_with_one_task_per_gpu_and_requeue(tmp_path):
+    proc, env = _submit(tmp_path, "pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--nodes", "2",
+                        "--gpus_per_node", "4", "--time", "1-00:00:00", "--sbatch=--account=abc",
+                        "--model", str(ROOT / "configs/model/sa.yaml"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    script = tmp_path / "runs/pretrain_360m/submit_pretrain.sbatch"
+    text = script.read_text()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --signal=SIGUSR1@90", "#SBATCH --requeue", "#SBATCH --time=1-00:00:00",
+                 "#SBATCH --account=abc"):
+        assert line in text
+    calls = Path(env["SHIM_LOG"]).read_text().splitlines()
+    assert "sbatch --parsable" in calls[0] and calls[0].endswith("runs/pretrain_360m/submit_pretrain.sbatch")
+    # run the generated script as SLURM would, with srun faked: check the training command line
+    job_env = {**env, "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "4"}
+    done = subprocess.run(["bash", str(script)], env=job_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    srun = Path(env["SHIM_LOG"]).read_text().splitlines()[-1]
+    assert srun.split()[0].endswith("srun")
+    assert f"{ROOT / 'cli.py'} fit --config {ROOT / 'configs/pretrain_360m.yaml'}" in srun
+    assert "--trainer.num_nodes 2 --trainer.devices 4 --trainer.default_root_dir runs/pretrain_360m" in srun
+    assert srun.endswith(f"--model {ROOT / 'configs/model/sa.yaml'}")
+
+
+def test_sweep_submission_is_a_job_array_plus_a_report_job(tmp_path):
+    proc, env = _submit(tmp_path, "sweep", "--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    script = tmp_path / "outputs/sweep/qwen3_8b/submit_sweep.sbatch"
+    text = script.read_text()
+    assert "#SBATCH --array=0-16" in text  # full + 6 swa + 6 sa + 4 moba
+    calls = Path(env["SHIM_LOG"]).read_text().splitlines()
+    assert len(calls) == 2 and "--dependency=afterany:4242" in calls[1] and "sweep --config" in calls[1]
+    for index, expected in ((0, '--modes [full]'), (7, "--modes [sa] --windows [16]"),
+                            (16, "--modes [moba] --moba_block_sizes [256]")):
+        done = subprocess.run(["bash", str(script)], env={**env, "SLURM_ARRAY_TASK_ID": str(index)},
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        srun = Path(env["SHIM_LOG"]).read_text().splitlines()[-1]
+        assert srun.endswith(expected) and "--out outputs/sweep/qwen3_8b" in srun
+
+
+@pytest.mark.parametrize("args, message", [
+    (["pretrain", "--config", "nope.yaml"], "config 'nope.yaml' does not exist"),
+    (["pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--time", "forever"], "--time must look like"),
+    (["pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--nodes", "0"], "--nodes must be >= 1"),
+    (["sweep", "--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"), "--nodes", "2"], "--nodes must be 1"),
+])
+def test_bad_submissions_fail_in_one_line(args, message, tmp_path):
+    proc, env = _submit(tmp_path, *args)
+    assert proc.returncode != 0
+    assert message in proc.stderr.strip().splitlines()[-1]
+    assert not Path(env["SHIM_LOG"]).exists()
+
+
+def test_sigusr1_under_slurm_saves_requeues_and_the_requeued_job_resumes_exactly(tmp_path):
+    """Lightning's SLURM path with fake scontrol: SIGUSR1 at step 3 -> hpc_ckpt + `scontrol requeue <job>`;
+    the requeued job, started in the same run directory, resumes from it with the same batches and losses."""
+    import json
+
+    env = {**_shims(tmp_path), "SLURM_JOB_ID": "77", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "sa_test",
+           "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NNODES": "1",
+           "SLURM_NODELIST": "localhost", "SLURM_NTASKS_PER_NODE": "1"}
+
+    def fit(record, *extra):
+        callbacks = [{"class_path": "sa_lightning.lit.SaveOnSignal"},
+                     {"class_path": "tests.helpers.RecordBatches", "init_args": {"out": str(tmp_path / record)}},
+                     *extra]
+        proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
+                               "--config", str(ROOT / "tests/configs/fast.yaml"), "--trainer.default_root_dir",
+                               str(tmp_path / "run"), "--trainer.callbacks", json.dumps(callbacks)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads((tmp_path / record / "rank0.json").read_text())
+
+    first = fit("first", {"class_path": "tests.helpers.SignalAt", "init_args": {"step": 3, "signal": "SIGUSR1"}})
+    assert "scontrol requeue 77" in Path(env["SHIM_LOG"]).read_text()
+    assert (tmp_path / "run" / "hpc_ckpt_1.ckpt").exists()
+    requeued = fit("requeued")
+    assert [s["step"] for s in requeued] == [4, 5, 6]
+    assert [s["rows"] for s in requeued] == [s["rows"] for s in first[3:]]
+    assert [s["loss"] for s in requeued] == pytest.approx([s["loss"] for s in first[3:]], rel=1e-6, abs=1e-6)
