@@ -28,6 +28,14 @@ class SACLI(LightningCLI):
     def before_fit(self) -> None:
         self._steps_from_tokens()
 
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict:
+        """Checkpoints are loaded with ``weights_only=True`` unless the user asks otherwise: our checkpoints
+        hold plain types only, and a checkpoint from elsewhere then cannot run code on load."""
+        kwargs = super()._prepare_subcommand_kwargs(subcommand)
+        if "weights_only" in kwargs and kwargs["weights_only"] is None:
+            kwargs["weights_only"] = True
+        return kwargs
+
     def _parse_ckpt_path(self) -> None:
         """A truncated or corrupt ``ckpt_path`` stops the run in one sentence (LightningCLI reads the file's
         hyperparameters right after parsing): never a traceback, never a silent fresh start."""
@@ -36,7 +44,7 @@ class SACLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         path = self.config[subcommand].get("ckpt_path") if subcommand else None
         if path and path not in ("last", "best", "hpc", "registry"):
-            read_checkpoint(path, mmap=True)
+            read_checkpoint(path, mmap=True, weights_only=self.config[subcommand].get("weights_only") is not False)
         super()._parse_ckpt_path()
 
     def _steps_from_tokens(self) -> None:

@@ -74,3 +74,17 @@ def test_a_corrupt_checkpoint_is_refused_and_never_restarts_from_scratch(damage,
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: checkpoint") and "cannot be read" in last, proc.stderr[-2000:]
     assert not (tmp_path / "rec").exists()  # no step was trained
+
+
+def test_a_checkpoint_that_could_run_code_is_refused_unless_trusted(uninterrupted, tmp_path):
+    import torch
+
+    src = next(Path(p) for p in sorted((tmp_path.parent).glob("full*/ck/last.ckpt")))
+    ckpt = torch.load(src, weights_only=True)
+    ckpt["extra"] = os.getcwd  # a function reference: weights_only loading refuses it
+    bad = tmp_path / "pickled.ckpt"
+    torch.save(ckpt, bad)
+    proc = _fit(tmp_path, tmp_path / "rec", ckpt_path=str(bad))
+    assert proc.returncode != 0
+    assert "could run code when loaded" in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
+    assert not (tmp_path / "rec").exists()
