@@ -201,3 +201,25 @@ def test_continued_pretraining_starts_from_an_exported_model_and_checks_its_size
     with pytest.raises(ValueError, match="does not match model.arch: num_hidden_layers=4 \\(config: 2\\)"):
         run([*base, "--model.arch.n_layer", "2", "--model.arch.init_from", str(tmp_path / "hf"),
              "--trainer.default_root_dir", str(tmp_path / "c")])
+
+
+def test_fsdp_config_parses_and_asks_for_gpus_on_a_cpu(tmp_path):
+    proc = _cli("fit", *BASE, "--trainer", str(ROOT / "configs/trainer/fsdp_4gpu.yaml"), "--trainer.accelerator",
+                "cpu", "--trainer.devices", "1", "--trainer.default_root_dir", str(tmp_path))
+    assert proc.returncode != 0
+    assert "error: The strategy `fsdp` requires a GPU accelerator" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.gpu
+def test_fsdp_trains_on_gpus(tmp_path):
+    cli = run(["fit", *BASE, "--trainer", str(ROOT / "configs/trainer/fsdp_4gpu.yaml"), "--trainer.devices", "1",
+               "--trainer.max_steps", "2", "--trainer.accumulate_grad_batches", "2", "--trainer.logger", "false",
+               "--trainer.callbacks", "[]", "--trainer.default_root_dir", str(tmp_path)])
+    assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+
+
+def test_bf16_mixed_precision_and_gradient_accumulation_on_cpu(tmp_path):
+    cli = run(["fit", *BASE, "--trainer.precision", "bf16-mixed", "--trainer.accumulate_grad_batches", "2",
+               "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path)])
+    assert cli.trainer.global_step == 2 and cli.model.micro_step == 4  # two micro-batches per optimizer step
+    assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
