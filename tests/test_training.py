@@ -208,6 +208,18 @@ def test_fsdp_config_parses_and_asks_for_gpus_on_a_cpu(tmp_path):
                 "cpu", "--trainer.devices", "1", "--trainer.default_root_dir", str(tmp_path))
     assert proc.returncode != 0
     assert "error: The strategy `fsdp` requires a GPU accelerator" in proc.stderr.strip().splitlines()[-1]
+    # the strategy itself builds on a CPU: blocks of both backbones are the FSDP wrap units
+    import yaml
+    from jsonargparse import ArgumentParser
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    from sa_lightning.models.transformer import Block
+
+    spec = yaml.safe_load((ROOT / "configs/trainer/fsdp_4gpu.yaml").read_text())["strategy"]
+    parser = ArgumentParser()
+    parser.add_class_arguments(FSDPStrategy, "strategy")
+    strategy = parser.instantiate(parser.parse_object({"strategy": spec["init_args"]})).strategy
+    assert Block in strategy.kwargs["auto_wrap_policy"]._module_classes
 
 
 @pytest.mark.gpu
