@@ -20,7 +20,7 @@ def read_checkpoint(path: str | Path, map_location="cpu", mmap: bool = False, we
     try:
         return torch.load(path, map_location=map_location, weights_only=weights_only, mmap=mmap)
     except pickle.UnpicklingError as err:
-        if "Unsupported global" not in str(err):  # garbage bytes also fail the weights-only unpickler
+        if "unsupported global" not in str(err).lower():  # garbage bytes also fail the weights-only unpickler
             raise ValueError(f"checkpoint {str(path)!r} cannot be read (truncated, corrupt, or not a torch "
                              f"checkpoint). Nothing was trained; pass an intact checkpoint.") from None
         raise ValueError(f"checkpoint {str(path)!r} holds Python objects beyond tensors and plain types, which "
