@@ -23,7 +23,6 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from ..attention import layer_generator
 from ..models import Transformer
 
 SA_MODES = ("stochastic", "deterministic")

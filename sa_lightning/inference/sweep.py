@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .patcher import MODES, PatchSpec
+from .patcher import PatchSpec
 
 #: the metric each task's column shows (the paper: accuracy; HellaSwag acc_norm; HumanEval pass@1)
 METRICS = {"hellaswag": "acc_norm", "arc_challenge": "acc_norm", "humaneval": "pass@1",
