@@ -98,12 +98,12 @@ class SALM(TemplateLM):
         if not self.model.uses_permutation:
             return None
         perms = []
+        identity = [len(row) if self.sa_mode == "deterministic" else
+                    (sample, hashlib.blake2b(bytes(str(row), "ascii"), digest_size=16).digest()) for row in rows]
         for layer in range(len(self.model.blocks)):
             table = torch.arange(n).repeat(len(rows), 1)
             for b, row in enumerate(rows):
-                key = (self.seed, layer, len(row)) if self.sa_mode == "deterministic" \
-                    else (self.seed, sample, layer, hashlib.blake2b(bytes(str(row), "ascii"), digest_size=16).digest())
-                gen = torch.Generator().manual_seed(_row_seed(*key))
+                gen = torch.Generator().manual_seed(_row_seed(self.seed, layer, identity[b]))
                 table[b, :len(row)] = torch.randperm(len(row), generator=gen)
             perms.append(table.to(self.device))
         return perms
