@@ -53,14 +53,9 @@ def _submit(script: Path, dry_run: bool, extra: list[str] = ()) -> str | None:
 
 def sweep_pairs(config: str):
     """The sweep's distinct (mode, window or MoBA block size) pairs, one per array task, and its config."""
-    from jsonargparse import ArgumentParser
+    from .inference.sweep import cells, load_config
 
-    from .inference.sweep import SweepConfig, cells
-
-    parser = ArgumentParser()
-    parser.add_class_arguments(SweepConfig, nested_key=None)
-    raw = vars(parser.parse_path(config))
-    cfg = SweepConfig(**{k: v for k, v in raw.items() if k in SweepConfig.__dataclass_fields__})
+    cfg = load_config(["--config", config])
     pairs = []
     for cell in cells(cfg):
         setting = cell.spec.block_size if cell.mode == "moba" else (cell.spec.window or 0)

@@ -4,10 +4,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import lightning as L
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args, cwd=ROOT, **env) -> subprocess.CompletedProcess:
+    """``python cli.py *args`` in a subprocess (the shell's one-line error path), with this checkout importable."""
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
 
 
 def row_hashes(batch) -> list[str]:

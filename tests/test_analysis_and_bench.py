@@ -1,14 +1,13 @@
 """The analysis and benchmark commands run end to end on small settings and check the theory."""
 import csv
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from sa_lightning.analysis import mechanism
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,13 +42,9 @@ def test_variance_shrinks_like_one_over_w():
     assert large["variance"] < small["variance"] / 4 and large["bias"] < small["bias"]
 
 
-def _cli(*args, cwd):
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
-
-
 def test_analyze_cli_writes_csv_and_png(tmp_path):
     out = tmp_path / "an"
-    res = _cli("analyze", "all", "--n", "256", "--window", "16", "--depth", "6", "--trials", "2",
+    res = run_cli("analyze", "all", "--n", "256", "--window", "16", "--depth", "6", "--trials", "2",
                "--windows", "4", "16", "--out", str(out), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     for name in ("coverage", "connection", "variance"):
@@ -58,7 +53,7 @@ def test_analyze_cli_writes_csv_and_png(tmp_path):
 
 
 def test_bench_cli_writes_table_with_ratios(tmp_path):
-    res = _cli("bench", "attention", "--lengths", "512", "--heads", "2", "--kv-heads", "1", "--window", "64",
+    res = run_cli("bench", "attention", "--lengths", "512", "--heads", "2", "--kv-heads", "1", "--window", "64",
                "--repeats", "1", "--out", str(tmp_path), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     rows = list(csv.DictReader((tmp_path / "attention_cpu.csv").open()))
@@ -76,7 +71,7 @@ def test_bench_cli_writes_table_with_ratios(tmp_path):
     (["fly"], "unknown command"),
 ])
 def test_cli_bad_input_is_one_clear_line(args, needle, tmp_path):
-    res = _cli(*args, cwd=tmp_path)
+    res = run_cli(*args, cwd=tmp_path)
     assert res.returncode != 0 and needle in res.stderr
     assert "Traceback" not in res.stderr
 

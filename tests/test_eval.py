@@ -1,8 +1,5 @@
 """Zero-shot evaluation: the lm-eval model, the offline tasks, the tables, the callbacks, bad input."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from sa_lightning.eval.harness import OFFLINE, TABLE1, load_tasks, resolve_tasks
 from sa_lightning.eval.lm import SALM
 from sa_lightning.eval.table import markdown_table
 from sa_lightning.models import ModelConfig, Transformer
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -183,9 +181,6 @@ def test_table_marks_best_bold_and_second_underlined():
 
 
 # ---- the commands ------------------------------------------------------------------------------
-def _cli(*args, **env):
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
 
 
 def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
@@ -227,7 +222,7 @@ def test_attention_maps_command_draws_every_variant(checkpoint, tmp_path):
         torch.testing.assert_close(weights.sum(-1), torch.ones(27, dtype=weights.dtype))
         assert not visible.triu(1).any()  # causal
     assert maps["swa"][1].sum() < maps["sa_swa"][1].sum() <= maps["full"][1].sum()
-    proc = _cli("analyze", "attention-maps", "--ckpt", str(checkpoint), "--out", str(tmp_path))
+    proc = run_cli("analyze", "attention-maps", "--ckpt", str(checkpoint), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "attention_maps.png").stat().st_size > 10_000
 
@@ -263,7 +258,7 @@ def test_bad_checkpoints_fail_in_one_sentence(content, message, tmp_path):
 
 
 def test_missing_checkpoint_in_the_cli_is_one_line(tmp_path):
-    proc = _cli("evaluate", "--ckpt", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out"))
+    proc = run_cli("evaluate", "--ckpt", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out"))
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint '{tmp_path / 'nope.ckpt'}' does not exist")
 
@@ -276,7 +271,7 @@ def test_truncated_checkpoint_is_refused(checkpoint, tmp_path):
 
 
 def test_unknown_task_in_the_cli_fails_before_scoring(checkpoint, tmp_path):
-    proc = _cli("evaluate", "--ckpt", str(checkpoint), "--tasks", "hellaswg", "--out", str(tmp_path))
+    proc = run_cli("evaluate", "--ckpt", str(checkpoint), "--tasks", "hellaswg", "--out", str(tmp_path))
     assert proc.returncode != 0
     assert "error: unknown task 'hellaswg'" in proc.stderr and "hellaswag" in proc.stderr.strip().splitlines()[-1]
 

@@ -1,8 +1,5 @@
 """The training stack end to end through the CLI: every variant, resume, 2-process DDP, bad input."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +7,7 @@ import torch
 
 from sa_lightning.attention import VARIANTS
 from sa_lightning.cli import run
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -65,15 +63,12 @@ def test_resume_with_another_tokenizer_is_refused(tmp_path):
              "--trainer.default_root_dir", str(tmp_path), "--ckpt_path", str(next(ck.glob("*.ckpt")))])
 
 
-def _cli(*args, **env):
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
 
 
 def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data_and_evaluates_on_rank_zero(tmp_path):
     out = tmp_path / "ddp"
     # the zero-shot callback runs on rank 0 at step 2 while rank 1 waits at its barrier: no deadlock
-    proc = _cli("fit", *BASE, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "4",
+    proc = run_cli("fit", *BASE, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "4",
                 "--trainer.default_root_dir", str(tmp_path), *_callbacks(
                     ("tests.helpers.RecordBatches", {"out": str(out)}),
                     ("sa_lightning.eval.ZeroShotEval", {"tasks": "shakespeare_lastword", "every_n_steps": 2, "limit": 2}),
@@ -96,7 +91,7 @@ def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data_and_evaluates_on_rank_
     (["--data.train", '{"kind": "hub", "path": "DKYoon/SlimPajama-6B"}'], "needs the network"),
 ])
 def test_bad_input_fails_in_one_line_before_training(args, message, tmp_path):
-    proc = _cli("fit", *BASE, "--trainer.default_root_dir", str(tmp_path), *args)
+    proc = run_cli("fit", *BASE, "--trainer.default_root_dir", str(tmp_path), *args)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert message in last, proc.stderr[-2000:]
@@ -204,7 +199,7 @@ def test_continued_pretraining_starts_from_an_exported_model_and_checks_its_size
 
 
 def test_fsdp_config_parses_and_asks_for_gpus_on_a_cpu(tmp_path):
-    proc = _cli("fit", *BASE, "--trainer", str(ROOT / "configs/trainer/fsdp_4gpu.yaml"), "--trainer.accelerator",
+    proc = run_cli("fit", *BASE, "--trainer", str(ROOT / "configs/trainer/fsdp_4gpu.yaml"), "--trainer.accelerator",
                 "cpu", "--trainer.devices", "1", "--trainer.default_root_dir", str(tmp_path))
     assert proc.returncode != 0
     assert "error: The strategy `fsdp` requires a GPU accelerator" in proc.stderr.strip().splitlines()[-1]
@@ -235,3 +230,18 @@ def test_bf16_mixed_precision_and_gradient_accumulation_on_cpu(tmp_path):
                "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path)])
     assert cli.trainer.global_step == 2 and cli.model.micro_step == 4  # two micro-batches per optimizer step
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+
+
+def test_every_n_steps_callbacks_act_once_per_step_under_gradient_accumulation():
+    from types import SimpleNamespace
+
+    from sa_lightning.lit.callbacks import EveryNSteps
+
+    cb, trainer = EveryNSteps(2), SimpleNamespace(global_step=0)
+    fired = []
+    for step in (0, 0, 1, 1, 2, 2, 3, 3, 4, 4):  # on_train_batch_end runs per micro-batch: 2 per step
+        trainer.global_step = step
+        fired.append(cb.due(trainer))
+    assert [s for s, f in zip((0, 0, 1, 1, 2, 2, 3, 3, 4, 4), fired) if f] == [2, 4]
+    with pytest.raises(ValueError, match="every_n_steps must be >= 0"):
+        EveryNSteps(-1)

@@ -42,6 +42,17 @@ def sample_permutation(
     return perm.to(device) if device is not None else perm
 
 
+def prefix_permutations(lengths: list[int], n: int, generators: list[torch.Generator],
+                        device: torch.device | str | None = None) -> torch.Tensor:
+    """(B, n) gather index for a right-padded batch drawn row by row: row b permutes its first lengths[b]
+    tokens with ``generators[b]`` and keeps its padding in place. Unlike ``sample_permutation(lengths=)``
+    a row's draw depends only on its own generator, so it does not change with the rest of the batch."""
+    table = torch.arange(n).repeat(len(lengths), 1)
+    for b, (length, gen) in enumerate(zip(lengths, generators)):
+        table[b, :length] = torch.randperm(length, generator=gen)
+    return table.to(device) if device is not None else table
+
+
 def invert_permutation(perm: torch.Tensor) -> torch.Tensor:
     """``slot`` index of every token: ``inv[perm[s]] = s`` along the last dim."""
     src = torch.arange(perm.shape[-1], device=perm.device).expand_as(perm)

@@ -40,12 +40,13 @@ def noise(model, tokenizer, samples: list[int], seeds: int, count: int, batch_si
 
     rows = []
     base_request_std = None
+    requests = _lastword_requests(SALM(model, tokenizer), count)  # read and tokenized once for every K and seed
     for k in samples:
         scores = []  # (seeds, requests)
         greedy = []
         for seed in range(seeds):
             lm = SALM(model, tokenizer, batch_size=batch_size, eval_samples=k, seed=seed)
-            out = lm._loglikelihood_tokens(_lastword_requests(lm, count), disable_tqdm=True)
+            out = lm._loglikelihood_tokens(requests, disable_tqdm=True)
             scores.append([s for s, _ in out])
             greedy.append(statistics.fmean(float(g) for _, g in out))
         t = torch.tensor(scores, dtype=torch.float64)

@@ -4,10 +4,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lightning.pytorch.callbacks import Callback
+from ..lit.callbacks import EveryNSteps, log_folder
 
 
-class ZeroShotEval(Callback):
+class ZeroShotEval(EveryNSteps):
     """Runs lm-eval tasks on the model being trained, on rank 0, every ``every_n_steps`` optimizer
     steps, and at the end of ``cli.py test``.
 
@@ -28,12 +28,10 @@ class ZeroShotEval(Callback):
                  seed: int = 0):
         from .harness import resolve_tasks
 
-        if every_n_steps < 0:
-            raise ValueError(f"ZeroShotEval every_n_steps must be >= 0, got {every_n_steps}.")
+        super().__init__(every_n_steps)
         self.tasks = resolve_tasks(tasks)  # a bad name fails at start-up, not after hours of training
-        self.every_n_steps, self.limit, self.on_test, self.test_limit = every_n_steps, limit, on_test, test_limit
+        self.limit, self.on_test, self.test_limit = limit, on_test, test_limit
         self.lm_args = {"batch_size": batch_size, "eval_samples": eval_samples, "sa_mode": sa_mode, "seed": seed}
-        self._done_step = None
         self.last_results: dict | None = None
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -43,10 +41,8 @@ class ZeroShotEval(Callback):
             load_tasks(self.tasks)  # an unreachable dataset fails now, in one sentence
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        step = trainer.global_step
-        if self.every_n_steps and step > 0 and step % self.every_n_steps == 0 and step != self._done_step:
-            self._done_step = step
-            self.evaluate(trainer, pl_module, f"step{step}", self.limit)
+        if self.due(trainer):
+            self.evaluate(trainer, pl_module, f"step{trainer.global_step}", self.limit)
 
     def on_test_epoch_end(self, trainer, pl_module) -> None:
         if self.on_test:
@@ -55,9 +51,9 @@ class ZeroShotEval(Callback):
     def evaluate(self, trainer, pl_module, name: str, limit: int | None) -> None:
         step = max(trainer.global_step, getattr(pl_module, "trained_steps", 0))
         name = f"{name}_step{step}" if name == "test" else name
-        folder = Path(trainer.log_dir or trainer.default_root_dir) / "eval"  # log_dir broadcasts: every rank asks
+        folder = Path(log_folder(trainer, "eval"))
         if trainer.is_global_zero:
-            from .harness import layout_for, run_tasks
+            from .harness import layout_for, run_tasks, scalars
             from .lm import SALM
             from .table import markdown_table
 
@@ -70,10 +66,8 @@ class ZeroShotEval(Callback):
             finally:
                 net.train(was_training)
             self.last_results = results
-            flat = {f"eval/{task}/{metric}": value for task, metrics in results.items()
-                    for metric, value in metrics.items() if metric != "sample_len" and not metric.endswith("_stderr")}
             for logger in trainer.loggers:
-                logger.log_metrics(flat, step=step)
+                logger.log_metrics(scalars(results), step=step)
             from .report import label_of
 
             table = markdown_table({label_of({"arch": pl_module.arch.to_dict()}): results}, layout_for(results))
@@ -84,7 +78,7 @@ class ZeroShotEval(Callback):
         trainer.strategy.barrier("zero_shot_eval")
 
 
-class AttentionMapLogger(Callback):
+class AttentionMapLogger(EveryNSteps):
     """Draws the Figure 4 heat maps (full, SWA, SA, SA+SWA on the model's own queries and keys) every
     ``every_n_steps`` steps and at the end of fit, as a TensorBoard image and a PNG in
     ``<log_dir>/attention_maps/``. Rank 0 only; the maps need no other rank.
@@ -99,16 +93,14 @@ class AttentionMapLogger(Callback):
 
         for name in variants:
             get_variant(name)
-        if every_n_steps < 0:
-            raise ValueError(f"AttentionMapLogger every_n_steps must be >= 0, got {every_n_steps}.")
-        self.every_n_steps, self.at_fit_end = every_n_steps, at_fit_end
+        super().__init__(every_n_steps)
+        self.at_fit_end = at_fit_end
         self.kwargs = {"layer": layer, "head": head, "window": window, "tokens": tokens, "text": text,
                        "variants": tuple(variants), "seed": seed}
         self.written: list[Path] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        step = trainer.global_step
-        if self.every_n_steps and step > 0 and step % self.every_n_steps == 0:
+        if self.due(trainer):
             self.draw(trainer, pl_module)
 
     def on_fit_end(self, trainer, pl_module) -> None:
@@ -116,7 +108,7 @@ class AttentionMapLogger(Callback):
             self.draw(trainer, pl_module)
 
     def draw(self, trainer, pl_module) -> None:
-        folder = Path(trainer.log_dir or trainer.default_root_dir) / "attention_maps"  # a collective: all ranks
+        folder = Path(log_folder(trainer, "attention_maps"))
         if not trainer.is_global_zero:
             return
         import matplotlib.pyplot as plt

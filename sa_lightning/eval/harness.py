@@ -103,35 +103,24 @@ def resolve_tasks(names: str | list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _load(name: str) -> list:
+    """The lm-eval Task objects of one name (this fetches their datasets); offline misses end in one sentence."""
+    try:
+        return list(task_manager().load([name])["tasks"].values())
+    except Exception as err:  # datasets raises many types for "not reachable / not cached"
+        if name in OFFLINE_TASKS:
+            raise
+        where = "the network is off (HF_DATASETS_OFFLINE=1) and it is not in the local datasets cache" \
+            if is_offline() else f"it could not be downloaded ({type(err).__name__}: {str(err).splitlines()[0][:160]})"
+        raise ValueError(
+            f"task {name!r} needs its dataset from the Hugging Face Hub, which cannot be had offline: {where}. "
+            f"Use the shipped offline tasks instead: --tasks offline ({', '.join(OFFLINE_TASKS)})."
+        ) from None
+
+
 def load_tasks(names: list[str]) -> list:
-    """Build the lm-eval Task objects (this fetches their datasets); offline misses end in one sentence."""
-    objects = []
-    for name in names:
-        try:
-            loaded = task_manager().load([name])["tasks"]
-        except Exception as err:  # datasets raises many types for "not reachable / not cached"
-            if name in OFFLINE_TASKS:
-                raise
-            where = "the network is off (HF_DATASETS_OFFLINE=1) and it is not in the local datasets cache" \
-                if is_offline() else f"it could not be downloaded ({type(err).__name__}: {str(err).splitlines()[0][:160]})"
-            raise ValueError(
-                f"task {name!r} needs its dataset from the Hugging Face Hub, which cannot be had offline: {where}. "
-                f"Use the shipped offline tasks instead: --tasks offline ({', '.join(OFFLINE_TASKS)})."
-            ) from None
-        objects.extend(_leaves(loaded))
-    return objects
-
-
-@functools.lru_cache(maxsize=None)
-def _subtasks(group: str) -> frozenset:
-    return frozenset(task_manager().load([group])["tasks"])
-
-
-def _leaves(tree: dict) -> list:
-    out = []
-    for value in tree.values():
-        out.extend(_leaves(value) if isinstance(value, dict) else [value])
-    return out
+    """Build the lm-eval Task objects of ``names``; an unreachable dataset fails here, in one sentence."""
+    return [task for name in names for task in _load(name)]
 
 
 def run_tasks(lm, tasks: list[str], *, limit: int | float | None = None, bootstrap_iters: int = 0,
@@ -140,17 +129,23 @@ def run_tasks(lm, tasks: list[str], *, limit: int | float | None = None, bootstr
     """Evaluate ``lm`` (an lm-eval ``LM``) on ``tasks``; returns ``{task: {metric: value}}``."""
     import lm_eval
 
-    names = resolve_tasks(tasks)
-    objects = load_tasks(names)
-    # a group (mmlu) goes by name so that lm-eval aggregates its subtasks; its datasets are cached by now
-    groups = [n for n in names if n in task_manager().all_groups]
-    if groups:
-        objects = [t for t in objects if not any(t.config.task in _subtasks(g) for g in groups)] + groups
-    raw = lm_eval.simple_evaluate(model=lm, tasks=objects, task_manager=task_manager(), limit=limit,
+    groups = set(task_manager().all_groups)
+    specs = []
+    for name in resolve_tasks(tasks):
+        loaded = _load(name)
+        # a group (mmlu) goes by name so that lm-eval aggregates its subtasks; its datasets are cached by now
+        specs.extend([name] if name in groups else loaded)
+    raw = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=task_manager(), limit=limit,
                                   num_fewshot=num_fewshot, bootstrap_iters=bootstrap_iters, log_samples=False,
                                   random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                   fewshot_random_seed=seed, confirm_run_unsafe_code=confirm_run_unsafe_code)
     return flatten(raw["results"])
+
+
+def scalars(results: dict[str, dict[str, float]]) -> dict[str, float]:
+    """``{"eval/<task>/<metric>": value}`` for the loggers: the metrics themselves, not stderrs or counts."""
+    return {f"eval/{task}/{metric}": value for task, metrics in results.items() for metric, value in metrics.items()
+            if metric != "sample_len" and not metric.endswith("_stderr")}
 
 
 def flatten(results: dict) -> dict[str, dict[str, float]]:

@@ -23,6 +23,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
+from ..attention.permutation import prefix_permutations
 from ..models import Transformer
 
 SA_MODES = ("stochastic", "deterministic")
@@ -101,11 +102,8 @@ class SALM(TemplateLM):
         identity = [len(row) if self.sa_mode == "deterministic" else
                     (sample, hashlib.blake2b(bytes(str(row), "ascii"), digest_size=16).digest()) for row in rows]
         for layer in range(len(self.model.blocks)):
-            table = torch.arange(n).repeat(len(rows), 1)
-            for b, row in enumerate(rows):
-                gen = torch.Generator().manual_seed(_row_seed(self.seed, layer, identity[b]))
-                table[b, :len(row)] = torch.randperm(len(row), generator=gen)
-            perms.append(table.to(self.device))
+            generators = [torch.Generator().manual_seed(_row_seed(self.seed, layer, key)) for key in identity]
+            perms.append(prefix_permutations([len(row) for row in rows], n, generators, self.device))
         return perms
 
     @torch.no_grad()

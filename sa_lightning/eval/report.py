@@ -51,11 +51,11 @@ def summarize(per_seed: list[dict[str, dict[str, float]]]) -> tuple[dict, dict]:
 def log_tensorboard(folder: Path, metrics: dict[str, dict[str, float]], step: int = 0) -> None:
     from torch.utils.tensorboard import SummaryWriter
 
+    from .harness import scalars
+
     with SummaryWriter(str(folder)) as writer:
-        for task, values in metrics.items():
-            for metric, value in values.items():
-                if not metric.endswith("_stderr") and metric != "sample_len":
-                    writer.add_scalar(f"eval/{task}/{metric}", value, step)
+        for tag, value in scalars(metrics).items():
+            writer.add_scalar(tag, value, step)
 
 
 def evaluate(args: argparse.Namespace) -> dict:

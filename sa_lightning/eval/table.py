@@ -18,11 +18,16 @@ def cell_values(metrics: dict[str, dict[str, float]], columns: tuple[Column, ...
     return values
 
 
-def _ranks(column: list[float | None], lower_is_better: bool) -> dict[int, int]:
+def ranks(column: list[float | None], lower_is_better: bool = False) -> dict[int, int]:
     """Row index -> 0 (best) or 1 (second best); ties share the better rank."""
     present = sorted({v for v in column if v is not None}, reverse=not lower_is_better)
     best = present[:2]
     return {i: best.index(v) for i, v in enumerate(column) if v is not None and v in best}
+
+
+def emphasize(text: str, rank: int | None) -> str:
+    """The paper's marks: best in bold, second best underlined."""
+    return f"**{text}**" if rank == 0 else f"<u>{text}</u>" if rank == 1 else text
 
 
 def markdown_table(rows: dict[str, dict[str, dict[str, float]]], columns: tuple[Column, ...],
@@ -32,13 +37,12 @@ def markdown_table(rows: dict[str, dict[str, dict[str, float]]], columns: tuple[
     grid = [cell_values(rows[label], columns) for label in labels]
     headers = [f"{c.label} ↓" if c.lower_is_better else c.label for c in columns] + ["Avg."]
     lower = [c.lower_is_better for c in columns] + [False]
-    marks = [_ranks([g[j] for g in grid], lower[j]) if len(grid) > 1 else {} for j in range(len(headers))]
+    marks = [ranks([g[j] for g in grid], lower[j]) if len(grid) > 1 else {} for j in range(len(headers))]
     lines = [f"| {first} | " + " | ".join(headers) + " |", "|---|" + "---|" * len(headers)]
     for i, label in enumerate(labels):
         cells = []
         for j, value in enumerate(grid[i]):
             text = "–" if value is None else f"{value:.2f}" if lower[j] else f"{value:.1f}"
-            rank = marks[j].get(i)
-            cells.append(f"**{text}**" if rank == 0 else f"<u>{text}</u>" if rank == 1 else text)
+            cells.append(emphasize(text, marks[j].get(i)))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

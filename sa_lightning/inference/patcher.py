@@ -21,13 +21,13 @@ import contextlib
 import difflib
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 
 from ..attention import AttentionSpec, get_variant, layer_generator
-from ..attention.permutation import gather_tokens, invert_permutation
+from ..attention.permutation import gather_tokens, invert_permutation, prefix_permutations
 
 NAME = "sa_lightning"
 #: patcher mode -> registry variant. ``sa_swa`` is training-free: one softmax over the union of both masks.
@@ -120,13 +120,6 @@ def _dense(q, k, v, valid, scale, sliding_window):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=Hq != k.shape[1])
 
 
-def _row_permutations(lengths: list[int], n: int, seed: int, layer: int, device) -> torch.Tensor:
-    table = torch.arange(n).repeat(len(lengths), 1)
-    for b, length in enumerate(lengths):
-        table[b, :length] = torch.randperm(length, generator=layer_generator(seed * 1_000_003 + length, layer))
-    return table.to(device)
-
-
 def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale):
     B, _, n, d = q.shape
     order = lengths = None
@@ -140,7 +133,8 @@ def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale):
     perm = None
     if variant.uses_permutation:
         rows = lengths.tolist() if lengths is not None else [n] * B
-        perm = _row_permutations(rows, n, spec.seed, layer, q.device)
+        perm = prefix_permutations(rows, n, [layer_generator(spec.seed * 1_000_003 + length, layer) for length in rows],
+                                   q.device)
     (y,) = variant(q, k, v, spec.attention_spec(), perm, lengths)
     if order is not None:
         y = gather_tokens(y, invert_permutation(order)) * valid.view(B, 1, n, 1).to(y.dtype)
@@ -190,6 +184,13 @@ def patch(model, mode: str | PatchSpec = "sa", window: int | None = None, *, blo
     _SPECS[id(model.config)] = (model.config, spec)
     model.set_attn_implementation(NAME)
     return model
+
+
+def set_seed(model, seed: int) -> None:
+    """Change a patched model's SA permutation seed in place: called every training step by the Qwen3
+    backbone, so it only swaps the stored spec (no re-registration, no implementation switch)."""
+    config, spec = _SPECS[id(model.config)]
+    _SPECS[id(model.config)] = (config, replace(spec, seed=seed))
 
 
 def unpatch(model):

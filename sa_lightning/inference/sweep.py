@@ -191,32 +191,25 @@ def collect(cfg: SweepConfig, out: Path) -> list[dict]:
     return table
 
 
+def mode_label(mode: str) -> str:
+    return "MoBA" if mode == "moba" else mode.replace("_", "+").upper()
+
+
 def markdown(cfg: SweepConfig, table: list[dict]) -> str:
+    from ..eval.table import emphasize, ranks
+
     cols = [*cfg.tasks, "avg"]
     header = "| w_eff | Mode | " + " | ".join(LABELS.get(t, t) for t in cfg.tasks) + " | Avg. |"
     lines = [header, "|---|---|" + "---|" * len(cols)]
-    full = [r for r in table if r["mode"] == "full"]
-    groups = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
-    for w in groups:
-        group = [r for r in table if r["w_eff"] == w]
-        group.sort(key=lambda r: cfg.modes.index(r["mode"]))
-        ranks = {}
-        for col in cols:
-            values = sorted({r[col] for r in group if r.get(col) is not None}, reverse=True)[:2]
-            ranks[col] = values
-        for r in group:
-            cells_ = []
-            for col in cols:
-                v = r.get(col)
-                text = "–" if v is None else f"{v:.1f}"
-                if v is not None and len(group) > 1 and ranks[col]:
-                    text = f"**{text}**" if v == ranks[col][0] else f"<u>{text}</u>" if len(ranks[col]) > 1 and \
-                        v == ranks[col][1] else text
-                cells_.append(text)
-            lines.append(f"| {w} | {r['mode'].replace('_', '+').upper() if r['mode'] != 'moba' else 'MoBA'} | "
-                         + " | ".join(cells_) + " |")
-    for r in full:
-        lines.append("| all | Full | " + " | ".join("–" if r.get(c) is None else f"{r[c]:.1f}" for c in cols) + " |")
+    for w in sorted({r["w_eff"] for r in table if r["w_eff"] is not None}):
+        group = sorted((r for r in table if r["w_eff"] == w), key=lambda r: cfg.modes.index(r["mode"]))
+        marks = {col: ranks([r.get(col) for r in group]) if len(group) > 1 else {} for col in cols}
+        for i, r in enumerate(group):
+            cells_ = [emphasize("–" if r.get(col) is None else f"{r[col]:.1f}", marks[col].get(i)) for col in cols]
+            lines.append(f"| {w} | {mode_label(r['mode'])} | " + " | ".join(cells_) + " |")
+    for r in table:
+        if r["mode"] == "full":
+            lines.append("| all | Full | " + " | ".join("–" if r.get(c) is None else f"{r[c]:.1f}" for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -240,8 +233,7 @@ def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
                     continue
                 pts = sorted((r["w_eff"], r[col]) for r in table if r["mode"] == mode and r.get(col) is not None)
                 if pts:
-                    ax.plot(*zip(*pts), "o-", color=COLORS.get(mode, None),
-                            label="MoBA" if mode == "moba" else mode.replace("_", "+").upper())
+                    ax.plot(*zip(*pts), "o-", color=COLORS.get(mode, None), label=mode_label(mode))
             if full is not None and full.get(col) is not None:
                 ax.axhline(full[col], color="gray", linestyle="--", label="Full")
             ticks = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
@@ -278,12 +270,16 @@ def report(cfg: SweepConfig, out: Path) -> dict:
     return {"rows": table, "table": text}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def load_config(argv: list[str] | None = None) -> SweepConfig:
+    """The sweep config from ``--config FILE`` and flag overrides (as ``cli.py sweep`` and ``cli.py submit`` read it)."""
     from jsonargparse import ActionConfigFile, ArgumentParser
 
     parser = ArgumentParser(prog="cli.py sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--config", action=ActionConfigFile)
     parser.add_class_arguments(SweepConfig, nested_key=None, fail_untyped=False)
     args = parser.parse_args(argv)
-    cfg = SweepConfig(**{k: v for k, v in vars(args).items() if k in SweepConfig.__dataclass_fields__})
-    return run(cfg)
+    return SweepConfig(**{k: v for k, v in vars(args).items() if k in SweepConfig.__dataclass_fields__})
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return run(load_config(argv))

@@ -6,6 +6,37 @@ import os
 from lightning.pytorch.callbacks import Callback, ThroughputMonitor
 
 
+def last_checkpoint_path(trainer) -> str | None:
+    """``last.ckpt`` next to ModelCheckpoint's files (where ``--ckpt_path last`` looks), or None without one."""
+    ckpt = trainer.checkpoint_callback
+    if ckpt is None or ckpt.dirpath is None:  # dirpath is resolved by ModelCheckpoint.setup
+        return None
+    return os.path.join(ckpt.dirpath, ckpt.CHECKPOINT_NAME_LAST + ckpt.FILE_EXTENSION)
+
+
+def log_folder(trainer, name: str) -> str:
+    """``<log_dir>/<name>``. ``trainer.log_dir`` broadcasts under DDP, so every rank must call this."""
+    return os.path.join(trainer.log_dir or trainer.default_root_dir, name)
+
+
+class EveryNSteps(Callback):
+    """Base for callbacks that act every ``every_n_steps`` optimizer steps. ``on_train_batch_end`` runs
+    once per micro-batch, so with gradient accumulation a step is seen several times: act once."""
+
+    def __init__(self, every_n_steps: int):
+        if every_n_steps < 0:
+            raise ValueError(f"{type(self).__name__} every_n_steps must be >= 0, got {every_n_steps}.")
+        self.every_n_steps = every_n_steps
+        self._done_step = None
+
+    def due(self, trainer) -> bool:
+        step = trainer.global_step
+        if self.every_n_steps and step > 0 and step % self.every_n_steps == 0 and step != self._done_step:
+            self._done_step = step
+            return True
+        return False
+
+
 class TokenThroughput(ThroughputMonitor):
     """Lightning's ThroughputMonitor for (B, seq_len + 1) token batches: logs samples/s, trained
     tokens/s (``items_per_sec``; Lightning sums ``length_fn`` per batch) and, on GPUs with known peak flops, MFU from ``LitLM.flops_per_batch``."""
@@ -25,12 +56,9 @@ class CheckpointAtEnd(Callback):
     """
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        ckpt = trainer.checkpoint_callback
-        if ckpt is None or trainer.max_steps < 1 or trainer.global_step < trainer.max_steps:
+        path = last_checkpoint_path(trainer)
+        if path is None or trainer.max_steps < 1 or trainer.global_step < trainer.max_steps:
             return
-        if ckpt.dirpath is None:  # resolved by ModelCheckpoint.setup; absent only without a logger dir
-            return
-        path = os.path.join(ckpt.dirpath, ckpt.CHECKPOINT_NAME_LAST + ckpt.FILE_EXTENSION)
         if getattr(self, "_saved_step", None) != trainer.global_step:
             trainer.save_checkpoint(path)
             self._saved_step = trainer.global_step
@@ -48,7 +76,7 @@ class ExportHF(Callback):
         self.dirpath = dirpath
 
     def on_fit_end(self, trainer, pl_module) -> None:
-        folder = self.dirpath or os.path.join(trainer.log_dir or trainer.default_root_dir, "hf")  # all ranks ask
+        folder = self.dirpath or log_folder(trainer, "hf")
         if not trainer.is_global_zero:
             return
         if not hasattr(pl_module.net, "save_pretrained"):
@@ -97,10 +125,9 @@ class SaveOnSignal(Callback):
     def on_exception(self, trainer, pl_module, exception) -> None:
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-        ckpt = trainer.checkpoint_callback
-        if not isinstance(exception, SIGTERMException) or ckpt is None or ckpt.dirpath is None:
+        path = last_checkpoint_path(trainer)
+        if not isinstance(exception, SIGTERMException) or path is None:
             return
-        path = os.path.join(ckpt.dirpath, ckpt.CHECKPOINT_NAME_LAST + ckpt.FILE_EXTENSION)
         trainer.save_checkpoint(path)
         self.saved = path
         if trainer.is_global_zero:

@@ -78,13 +78,11 @@ class HFBackbone(nn.Module):
 
     def _reseed(self, stream: int | None) -> None:
         """Stochastic mode: fresh permutations per training step (the patcher keys them by seed and layer)."""
-        from dataclasses import replace
-
-        from ..inference.patcher import patch
+        from ..inference.patcher import set_seed
         from .transformer import _stream_seed
 
         if self.uses_permutation and self.cfg.permutation == "stochastic" and stream is not None:
-            patch(self.hf, replace(self.spec, seed=_stream_seed(self.cfg.seed, stream)))
+            set_seed(self.hf, _stream_seed(self.cfg.seed, stream))
 
     def features(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
                  lengths: torch.Tensor | None = None) -> torch.Tensor:
