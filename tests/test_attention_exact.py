@@ -1,4 +1,7 @@
-"""Every fast path against the dense float64 oracle: forward and q/k/v gradients, fp32, <= 1e-5."""
+"""Every fast path against the dense float64 oracle: forward and q/k/v gradients, fp32, <= 1e-5.
+
+Each forward is checked twice: with gradients (the hand-written backward's path) and under
+``torch.no_grad`` (the fused forward-only path that inference takes on CPU)."""
 import pytest
 import torch
 
@@ -33,6 +36,8 @@ def _qkv(n, groups, seed, batch=2, hkv=1, d=8, dtype=torch.float32):
 def _assert_matches(fn, q, k, v, mask, rtol=0.0):
     out = fn()
     ref = oracle.reference_attention(q, k, v, mask)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(), ref.detach(), atol=TOL, rtol=rtol, msg=lambda m: f"no_grad forward: {m}")
     grad = torch.randn_like(out)
     got = torch.autograd.grad(out, (q, k, v), grad)
     want = torch.autograd.grad(ref, (q, k, v), grad)
@@ -117,6 +122,10 @@ def test_half_precision_inputs(dtype, variant):
     }[variant]()
     ref = oracle.reference_attention(q, k, v, mask)
     torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=0)
+    with torch.no_grad():
+        (fast,) = get_variant(variant)(q, k, v, spec, perm)
+    assert fast.dtype == dtype
+    torch.testing.assert_close(fast.float(), ref.float(), atol=2e-2, rtol=0)
     out.float().sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
 
@@ -162,6 +171,10 @@ def test_padded_sa_matches_oracle_and_solo_rows(n, w, lens, groups):
     ref = oracle.reference_attention(q, k, v, oracle.sa_mask(perm, w, B, lengths))
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out * valid, ref * valid, atol=TOL, rtol=TOL)
+    with torch.no_grad():
+        fast = stochastic_attention(q, k, v, w, perm, lengths=lengths)
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast * valid, ref.detach() * valid, atol=TOL, rtol=TOL)
     grad = torch.randn_like(out) * valid
     got = torch.autograd.grad(out, (q, k, v), grad)
     want = torch.autograd.grad(ref, (q, k, v), grad)
@@ -194,6 +207,31 @@ def test_sa_swa_union_matches_oracle(n, w, lens, groups):
     out = sa_swa_union_attention(q, k, v, w, perm, lengths=lengths)
     ref = oracle.reference_attention(q, k, v, mask)
     torch.testing.assert_close(out * valid, ref * valid, atol=TOL, rtol=TOL)
+    with torch.no_grad():
+        fast = sa_swa_union_attention(q, k, v, w, perm, lengths=lengths)
+    torch.testing.assert_close(fast * valid, ref.detach() * valid, atol=TOL, rtol=TOL)
     grad = torch.randn_like(out) * valid
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
         torch.testing.assert_close(a, b, atol=TOL, rtol=TOL)
+
+
+def test_forward_only_takes_the_fused_path(monkeypatch):
+    """Under no_grad the banded kernel reads its windows in place through SDPA; with gradients it keeps
+    the hand-written backward. Both give the same output."""
+    from sa_lightning.attention import banded
+
+    calls = []
+    real = banded._fused_window_forward
+    monkeypatch.setattr(banded, "_fused_window_forward", lambda *a: calls.append(1) or real(*a))
+    q, k, v = _qkv(300, 2, seed=6)
+    perm = sample_permutation(300, generator=torch.Generator().manual_seed(6))
+    with_grad = stochastic_attention(q, k, v, 16, perm)
+    assert calls == []
+    with torch.no_grad():
+        without = stochastic_attention(q, k, v, 16, perm)
+        sliding_window_attention(q, k, v, 16)
+    assert len(calls) == 2
+    torch.testing.assert_close(without, with_grad.detach(), atol=TOL, rtol=0)
+    with torch.inference_mode():
+        stochastic_attention(q.detach(), k.detach(), v.detach(), 16, perm)
+    assert len(calls) == 3

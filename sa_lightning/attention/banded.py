@@ -175,6 +175,77 @@ def banded_attention(
         k_src = k_slots.clamp(0, n - 1).view(1, -1)
         blocked = _blocked(n, blk, nb, before, after, None, None, None, dev)
 
+    if _fused_forward_applies(q, k, v):
+        out, lse = _fused_window_forward(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse)
+    else:
+        out, lse = _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse)
+    out = out[:, :, :n]
+    if return_lse:
+        lse = lse[:, :, :n]
+    if circular:  # back to token order: token i sits in slot inv[i]
+        from .permutation import invert_permutation
+
+        inv = invert_permutation(perm)
+        out = _take_rows(out, inv)
+        if return_lse:
+            lse = _take_rows(lse.unsqueeze(-1), inv).squeeze(-1)
+    return (out, lse) if return_lse else out
+
+
+def _fused_forward_applies(q, k, v) -> bool:
+    """Forward-only work on CPU goes to SDPA's fused kernel; training keeps the hand-written backward."""
+    if q.device.type != "cpu":
+        return False  # CUDA defaults to FlexAttention; the fused window path is measured on CPU only
+    return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+
+
+def _fused_window_forward(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse):
+    """Forward only: SDPA's fused CPU kernel over each query block's key window, read in place.
+
+    Keys and values are laid out once in slot order (one copy each, no duplication); block i's
+    window, slots i*blk .. i*blk + W - 1, is an overlapping strided view of that copy, which the
+    fused kernel reads without materializing the (nb, W, d) windows or the scores. Returns the
+    output (B, Hq, nb*blk, d) in slot order and, if asked, the log-sum-exp (B, Hq, nb*blk).
+    """
+    B, Hq, _, d = q.shape
+    Hkv = k.shape[1]
+    G = Hq // Hkv
+    nb = blocked.shape[1]
+    ks, vs = _take_rows(k, k_src), _take_rows(v, k_src)  # (B, Hkv, L, d), slot order with the band's margins
+    L = ks.shape[2]
+    win = (nb, G, W, d)
+    win_stride = (blk * d, 0, d, 1)  # the G query heads of a kv head share its window (stride 0)
+    qs = _take_rows(q, q_src)  # (B, Hq, nb*blk, d)
+    bias = blocked.to(q.dtype).mul_(torch.finfo(q.dtype).min / 2).unsqueeze(2)  # (Bp, nb, 1, blk, W)
+    outs, lses = [], []
+    for b in range(B):
+        row_bias = bias[b if bias.shape[0] > 1 else 0]
+        for h in range(Hkv):
+            qh = qs[b, h * G:(h + 1) * G].view(G, nb, blk, d).transpose(0, 1)  # (nb, G, blk, d), a view
+            kh = ks[b, h].as_strided(win, win_stride, ks[b, h].storage_offset())
+            vh = vs[b, h].as_strided(win, win_stride, vs[b, h].storage_offset())
+            if return_lse:
+                o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                    qh, kh, vh, 0.0, False, attn_mask=row_bias, scale=scale)
+                lses.append(lse)
+            else:
+                o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=row_bias, scale=scale)
+            outs.append(o)
+    # (B, Hkv, nb, G, blk, d) -> (B, Hq, nb*blk, d)
+    out = torch.stack(outs).view(B, Hkv, nb, G, blk, d).permute(0, 1, 3, 2, 4, 5).reshape(B, Hq, nb * blk, d)
+    if not return_lse:
+        return out, None
+    lse = torch.stack(lses).view(B, Hkv, nb, G, blk).permute(0, 1, 3, 2, 4).reshape(B, Hq, nb * blk)
+    return out, lse
+
+
+def _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse):
+    """The differentiable path: every block's key window gathered contiguously, then four bmm."""
+    B, Hq, _, d = q.shape
+    Hkv = k.shape[1]
+    G = Hq // Hkv
+    nb = blocked.shape[1]
+    dev = q.device
     # One gather lays out every block's key window contiguously: (B*Hkv*nb, W, d), no unfold copy.
     cols = (torch.arange(nb, device=dev) * blk).view(nb, 1) + torch.arange(W, device=dev).view(1, W)
     w_src = k_src[:, cols.flatten()]
@@ -184,20 +255,13 @@ def banded_attention(
 
     qb = _fold_groups(_take_rows(q, q_src).mul_(scale), Hkv, nb, blk).reshape(B * Hkv * nb, G * blk, d)
     view = (B, Hkv, nb, G, blk, W)
+    mask = blocked.view(-1, 1, nb, 1, blk, W)
     if return_lse:
-        out, lse = _softmax_with_lse(qb, windows(k), windows(v), blocked.view(-1, 1, nb, 1, blk, W), view)
-        lse = _unfold_groups(lse.view(B, Hkv, nb, G * blk, 1), Hq, n)
+        out, lse = _softmax_with_lse(qb, windows(k), windows(v), mask, view)
+        lse = _unfold_groups(lse.view(B, Hkv, nb, G * blk, 1), Hq, nb * blk).squeeze(-1)
     else:
-        out = _BlockedSoftmaxAttention.apply(qb, windows(k), windows(v), blocked.view(-1, 1, nb, 1, blk, W), view)
-    out = _unfold_groups(out.view(B, Hkv, nb, G * blk, d), Hq, n)
-    if circular:  # back to token order: token i sits in slot inv[i]
-        from .permutation import invert_permutation
-
-        inv = invert_permutation(perm)
-        out = _take_rows(out, inv)
-        if return_lse:
-            lse = _take_rows(lse, inv)
-    return (out, lse.squeeze(-1)) if return_lse else out
+        out, lse = _BlockedSoftmaxAttention.apply(qb, windows(k), windows(v), mask, view), None
+    return _unfold_groups(out.view(B, Hkv, nb, G * blk, d), Hq, nb * blk), lse
 
 
 def _softmax_with_lse(q, k, v, blocked, score_view):
