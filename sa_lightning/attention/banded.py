@@ -175,17 +175,18 @@ def banded_attention(
         k_src = k_slots.clamp(0, n - 1).view(1, -1)
         blocked = _blocked(n, blk, nb, before, after, None, None, None, dev)
 
-    if _fused_forward_applies(q, k, v):
-        out, lse = _fused_window_forward(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse)
-    else:
-        out, lse = _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse)
-    out = out[:, :, :n]
-    if return_lse:
-        lse = lse[:, :, :n]
-    if circular:  # back to token order: token i sits in slot inv[i]
+    inv = None
+    if circular:  # token i sits in slot inv[i]
         from .permutation import invert_permutation
 
         inv = invert_permutation(perm)
+    if _fused_forward_applies(q, k, v):
+        return _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, return_lse)
+    out, lse = _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse)
+    out = out[:, :, :n]
+    if return_lse:
+        lse = lse[:, :, :n]
+    if circular:  # back to token order
         out = _take_rows(out, inv)
         if return_lse:
             lse = _take_rows(lse.unsqueeze(-1), inv).squeeze(-1)
@@ -199,44 +200,45 @@ def _fused_forward_applies(q, k, v) -> bool:
     return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
 
 
-def _fused_window_forward(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse):
+def _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, return_lse):
     """Forward only: SDPA's fused CPU kernel over each query block's key window, read in place.
 
-    Keys and values are laid out once in slot order (one copy each, no duplication); block i's
-    window, slots i*blk .. i*blk + W - 1, is an overlapping strided view of that copy, which the
-    fused kernel reads without materializing the (nb, W, d) windows or the scores. Returns the
-    output (B, Hq, nb*blk, d) in slot order and, if asked, the log-sum-exp (B, Hq, nb*blk).
+    Keys and values are laid out once in slot order (one copy each, no duplication). Block i's
+    window, slots i*blk .. i*blk + W - 1, is an overlapping strided view of that copy, so for each
+    batch row one kernel call sees the query blocks as its batch and the heads as its heads (GQA is
+    native), and neither the (nb, W, d) windows nor the scores are materialized. ``inv`` (None for
+    SWA) maps tokens to slots. Returns (B, Hq, n, d), laid out as (B, n, Hq, d) like SDPA's own
+    output, and with ``return_lse`` also the log-sum-exp (B, Hq, n).
     """
-    B, Hq, _, d = q.shape
+    B, Hq, n, d = q.shape
     Hkv = k.shape[1]
-    G = Hq // Hkv
     nb = blocked.shape[1]
     ks, vs = _take_rows(k, k_src), _take_rows(v, k_src)  # (B, Hkv, L, d), slot order with the band's margins
     L = ks.shape[2]
-    win = (nb, G, W, d)
-    win_stride = (blk * d, 0, d, 1)  # the G query heads of a kv head share its window (stride 0)
     qs = _take_rows(q, q_src)  # (B, Hq, nb*blk, d)
     bias = blocked.to(q.dtype).mul_(torch.finfo(q.dtype).min / 2).unsqueeze(2)  # (Bp, nb, 1, blk, W)
-    outs, lses = [], []
+    out = q.new_empty(B, n, Hq, d)
+    lse = q.new_empty(B, n, Hq, dtype=torch.float32) if return_lse else None
     for b in range(B):
-        row_bias = bias[b if bias.shape[0] > 1 else 0]
-        for h in range(Hkv):
-            qh = qs[b, h * G:(h + 1) * G].view(G, nb, blk, d).transpose(0, 1)  # (nb, G, blk, d), a view
-            kh = ks[b, h].as_strided(win, win_stride, ks[b, h].storage_offset())
-            vh = vs[b, h].as_strided(win, win_stride, vs[b, h].storage_offset())
-            if return_lse:
-                o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                    qh, kh, vh, 0.0, False, attn_mask=row_bias, scale=scale)
-                lses.append(lse)
-            else:
-                o = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=row_bias, scale=scale)
-            outs.append(o)
-    # (B, Hkv, nb, G, blk, d) -> (B, Hq, nb*blk, d)
-    out = torch.stack(outs).view(B, Hkv, nb, G, blk, d).permute(0, 1, 3, 2, 4, 5).reshape(B, Hq, nb * blk, d)
-    if not return_lse:
-        return out, None
-    lse = torch.stack(lses).view(B, Hkv, nb, G, blk).permute(0, 1, 3, 2, 4).reshape(B, Hq, nb * blk)
-    return out, lse
+        qb = qs[b].view(Hq, nb, blk, d).transpose(0, 1)  # (nb, Hq, blk, d), a view
+        kb = ks[b].as_strided((nb, Hkv, W, d), (blk * d, L * d, d, 1), ks[b].storage_offset())
+        vb = vs[b].as_strided((nb, Hkv, W, d), (blk * d, L * d, d, 1), vs[b].storage_offset())
+        mask = bias[b if bias.shape[0] > 1 else 0]
+        if return_lse:
+            ob, lb = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                qb, kb, vb, 0.0, False, attn_mask=mask, scale=scale)
+        else:
+            ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=Hq != Hkv)
+        rows = ob.transpose(1, 2).reshape(nb * blk, Hq, d)  # slot order; a view of the kernel's layout
+        if inv is None:
+            out[b] = rows[:n]
+        else:
+            torch.index_select(rows, 0, inv[b if inv.shape[0] > 1 else 0], out=out[b])
+        if return_lse:
+            lrows = lb.transpose(1, 2).reshape(nb * blk, Hq)
+            lse[b] = lrows[:n] if inv is None else lrows[inv[b if inv.shape[0] > 1 else 0]]
+    out = out.transpose(1, 2)
+    return (out, lse.transpose(1, 2)) if return_lse else out
 
 
 def _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse):
