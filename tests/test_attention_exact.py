@@ -235,3 +235,19 @@ def test_forward_only_takes_the_fused_path(monkeypatch):
     with torch.inference_mode():
         stochastic_attention(q.detach(), k.detach(), v.detach(), 16, perm)
     assert len(calls) == 3
+
+
+def test_moba_forward_only_takes_the_fused_path(monkeypatch):
+    """MoBA's no_grad forward groups (query, block) pairs into tiles for SDPA; it equals the autograd path."""
+    from sa_lightning.attention import moba
+
+    calls = []
+    real = moba._selected_fused
+    monkeypatch.setattr(moba, "_selected_fused", lambda *a: calls.append(1) or real(*a))
+    q, k, v = _qkv(1000, 4, seed=8, hkv=2)
+    with_grad = moba_attention(q, k, v, 16, 4)
+    assert calls == []
+    with torch.no_grad():
+        without = moba_attention(q, k, v, 16, 4)
+    assert calls == [1]
+    torch.testing.assert_close(without, with_grad.detach(), atol=TOL, rtol=0)

@@ -99,10 +99,96 @@ def _selected_blocks(q, k, v, index, valid, c: int, scale: float):
     return out, lse
 
 
+#: Queries per tile in the forward-only path: each tile reads one selected block.
+_TILE = 32
+
+
+def _sdpa_lse(q, k, v, *, causal: bool, scale: float):
+    """SDPA's fused CPU kernel, returning the output and the log-sum-exp of each query's scores.
+    4-D inputs (batch, heads, len, d) with any strides; GQA when k has fewer heads than q."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
+
+
+def _own_block_fused(q, k, v, c: int, nblk: int, scale: float):
+    """Forward only: causal attention inside each block, one fused call per batch row with the blocks
+    as the batch. Returns out and lse in (B, Hq, n) order: (B, Hq, n, d) and (B, Hq, n)."""
+    B, Hq, n, d = q.shape
+    Hkv = k.shape[1]
+    pad = nblk * c - n  # padded keys sit after every real query, so the causal test never reads them
+    qp, kp, vp = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+    outs, lses = [], []
+    for b in range(B):
+        o, lse = _sdpa_lse(qp[b].view(Hq, nblk, c, d).transpose(0, 1), kp[b].view(Hkv, nblk, c, d).transpose(0, 1),
+                           vp[b].view(Hkv, nblk, c, d).transpose(0, 1), causal=True, scale=scale)
+        outs.append(o.transpose(0, 1).reshape(Hq, nblk * c, d)[:, :n])  # (nblk, Hq, c, d) -> (Hq, n, d)
+        lses.append(lse.transpose(0, 1).reshape(Hq, nblk * c)[:, :n])
+    return torch.stack(outs), torch.stack(lses)
+
+
+def _selected_fused(q, k, v, index, valid, c: int, scale: float):
+    """Forward only: attention of each (query, head) to its selected past blocks, grouped by block.
+
+    The valid (query, pick) pairs are sorted by the kv head and block they read and cut into tiles
+    of ``_TILE`` queries that share one block, as varlen attention does on GPU. One fused call then
+    runs every tile against its block, so each block's keys are copied once per tile rather than
+    once per query. Returns out (B*Hq*n, picks, d) and lse (B*Hq*n, picks), -inf where not valid.
+    """
+    B, Hq, n, d = q.shape
+    Hkv = k.shape[1]
+    G = Hq // Hkv
+    picks = index.shape[-1]
+    full = n // c
+    groups = B * Hkv * full
+    kb = k[:, :, : full * c].reshape(groups, c, d)
+    vb = v[:, :, : full * c].reshape(groups, c, d)
+    # Pair p = (query row of the folded (B, Hkv, G*n) layout, pick); the block it reads:
+    block = (index + (torch.arange(B * Hkv, device=q.device) * full).view(B, Hkv, 1, 1)).flatten()
+    pair = valid.flatten().nonzero().squeeze(1)
+    block = block[pair]
+    order = torch.argsort(block, stable=True)
+    pair, block = pair[order], block[order]
+    counts = torch.bincount(block, minlength=groups)
+    tiles = -(-counts // _TILE)
+    tile_of_group = torch.cumsum(tiles, 0) - tiles
+    rank = torch.arange(block.numel(), device=q.device) - (torch.cumsum(counts, 0) - counts)[block]
+    where = (tile_of_group[block] + rank // _TILE) * _TILE + rank % _TILE  # the pair's row among the tiles
+    num_tiles = int(tiles.sum())
+    tile_block = torch.repeat_interleave(torch.arange(groups, device=q.device), tiles)
+    qt = q.new_zeros(num_tiles * _TILE, d)
+    qt[where] = q.reshape(-1, d)[pair // picks]  # (B, Hq, n) is (B, Hkv, G*n) folded
+    o, lse = _sdpa_lse(qt.view(num_tiles, 1, _TILE, d), kb[tile_block].unsqueeze(1), vb[tile_block].unsqueeze(1),
+                       causal=False, scale=scale)
+    rows = B * Hkv * G * n
+    out = q.new_zeros(rows * picks, d)
+    lse_out = torch.full((rows * picks,), float("-inf"), device=q.device)
+    out[pair] = o.reshape(-1, d)[where]
+    lse_out[pair] = lse.reshape(-1)[where]
+    return out.view(rows, picks, d), lse_out.view(rows, picks)
+
+
+def _moba_fused(q, k, v, c: int, top_k: int, scale: float) -> torch.Tensor:
+    """The forward-only MoBA path on CPU: own block and selected blocks through SDPA's fused kernel,
+    merged by their log-sum-exps. Nothing is quadratic but the gate's (n x n/c) scores."""
+    B, Hq, n, d = q.shape
+    nblk = -(-n // c)
+    out_own, lse_own = _own_block_fused(q, k, v, c, nblk, scale)
+    picks = min(top_k - 1, nblk - 1)
+    if picks <= 0 or n // c == 0:
+        return out_own
+    index, valid = select_blocks(q, k, c, picks)
+    out_sel, lse_sel = _selected_fused(q, k, v, index, valid, c, scale)
+    lse = torch.cat([lse_own.reshape(-1, 1), lse_sel], 1)  # (B*Hq*n, 1 + picks)
+    weight = torch.softmax(lse, dim=1).unsqueeze(-1)
+    out = weight[:, :1] * out_own.reshape(-1, 1, d) + (weight[:, 1:] * out_sel).sum(1, keepdim=True)
+    return out.to(q.dtype).view(B, Hq, n, d)
+
+
 def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float) -> torch.Tensor:
     """MoBA with block size c and top_k blocks per query (its own block counts as one)."""
     n = q.shape[2]
     c = block_size
+    if q.device.type == "cpu" and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        return _moba_fused(q, k, v, c, top_k, scale)
     nblk = -(-n // c)
     out_own, lse_own = _own_block(q, k, v, c, nblk, scale)
     picks = min(top_k - 1, nblk - 1)
