@@ -200,6 +200,13 @@ def _fused_forward_applies(q, k, v) -> bool:
     return not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
 
 
+def _sdpa_lse(q, k, v, *, causal: bool, scale: float, attn_mask=None):
+    """SDPA's fused CPU kernel, returning the output and the log-sum-exp of each query's scores.
+    4-D inputs (batch, heads, len, d) with any strides; GQA when k has fewer heads than q."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, causal, attn_mask=attn_mask, scale=scale)
+
+
 def _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, return_lse):
     """Forward only: SDPA's fused CPU kernel over each query block's key window, read in place.
 
@@ -225,8 +232,7 @@ def _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, re
         vb = vs[b].as_strided((nb, Hkv, W, d), (blk * d, L * d, d, 1), vs[b].storage_offset())
         mask = bias[b if bias.shape[0] > 1 else 0]
         if return_lse:
-            ob, lb = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                qb, kb, vb, 0.0, False, attn_mask=mask, scale=scale)
+            ob, lb = _sdpa_lse(qb, kb, vb, causal=False, scale=scale, attn_mask=mask)
         else:
             ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=Hq != Hkv)
         rows = ob.transpose(1, 2).reshape(nb * blk, Hq, d)  # slot order; a view of the kernel's layout

@@ -11,7 +11,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .banded import _fold_groups, _softmax_dtype, _unfold_groups
+from .banded import (
+    _fold_groups,
+    _fused_forward_applies,
+    _sdpa_lse,
+    _softmax_dtype,
+    _unfold_groups,
+)
 
 # Elements of gathered keys one chunk of queries may hold (about 64 MiB in fp32).
 _CHUNK_ELEMENTS = 1 << 24
@@ -103,12 +109,6 @@ def _selected_blocks(q, k, v, index, valid, c: int, scale: float):
 _TILE = 32
 
 
-def _sdpa_lse(q, k, v, *, causal: bool, scale: float):
-    """SDPA's fused CPU kernel, returning the output and the log-sum-exp of each query's scores.
-    4-D inputs (batch, heads, len, d) with any strides; GQA when k has fewer heads than q."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
-
-
 def _own_block_fused(q, k, v, c: int, nblk: int, scale: float):
     """Forward only: causal attention inside each block, one fused call per batch row with the blocks
     as the batch. Returns out and lse in (B, Hq, n) order: (B, Hq, n, d) and (B, Hq, n)."""
@@ -187,7 +187,7 @@ def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float) -> torch.
     """MoBA with block size c and top_k blocks per query (its own block counts as one)."""
     n = q.shape[2]
     c = block_size
-    if q.device.type == "cpu" and not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+    if _fused_forward_applies(q, k, v):
         return _moba_fused(q, k, v, c, top_k, scale)
     nblk = -(-n // c)
     out_own, lse_own = _own_block(q, k, v, c, nblk, scale)
