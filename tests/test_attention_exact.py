@@ -251,3 +251,18 @@ def test_moba_forward_only_takes_the_fused_path(monkeypatch):
         without = moba_attention(q, k, v, 16, 4)
     assert calls == [1]
     torch.testing.assert_close(without, with_grad.detach(), atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("variant", ["swa", "sa", "sa_swa_union", "moba"])
+def test_forward_only_accepts_the_models_transposed_heads(variant):
+    """The model hands over q, k, v as (B, n, H, d) memory viewed as (B, H, n, d); the fused paths,
+    which read windows as strided views, give what contiguous inputs give."""
+    g = torch.Generator().manual_seed(12)
+    x, y, z = (torch.randn(2, 700, h, 16, generator=g) for h in (4, 2, 2))
+    q, k, v = (t.transpose(1, 2) for t in (x, y, z))
+    perm = sample_permutation(700, batch=2, generator=g)
+    spec = AttentionSpec(variant, window=64, block_size=32, top_k=3)
+    with torch.no_grad():
+        (a,) = get_variant(variant)(q, k, v, spec, perm)
+        (b,) = get_variant(variant)(q.contiguous(), k.contiguous(), v.contiguous(), spec, perm)
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=0)

@@ -220,9 +220,10 @@ def _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, re
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
     nb = blocked.shape[1]
-    ks, vs = _take_rows(k, k_src), _take_rows(v, k_src)  # (B, Hkv, L, d), slot order with the band's margins
+    # (B, Hkv, L, d) in slot order with the band's margins; the strided windows below need it dense
+    ks, vs = _take_rows(k, k_src).contiguous(), _take_rows(v, k_src).contiguous()
     L = ks.shape[2]
-    qs = _take_rows(q, q_src)  # (B, Hq, nb*blk, d)
+    qs = _take_rows(q, q_src).contiguous()  # (B, Hq, nb*blk, d)
     bias = blocked.to(q.dtype).mul_(torch.finfo(q.dtype).min / 2).unsqueeze(2)  # (Bp, nb, 1, blk, W)
     out = q.new_empty(B, n, Hq, d)
     lse = q.new_empty(B, n, Hq, dtype=torch.float32) if return_lse else None
