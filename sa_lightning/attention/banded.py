@@ -145,8 +145,6 @@ def banded_attention(
     SWA's); that path is differentiated by autograd instead of the hand-written backward.
     """
     B, Hq, n, d = q.shape
-    Hkv = k.shape[1]
-    G = Hq // Hkv
     circular = perm is not None
     if circular and lengths is None and n < before + after + 1:
         lengths = torch.full((1,), n, device=q.device)  # the band covers the row more than once
@@ -237,13 +235,14 @@ def _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, re
         else:
             ob = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, scale=scale, enable_gqa=Hq != Hkv)
         rows = ob.transpose(1, 2).reshape(nb * blk, Hq, d)  # slot order; a view of the kernel's layout
-        if inv is None:
+        inv_b = None if inv is None else inv[b if inv.shape[0] > 1 else 0]
+        if inv_b is None:
             out[b] = rows[:n]
         else:
-            torch.index_select(rows, 0, inv[b if inv.shape[0] > 1 else 0], out=out[b])
+            torch.index_select(rows, 0, inv_b, out=out[b])
         if return_lse:
             lrows = lb.transpose(1, 2).reshape(nb * blk, Hq)
-            lse[b] = lrows[:n] if inv is None else lrows[inv[b if inv.shape[0] > 1 else 0]]
+            lse[b] = lrows[:n] if inv_b is None else lrows[inv_b]
     out = out.transpose(1, 2)
     return (out, lse.transpose(1, 2)) if return_lse else out
 

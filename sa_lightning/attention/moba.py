@@ -111,7 +111,7 @@ _TILE = 32
 
 def _own_block_fused(q, k, v, c: int, nblk: int, scale: float):
     """Forward only: causal attention inside each block, one fused call per batch row with the blocks
-    as the batch. Returns out and lse in (B, Hq, n) order: (B, Hq, n, d) and (B, Hq, n)."""
+    as the batch. Returns (out, lse) shaped as ``_own_block``'s: (B, Hq, n, d) and (B, Hq, n, 1)."""
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
     pad = nblk * c - n  # padded keys sit after every real query, so the causal test never reads them
@@ -122,7 +122,7 @@ def _own_block_fused(q, k, v, c: int, nblk: int, scale: float):
                            vp[b].view(Hkv, nblk, c, d).transpose(0, 1), causal=True, scale=scale)
         outs.append(o.transpose(0, 1).reshape(Hq, nblk * c, d)[:, :n])  # (nblk, Hq, c, d) -> (Hq, n, d)
         lses.append(lse.transpose(0, 1).reshape(Hq, nblk * c)[:, :n])
-    return torch.stack(outs), torch.stack(lses)
+    return torch.stack(outs), torch.stack(lses).unsqueeze(-1)
 
 
 def _selected_fused(q, k, v, index, valid, c: int, scale: float):
@@ -131,7 +131,9 @@ def _selected_fused(q, k, v, index, valid, c: int, scale: float):
     The valid (query, pick) pairs are sorted by the kv head and block they read and cut into tiles
     of ``_TILE`` queries that share one block, as varlen attention does on GPU. One fused call then
     runs every tile against its block, so each block's keys are copied once per tile rather than
-    once per query. Returns out (B*Hq*n, picks, d) and lse (B*Hq*n, picks), -inf where not valid.
+    once per query. The picks of a query merge by log-sum-exp; returns (out, lse) shaped as
+    ``_selected_blocks``'s: (B, Hq, n, d) and (B, Hq, n, 1). As there, a pick that is not valid
+    scores ``finfo.min``, so a query with none gets a finite lse that weighs nothing in the merge.
     """
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
@@ -160,42 +162,29 @@ def _selected_fused(q, k, v, index, valid, c: int, scale: float):
                        causal=False, scale=scale)
     rows = B * Hkv * G * n
     out = q.new_zeros(rows * picks, d)
-    lse_out = torch.full((rows * picks,), float("-inf"), device=q.device)
+    lse_out = torch.full((rows * picks,), torch.finfo(torch.float32).min, device=q.device)
     out[pair] = o.reshape(-1, d)[where]
     lse_out[pair] = lse.reshape(-1)[where]
-    return out.view(rows, picks, d), lse_out.view(rows, picks)
-
-
-def _moba_fused(q, k, v, c: int, top_k: int, scale: float) -> torch.Tensor:
-    """The forward-only MoBA path on CPU: own block and selected blocks through SDPA's fused kernel,
-    merged by their log-sum-exps. Nothing is quadratic but the gate's (n x n/c) scores."""
-    B, Hq, n, d = q.shape
-    nblk = -(-n // c)
-    out_own, lse_own = _own_block_fused(q, k, v, c, nblk, scale)
-    picks = min(top_k - 1, nblk - 1)
-    if picks <= 0 or n // c == 0:
-        return out_own
-    index, valid = select_blocks(q, k, c, picks)
-    out_sel, lse_sel = _selected_fused(q, k, v, index, valid, c, scale)
-    lse = torch.cat([lse_own.reshape(-1, 1), lse_sel], 1)  # (B*Hq*n, 1 + picks)
-    weight = torch.softmax(lse, dim=1).unsqueeze(-1)
-    out = weight[:, :1] * out_own.reshape(-1, 1, d) + (weight[:, 1:] * out_sel).sum(1, keepdim=True)
-    return out.to(q.dtype).view(B, Hq, n, d)
+    lse_out = lse_out.view(rows, picks)
+    lse_q = torch.logsumexp(lse_out, dim=1, keepdim=True)
+    out = (torch.exp(lse_out - lse_q).unsqueeze(-1) * out.view(rows, picks, d)).sum(1)
+    return out.to(q.dtype).view(B, Hq, n, d), lse_q.view(B, Hq, n, 1)
 
 
 def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float) -> torch.Tensor:
     """MoBA with block size c and top_k blocks per query (its own block counts as one)."""
     n = q.shape[2]
     c = block_size
-    if _fused_forward_applies(q, k, v):
-        return _moba_fused(q, k, v, c, top_k, scale)
+    # Forward only on CPU, both parts run through SDPA's fused kernel; otherwise the autograd path.
+    fused = _fused_forward_applies(q, k, v)
+    own_block, selected_blocks = (_own_block_fused, _selected_fused) if fused else (_own_block, _selected_blocks)
     nblk = -(-n // c)
-    out_own, lse_own = _own_block(q, k, v, c, nblk, scale)
+    out_own, lse_own = own_block(q, k, v, c, nblk, scale)
     picks = min(top_k - 1, nblk - 1)
     if picks <= 0 or n // c == 0:
         return out_own
     index, valid = select_blocks(q, k, c, picks)
-    out_sel, lse_sel = _selected_blocks(q, k, v, index, valid, c, scale)
+    out_sel, lse_sel = selected_blocks(q, k, v, index, valid, c, scale)
     lse = torch.logaddexp(lse_own, lse_sel)
     out = out_own * torch.exp(lse_own - lse).to(q.dtype) + out_sel * torch.exp(lse_sel - lse).to(q.dtype)
     return out
