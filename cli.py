@@ -2,10 +2,12 @@
 """sa_lightning command line.
 
     python cli.py fit|validate|test|predict --config configs/tiny.yaml ...   LightningCLI (pre-training)
+    python cli.py prepare --config configs/pretrain_360m.yaml [--num_proc N]   pre-tokenize into the cache (data.mode cache)
     python cli.py bench attention [--preset cpu|paper] ...   latency and memory of every variant
     python cli.py bench train [--preset cpu|paper] ...       training step time per variant, data pipeline speed
     python cli.py bench eval --ckpt A.ckpt                   offline-task time; eval_samples vs permutation noise
     python cli.py bench prefill [--model ...]               patched HF prefill latency and memory per mode
+    python cli.py bench data --config configs/data/slimpajama_6b.yaml --stand_in DIR   streaming: first batch, tokens/s
     python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
     python cli.py sweep --config configs/sweep/qwen3_8b.yaml ...   training-free window sweep of a HF model
     python cli.py submit pretrain|sweep --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
@@ -36,8 +38,8 @@ def main(argv: list[str] | None = None) -> None:
 
         run(None if from_shell else argv)  # LightningCLI reads sys.argv itself
     elif command == "bench":
-        if not rest or rest[0] not in ("attention", "train", "eval", "prefill"):
-            raise SystemExit("error: 'bench' takes a benchmark: attention, train, eval or prefill. "
+        if not rest or rest[0] not in ("attention", "train", "eval", "prefill", "data"):
+            raise SystemExit("error: 'bench' takes a benchmark: attention, train, eval, prefill or data. "
                              "Example: python cli.py bench attention")
         if rest[0] == "attention":
             from sa_lightning.bench.attention import main as bench_main
@@ -45,10 +47,16 @@ def main(argv: list[str] | None = None) -> None:
             from sa_lightning.bench.train import main as bench_main
         elif rest[0] == "prefill":
             from sa_lightning.bench.prefill import main as bench_main
+        elif rest[0] == "data":
+            from sa_lightning.bench.data import main as bench_main
         else:
             from sa_lightning.bench.eval import main as bench_main
 
         bench_main(rest[1:])
+    elif command == "prepare":
+        from sa_lightning.data.prepare import main as prepare_main
+
+        prepare_main(rest)
     elif command == "submit":
         from sa_lightning.cluster import main as submit_main
 
@@ -66,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
 
         analyze_main(rest)
     else:
-        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, evaluate, sweep, submit, bench or analyze.\n{USAGE}")
+        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, prepare, evaluate, sweep, submit, bench or analyze.\n{USAGE}")
 
 
 def _main_with_clean_errors() -> None:

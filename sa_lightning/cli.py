@@ -27,6 +27,17 @@ class SACLI(LightningCLI):
 
     def before_fit(self) -> None:
         self._steps_from_tokens()
+        self._check_data_launch()
+
+    def _check_data_launch(self) -> None:
+        """Runs in every rank's process before Lightning's first barrier, so a refusal never hangs a rank."""
+        dm = self.datamodule
+        if not hasattr(dm, "check_launch"):
+            return
+        dm.check_launch(self.trainer.world_size)
+        if dm.mode == "stream" and not self.trainer.fast_dev_run and self.trainer.max_steps < 0:
+            raise ValueError("data.mode stream never runs out of data, so the run needs an end: set model.max_tokens "
+                             "(the paper's 15B tokens) or trainer.max_steps.")
 
     def _prepare_subcommand_kwargs(self, subcommand: str) -> dict:
         """Checkpoints are loaded with ``weights_only=True`` unless the user asks otherwise: our checkpoints

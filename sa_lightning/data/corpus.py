@@ -20,10 +20,7 @@ _FILE_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet":
 
 def embedded_documents(split: str = "train") -> Iterator[str]:
     """Scenes of Shakespeare's plays (see embedded/README.md); ``validation`` holds out three plays."""
-    path = EMBEDDED_DIR / f"shakespeare_{split}.jsonl.gz"
-    if not path.is_file():
-        raise ValueError(f"the embedded corpus has no split {split!r}; choose train or validation.")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    with gzip.open(embedded_file(split), "rt", encoding="utf-8") as f:
         for line in f:
             yield json.loads(line)["text"]
 
@@ -89,32 +86,44 @@ def _offline() -> bool:
     return os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
 
 
+def embedded_file(split: str) -> Path:
+    path = EMBEDDED_DIR / f"shakespeare_{split}.jsonl.gz"
+    if not path.is_file():
+        raise ValueError(f"the embedded corpus has no split {split!r}; choose train or validation.")
+    return path
+
+
+def open_stream(source: SourceConfig):
+    """``source`` as a ``datasets.IterableDataset`` (``load_dataset(..., streaming=True)``): nothing is
+    downloaded or copied before iteration. The embedded corpus is one jsonl.gz shard."""
+    import datasets
+
+    if source.kind in ("files", "embedded"):
+        files = resolve_files(source.paths) if source.kind == "files" else [str(embedded_file(source.split))]
+        builder = _format(files[0])
+        kwargs = {"sample_by": "document"} if builder == "text" else {}
+        try:
+            return datasets.load_dataset(builder, data_files=files, split="train", streaming=True, **kwargs)
+        except (Exception, StopIteration) as err:  # an empty file stops schema inference
+            raise ValueError(f"data source {source.describe()} could not be read: it is empty or damaged "
+                             f"({type(err).__name__}: {err}).") from err
+    try:
+        return datasets.load_dataset(source.path, source.name, split=source.split, streaming=True)
+    except Exception as err:  # the Hub raises many types when unreachable
+        if _offline() or "offline" in str(err).lower() or "connect" in str(err).lower():
+            raise ConnectionError(
+                f"data source {source.describe()} needs the network to stream from the Hugging Face Hub, "
+                "which is unreachable here; use kind: embedded or kind: files with local paths."
+            ) from err
+        raise
+
+
 def documents(source: SourceConfig) -> Iterator[str]:
     """Plain-text documents of ``source`` in a fixed order."""
     if source.kind == "embedded":
         yield from embedded_documents(source.split)
         return
-    import datasets
-
-    if source.kind == "files":
-        files = resolve_files(source.paths)
-        builder = _format(files[0])
-        kwargs = {"sample_by": "document"} if builder == "text" else {}
-        try:
-            stream = datasets.load_dataset(builder, data_files=files, split="train", streaming=True, **kwargs)
-        except (Exception, StopIteration) as err:  # an empty file stops schema inference
-            raise ValueError(f"data source {source.describe()} could not be read: it is empty or damaged "
-                             f"({type(err).__name__}: {err}).") from err
-    else:
-        try:
-            stream = datasets.load_dataset(source.path, source.name, split=source.split, streaming=True)
-        except Exception as err:  # the Hub raises many types when unreachable
-            if _offline() or "offline" in str(err).lower() or "connect" in str(err).lower():
-                raise ConnectionError(
-                    f"data source {source.describe()} needs the network to stream from the Hugging Face Hub, "
-                    "which is unreachable here; use kind: embedded or kind: files with local paths."
-                ) from err
-            raise
+    stream = open_stream(source)
     try:
         for record in stream:
             yield _text(record, source)

@@ -1,27 +1,61 @@
 """The LightningDataModule: documents -> tokens -> packed blocks -> exactly sharded batches.
 
-``prepare_data`` (local rank 0) streams the source once into a token cache; ``setup`` memory-maps it
-on every rank. Each batch is a LongTensor (B, seq_len + 1): inputs are ``[:, :-1]``, targets
-``[:, 1:]``. The validation set is the first ``val_blocks`` blocks of the validation split, in
-order, the same on every rank. ``state_dict`` records how many batches this epoch has consumed, so a
-resumed run continues with the next unseen block.
+Two modes (``data.mode``):
+
+- ``stream`` (the default for ``hub`` and ``files`` sources): training reads, tokenizes and packs the
+  source on the fly inside the DataLoader workers (``stream.TokenStream``); the first batch comes in
+  seconds whatever the corpus size. The loader's state goes into every checkpoint, per rank and worker.
+- ``cache`` (the default for the ``embedded`` corpus): the source is tokenized once into a token cache
+  that every rank memory-maps (``packing.PackedBlocks``). ``python cli.py prepare`` writes it with
+  several processes; a multi-rank ``fit`` never tokenizes inside Lightning's setup barrier.
+
+Either way each batch is a LongTensor (B, seq_len + 1): inputs are ``[:, :-1]``, targets ``[:, 1:]``.
+The validation set is the first ``val_blocks`` blocks of the validation source, cached once; each rank
+scores a disjoint slice, and the loss is reduced over ranks by the model's metric.
 """
 from __future__ import annotations
 
+import logging
 import os
+import time
 import warnings
 from pathlib import Path
 
 import lightning as L
 from torch.utils.data import DataLoader
 
-from .corpus import SourceConfig, resolve_files
-from .packing import PackedBlocks, prepare_tokens
+from .corpus import SourceConfig, open_stream, resolve_files
+from .packing import PackedBlocks, cache_folder, prepare_tokens
 from .sampler import BlockSampler
 from .stats import unigram_perplexity
+from .stream import SplitPlan, StreamLoader, TokenStream, peek_tokens
 from .tokenizer import load_tokenizer
 
 DEFAULT_CACHE = os.environ.get("SA_LIGHTNING_CACHE", "~/.cache/sa_lightning/data")
+MODES = ("auto", "stream", "cache")
+UNIGRAM_SAMPLE_TOKENS = 2_000_000  # stream mode: the unigram baseline's statistics come from the stream's head
+log = logging.getLogger(__name__)
+
+
+def resolve_mode(mode: str, train: SourceConfig) -> str:
+    if mode not in MODES:
+        raise ValueError(f"data mode must be one of {', '.join(MODES)}, got {mode!r}.")
+    if mode == "auto":
+        return "cache" if train.kind == "embedded" else "stream"
+    return mode
+
+
+def _process_seconds() -> float:
+    """Seconds since this process started (the user's ``fit``), not since this module was imported."""
+    try:
+        import psutil
+
+        return time.time() - psutil.Process().create_time()
+    except Exception:  # psutil missing or no /proc: count from import
+        return time.perf_counter() - _IMPORTED
+
+
+_IMPORTED = time.perf_counter()
 
 
 class LMDataModule(L.LightningDataModule):
@@ -34,10 +68,13 @@ class LMDataModule(L.LightningDataModule):
             or a local path.
         seq_len: tokens per training sequence (blocks hold seq_len + 1).
         batch_size: sequences per device and step.
-        val_blocks: size of the fixed validation set, in blocks.
-        max_train_tokens: stop tokenizing the training source after this many tokens (streams from huge hubs).
-        shuffle, seed: the deterministic per-epoch block order.
-        num_workers: DataLoader worker processes.
+        val_blocks: size of the fixed validation set, in blocks (split over ranks).
+        mode: ``stream``, ``cache`` or ``auto`` (stream for hub and files sources, cache for embedded).
+        max_train_tokens: cache mode: stop tokenizing the training source after this many tokens.
+        shuffle, seed: the deterministic per-epoch order (cache: blocks; stream: shards and documents).
+        shuffle_buffer: stream mode: documents in each worker's shuffle buffer.
+        read_batch: stream mode: documents read and tokenized per call in a worker.
+        num_workers: DataLoader worker processes (stream mode: the tokenizing readers per rank).
         cache_dir: where packed tokens are cached (``$SA_LIGHTNING_CACHE`` overrides the default).
     """
 
@@ -49,17 +86,28 @@ class LMDataModule(L.LightningDataModule):
         seq_len: int = 256,
         batch_size: int = 16,
         val_blocks: int = 64,
+        mode: str = "auto",
         max_train_tokens: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
+        shuffle_buffer: int = 1024,
+        read_batch: int = 64,
         num_workers: int = 0,
         cache_dir: str = DEFAULT_CACHE,
         progress: bool = True,
     ):
         super().__init__()
-        for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("val_blocks", val_blocks)):
+        for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("val_blocks", val_blocks),
+                            ("read_batch", read_batch)):
             if value < 1:
                 raise ValueError(f"data {name} must be >= 1, got {value}.")
+        for name, value in (("num_workers", num_workers), ("shuffle_buffer", shuffle_buffer)):
+            if value < 0:
+                raise ValueError(f"data {name} must be >= 0, got {value}.")
+        self.mode = resolve_mode(mode, train)
+        if self.mode == "stream" and max_train_tokens is not None:
+            raise ValueError("data max_train_tokens caps the token cache of cache mode; in stream mode the run stops "
+                             "at model.max_tokens (or trainer.max_steps), so drop max_train_tokens or set data.mode: cache.")
         for source in (train, val):
             if source.kind == "files":
                 resolve_files(source.paths)  # a missing or unreadable path fails now, not mid-prepare
@@ -68,9 +116,13 @@ class LMDataModule(L.LightningDataModule):
         self.tokenizer = load_tokenizer(tokenizer)
         self.seq_len, self.batch_size, self.val_blocks = seq_len, batch_size, val_blocks
         self.max_train_tokens, self.shuffle, self.seed = max_train_tokens, shuffle, seed
+        self.shuffle_buffer, self.read_batch = shuffle_buffer, read_batch
         self.num_workers, self.cache_dir, self.progress = num_workers, cache_dir, progress
-        self.train_set = self.val_set = None
+        self.train_set = self.val_set = self.unigram_sample = None
+        self.train_stream = None  # stream mode: the source's datasets.IterableDataset
         self.train_sampler: BlockSampler | None = None
+        self._train_loader: StreamLoader | None = None
+        self._first_batch_logged = False
         self._resume: dict | None = None
 
     @property
@@ -78,31 +130,72 @@ class LMDataModule(L.LightningDataModule):
         """Linked into ``model.arch.vocab_size`` by the CLI."""
         return len(self.tokenizer)
 
-    def _folder(self, source: SourceConfig, max_tokens: int | None) -> Path:
-        return prepare_tokens(source, self.tokenizer, self.tokenizer_name, self.cache_dir, max_tokens, progress=self.progress)
+    # ---- caches -------------------------------------------------------------------------------
+    def _prepare(self, source: SourceConfig, max_tokens: int | None, num_proc: int = 1, overwrite: bool = False) -> Path:
+        return prepare_tokens(source, self.tokenizer, self.tokenizer_name, self.cache_dir, max_tokens,
+                              progress=self.progress, num_proc=num_proc, overwrite=overwrite)
+
+    @property
+    def _val_tokens(self) -> int:
+        return self.val_blocks * (self.seq_len + 1)
+
+    def train_cache(self) -> Path:
+        """Cache mode: the training cache folder (it may not exist yet)."""
+        return cache_folder(self.train_source, self.tokenizer, self.tokenizer_name, self.cache_dir,
+                            self.max_train_tokens)
+
+    def prepare(self, num_proc: int = 1, overwrite: bool = False) -> dict[str, Path]:
+        """``cli.py prepare``: write the training cache with ``num_proc`` processes, and the validation set."""
+        return {"train": self._prepare(self.train_source, self.max_train_tokens, num_proc, overwrite),
+                "validation": self._prepare(self.val_source, self._val_tokens, 1, overwrite)}
+
+    def check_launch(self, world_size: int) -> None:
+        """Called on every rank before ``fit``: a multi-rank cache-mode run never tokenizes in the barrier."""
+        if self.mode == "cache" and world_size > 1 and not (self.train_cache() / "meta.json").is_file():
+            raise ValueError(
+                f"cache mode on {world_size} ranks needs the token cache of {self.train_source.describe()}, which is "
+                f"not in {self.cache_dir}; write it first with `python cli.py prepare --config <this config>` "
+                "(or use data.mode: stream).")
 
     def prepare_data(self) -> None:
-        self._folder(self.train_source, self.max_train_tokens)
-        self._folder(self.val_source, None)
+        """Small, cached work only (the validation blocks; in stream mode the unigram sample). Cache mode on
+        one rank also tokenizes the training source here, as a single-process run may."""
+        self._prepare(self.val_source, self._val_tokens)
+        if self.mode == "stream":
+            self._prepare(self.train_source, UNIGRAM_SAMPLE_TOKENS)
+        else:
+            self._prepare(self.train_source, self.max_train_tokens)
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train_set is None:
-            self.train_set = PackedBlocks(self._folder(self.train_source, self.max_train_tokens), self.seq_len)
-            self.val_set = PackedBlocks(self._folder(self.val_source, None), self.seq_len, max_blocks=self.val_blocks)
-            for name, ds in (("train", self.train_set), ("validation", self.val_set)):
-                if len(ds) == 0:
-                    raise ValueError(
-                        f"the {name} data ({ds.meta['num_tokens']} tokens) is shorter than one block of "
-                        f"seq_len + 1 = {self.seq_len + 1} tokens; use more data or a shorter seq_len."
-                    )
+        if self.val_set is not None:
+            return
+        self.val_set = PackedBlocks(self._prepare(self.val_source, self._val_tokens), self.seq_len,
+                                    max_blocks=self.val_blocks)
+        if self.mode == "stream":
+            self.train_stream = open_stream(self.train_source)
+            peek_tokens(self.train_stream, self.train_source, self.tokenizer, self.seq_len + 1)
+            self.unigram_sample = PackedBlocks(self._prepare(self.train_source, UNIGRAM_SAMPLE_TOKENS), self.seq_len)
+            rank, world = self._rank_world()
+            if rank == 0:
+                plan = SplitPlan(self.train_stream.num_shards, world * max(self.num_workers, 1))
+                print(plan.describe(world, max(self.num_workers, 1)), flush=True)
+        else:
+            self.train_set = PackedBlocks(self._prepare(self.train_source, self.max_train_tokens), self.seq_len)
+        for name, ds in (("train", self.train_set), ("validation", self.val_set)):
+            if ds is not None and len(ds) == 0:
+                raise ValueError(
+                    f"the {name} data ({ds.meta['num_tokens']} tokens) is shorter than one block of "
+                    f"seq_len + 1 = {self.seq_len + 1} tokens; use more data or a shorter seq_len."
+                )
 
     def unigram_perplexity(self, max_tokens: int = 50_000_000) -> float:
-        """The context-free baseline for ``val/ppl``: unigram stats of (up to) the first 50M training tokens,
-        scored on the validation blocks."""
-        train = self.train_set.tokens()[:max_tokens]
+        """The context-free baseline for ``val/ppl``: unigram stats of (up to) the first 50M training tokens
+        (stream mode: the first 2M), scored on the validation blocks."""
+        train = (self.train_set or self.unigram_sample).tokens()[:max_tokens]
         val = self.val_set.tokens()[: len(self.val_set) * self.val_set.block]
         return unigram_perplexity(train, val, self.vocab_size)
 
+    # ---- loaders ------------------------------------------------------------------------------
     def _rank_world(self) -> tuple[int, int]:
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
@@ -111,8 +204,17 @@ class LMDataModule(L.LightningDataModule):
         return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
                           pin_memory=False, persistent_workers=self.num_workers > 0, drop_last=False)
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self):
         rank, world = self._rank_world()
+        if self.mode == "stream":
+            if self.num_workers > 0:  # the workers are the parallelism; forked tokenizer threads would deadlock
+                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            stream = TokenStream(self.train_stream, self.train_source, self.tokenizer, self.seq_len, rank=rank,
+                                 world_size=world, seed=self.seed, shuffle_buffer=self.shuffle_buffer if self.shuffle else 0,
+                                 read_batch=self.read_batch)
+            self._train_loader = StreamLoader(stream, batch_size=self.batch_size, num_workers=self.num_workers,
+                                              rank=rank, world_size=world)
+            return self._train_loader
         self.train_sampler = BlockSampler(len(self.train_set), rank=rank, world_size=world,
                                           shuffle=self.shuffle, seed=self.seed)
         if self._resume is not None:
@@ -120,21 +222,42 @@ class LMDataModule(L.LightningDataModule):
         return self._loader(self.train_set, self.train_sampler)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, BlockSampler(len(self.val_set), shuffle=False))
+        """Rank r scores validation blocks r, r + W, ...: disjoint slices whose union is the whole set."""
+        rank, world = self._rank_world()
+        return self._loader(self.val_set, list(range(rank, len(self.val_set), world)))
 
     def test_dataloader(self) -> DataLoader:
         """``cli.py test`` scores the held-out split (the zero-shot tasks come from ``ZeroShotEval``)."""
         return self.val_dataloader()
 
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        """Runs when a training step takes its batch (after Lightning's one-batch prefetch): the stream's
+        checkpointed state follows the batches really used."""
+        trainer = self.trainer
+        if trainer is not None and trainer.training:
+            if self._train_loader is not None:
+                self._train_loader.mark_used()
+            if not self._first_batch_logged:
+                self._first_batch_logged = True
+                if trainer.is_global_zero:
+                    print(f"data: first training batch {_process_seconds():.1f} s after start ({self.mode} mode)",
+                          flush=True)
+        return batch
+
+    # ---- checkpoint state -----------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Batches this rank finished in the current epoch (identical on every rank), as blocks."""
+        """Cache mode: batches this rank finished in the current epoch (identical on every rank), as blocks.
+        Stream mode: the readers' state travels with the loader (``StreamLoader.state_dict``)."""
         if self.trainer is None:
             return {}
-        loop = self.trainer.fit_loop
-        # "processed" already counts a batch whose on_train_batch_end is saving this checkpoint
-        done = loop.epoch_loop.batch_progress.current.processed
-        return {"epoch": loop.epoch_progress.current.processed, "consumed_blocks": done * self.batch_size,
-                "batch_size": self.batch_size, "tokenizer": self.tokenizer_name, "vocab_size": self.vocab_size}
+        state = {"mode": self.mode, "batch_size": self.batch_size, "tokenizer": self.tokenizer_name,
+                 "vocab_size": self.vocab_size}
+        if self.mode == "cache":
+            loop = self.trainer.fit_loop
+            # "processed" already counts a batch whose on_train_batch_end is saving this checkpoint
+            done = loop.epoch_loop.batch_progress.current.processed
+            state.update(epoch=loop.epoch_progress.current.processed, consumed_blocks=done * self.batch_size)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
@@ -144,6 +267,11 @@ class LMDataModule(L.LightningDataModule):
                 f"the checkpoint was trained with tokenizer {state.get('tokenizer')!r} (vocab {state['vocab_size']}), "
                 f"but data.tokenizer {self.tokenizer_name!r} has vocab {self.vocab_size}; resume with the same tokenizer."
             )
-        self._resume = {"epoch": state["epoch"], "consumed_blocks": state["consumed_blocks"]}
-        # Lightning warns that a plain DataLoader cannot resume mid-epoch; this one can, through the sampler
-        warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
+        saved = state.get("mode", "cache")
+        if saved != self.mode:
+            raise ValueError(f"the checkpoint was trained in data.mode {saved!r} but this run uses {self.mode!r}; "
+                             f"resume with data.mode: {saved}, since the two modes order the data differently.")
+        if self.mode == "cache":
+            self._resume = {"epoch": state["epoch"], "consumed_blocks": state["consumed_blocks"]}
+            # Lightning warns that a plain DataLoader cannot resume mid-epoch; this one can, through the sampler
+            warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -17,9 +18,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .corpus import SourceConfig, documents
+from .corpus import SourceConfig, documents, open_stream, resolve_files
+from .tokenizer import encode
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta.json records the tokenizer's and the source files' fingerprints
 
 
 def cache_key(source: SourceConfig, tokenizer_name: str, vocab_size: int, max_tokens: int | None) -> str:
@@ -27,34 +29,119 @@ def cache_key(source: SourceConfig, tokenizer_name: str, vocab_size: int, max_to
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def cache_folder(source: SourceConfig, tokenizer, tokenizer_name: str, cache_dir: str | Path,
+                 max_tokens: int | None) -> Path:
+    """Where ``source`` tokenized by ``tokenizer`` (capped at ``max_tokens``) is cached."""
+    name = source.describe().replace("/", "_").replace(":", "_")[:80]
+    return Path(cache_dir).expanduser() / f"{name}-{cache_key(source, tokenizer_name, len(tokenizer), max_tokens)}"
+
+
 def _dtype(vocab_size: int):
     return np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
 
 
-def prepare_tokens(source: SourceConfig, tokenizer, tokenizer_name: str, cache_dir: str | Path,
-                   max_tokens: int | None = None, batch_docs: int = 256, progress: bool = True) -> Path:
-    """Write ``tokens.bin`` + ``meta.json`` for ``source`` once; later calls return the cached folder.
+def tokenizer_fingerprint(tokenizer) -> str:
+    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()[:16]
 
-    The folder appears atomically (written under a temporary name, then renamed), so an interrupted
-    prepare never leaves a half file that looks finished.
+
+def source_fingerprint(source: SourceConfig) -> list | None:
+    """(path, size, mtime) of local source files: a cache built before they changed is stale."""
+    if source.kind != "files":
+        return None
+    return [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in resolve_files(source.paths)]
+
+
+def check_cache(folder: Path, source: SourceConfig, tokenizer, tokenizer_name: str) -> dict:
+    """The meta of a finished cache folder, or one sentence saying why it cannot be used."""
+    fix = f"delete {str(folder)!r} or rebuild it with `python cli.py prepare --config <your config> --overwrite`."
+    meta_path = folder / "meta.json"
+    if not meta_path.is_file():
+        raise ValueError(f"the token cache folder {str(folder)!r} exists but holds no meta.json, so it is not a "
+                         f"finished cache of this project (a foreign folder or a copy cut short); {fix}")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"the token cache {str(folder)!r} has an unreadable meta.json ({err}); {fix}") from None
+    expected = {"version": FORMAT_VERSION, "source": source.describe(), "tokenizer": tokenizer_name,
+                "vocab_size": len(tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+                "source_files": source_fingerprint(source)}
+    stale = [k for k, v in expected.items() if meta.get(k) != v]
+    if stale:
+        said = "; ".join(f"{k}: cache {meta.get(k)!r}, now {expected[k]!r}" for k in stale
+                         if k != "source_files") or "the source files changed since it was built"
+        if "source_files" in stale and len(stale) > 1:
+            said += "; the source files changed since it was built"
+        raise ValueError(f"the token cache {str(folder)!r} is stale or was built for other data ({said}); {fix}")
+    tokens = folder / "tokens.bin"
+    size = np.dtype(meta["dtype"]).itemsize * meta["num_tokens"]
+    if not tokens.is_file() or tokens.stat().st_size != size:
+        raise ValueError(f"the token cache {str(folder)!r} is damaged: tokens.bin should hold {size} bytes; {fix}")
+    return meta
+
+
+def prepare_tokens(source: SourceConfig, tokenizer, tokenizer_name: str, cache_dir: str | Path,
+                   max_tokens: int | None = None, batch_docs: int = 256, progress: bool = True,
+                   num_proc: int = 1, overwrite: bool = False) -> Path:
+    """Write ``tokens.bin`` + ``meta.json`` for ``source`` once; later calls check and return the folder.
+
+    With ``num_proc`` > 1 the source's shards are tokenized by that many processes and joined in shard
+    order, so the cache is byte for byte the one a single process writes. The folder appears
+    atomically (written under a temporary name, then renamed), so an interrupted prepare never leaves
+    a half file that looks finished.
     """
-    vocab = len(tokenizer)
-    out = Path(cache_dir).expanduser() / f"{source.describe().replace('/', '_').replace(':', '_')[:80]}-{cache_key(source, tokenizer_name, vocab, max_tokens)}"
-    if (out / "meta.json").is_file():
+    out = cache_folder(source, tokenizer, tokenizer_name, cache_dir, max_tokens)
+    if out.exists() and overwrite:
+        shutil.rmtree(out)
+    if out.exists():
+        check_cache(out, source, tokenizer, tokenizer_name)
         return out
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    dtype, eos = _dtype(vocab), tokenizer.eos_token_id
-    n_tokens = n_docs = 0
+    dtype = _dtype(len(tokenizer))
     t0 = time.perf_counter()
     bar = _progress(progress, f"tokenizing {source.describe()}")
-    with open(tmp / "tokens.bin", "wb") as f:
+    try:
+        shards = open_stream(source).num_shards if num_proc > 1 and source.kind != "embedded" else 1
+        if min(num_proc, shards) > 1:
+            n_tokens, n_docs = _tokenize_parallel(source, tokenizer_name, tmp / "tokens.bin", dtype, max_tokens,
+                                                  batch_docs, min(num_proc, shards), shards, bar)
+        else:
+            if num_proc > 1:
+                print(f"data: {source.describe()} is one shard, so it is tokenized by one process", flush=True)
+            n_tokens, n_docs = _tokenize_serial(source, tokenizer, tmp / "tokens.bin", dtype, max_tokens,
+                                                batch_docs, bar)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    if n_tokens == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ValueError(f"data source {source.describe()} produced no tokens: the corpus is empty.")
+    seconds = time.perf_counter() - t0
+    meta = {"version": FORMAT_VERSION, "source": source.describe(), "tokenizer": tokenizer_name,
+            "vocab_size": len(tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+            "source_files": source_fingerprint(source), "dtype": np.dtype(dtype).name, "num_tokens": n_tokens,
+            "num_documents": n_docs, "max_tokens": max_tokens, "seconds": seconds,
+            "tokens_per_second": n_tokens / max(seconds, 1e-9)}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _tokenize_serial(source, tokenizer, path: Path, dtype, max_tokens, batch_docs, bar) -> tuple[int, int]:
+    n_tokens = n_docs = 0
+    eos = tokenizer.eos_token_id
+    with open(path, "wb") as f:
         batch: list[str] = []
 
         def flush():
             nonlocal n_tokens, n_docs
-            ids = tokenizer(batch, add_special_tokens=False)["input_ids"]
-            flat = np.fromiter((t for doc in ids for t in (*doc, eos)), dtype=dtype)
+            flat = _flatten(encode(tokenizer, batch), eos, dtype)
             if max_tokens is not None:
                 flat = flat[: max_tokens - n_tokens]
             f.write(flat.tobytes())
@@ -72,22 +159,95 @@ def prepare_tokens(source: SourceConfig, tokenizer, tokenizer_name: str, cache_d
                     break
         if batch and (max_tokens is None or n_tokens < max_tokens):
             flush()
-    if bar is not None:
-        bar.close()
-    if n_tokens == 0:
-        raise ValueError(f"data source {source.describe()} produced no tokens: the corpus is empty.")
-    seconds = time.perf_counter() - t0
-    meta = {"version": FORMAT_VERSION, "source": source.describe(), "tokenizer": tokenizer_name, "vocab_size": vocab,
-            "dtype": np.dtype(dtype).name, "num_tokens": n_tokens, "num_documents": n_docs,
-            "tokens_per_second": n_tokens / max(seconds, 1e-9)}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-    try:
-        tmp.rename(out)
-    except OSError:  # another process finished first: keep theirs
-        import shutil
+    return n_tokens, n_docs
 
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+def _flatten(ids: list[list[int]], eos: int, dtype) -> np.ndarray:
+    return np.fromiter((t for doc in ids for t in (*doc, eos)), dtype=dtype)
+
+
+# ---- several processes: one task per shard, joined in shard order -------------------------------
+_WORKER: dict = {}
+
+
+def _init_worker(tokenizer_name: str, counter) -> None:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
+    from .tokenizer import load_tokenizer
+
+    _WORKER.update(tokenizer=load_tokenizer(tokenizer_name), counter=counter)
+
+
+def _tokenize_shard(task) -> tuple[int, int, int]:
+    source, index, num_shards, path, dtype_name, batch_docs, max_tokens = task
+    tokenizer, counter = _WORKER["tokenizer"], _WORKER["counter"]
+    shard = open_stream(source).shard(num_shards=num_shards, index=index, contiguous=True)
+    field = source.text_field
+    n_tokens = n_docs = 0
+    with open(path, "wb") as f:
+        for table in shard.select_columns([field]).with_format("arrow").iter(batch_size=batch_docs):
+            texts = table.column(field).to_pylist()
+            if any(t is None for t in texts):
+                raise KeyError(f"records of {source.describe()} have no field {field!r}; set text_field.")
+            flat = _flatten(encode(tokenizer, texts), tokenizer.eos_token_id, np.dtype(dtype_name))
+            f.write(flat.tobytes())
+            n_tokens, n_docs = n_tokens + len(flat), n_docs + len(texts)
+            with counter.get_lock():
+                counter.value += len(flat)
+            if max_tokens is not None and n_tokens >= max_tokens:  # no shard needs more than the whole cap
+                break
+    return index, n_tokens, n_docs
+
+
+def _tokenize_parallel(source, tokenizer_name, path: Path, dtype, max_tokens, batch_docs, procs, shards,
+                       bar) -> tuple[int, int]:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # no forked tokenizer threads, no forked torch state
+    counter = ctx.Value("q", 0)
+    parts = path.parent / "parts"
+    parts.mkdir()
+    tasks = [(source, i, shards, str(parts / f"{i:06d}.bin"), np.dtype(dtype).name, batch_docs, max_tokens)
+             for i in range(shards)]
+    print(f"data: tokenizing {source.describe()}: {shards} shards with {procs} processes", flush=True)
+    n_tokens = n_docs = shown = 0
+    itemsize = np.dtype(dtype).itemsize
+    with ctx.Pool(procs, initializer=_init_worker, initargs=(tokenizer_name, counter)) as pool, \
+            open(path, "wb") as out:
+        results = pool.imap(_tokenize_shard, tasks)
+        for i in range(shards):
+            while True:
+                try:
+                    _, tokens, docs = results.next(timeout=1.0)
+                    break
+                except mp.TimeoutError:
+                    if bar is not None:
+                        bar.update(counter.value - shown)
+                        shown = counter.value
+            keep = tokens if max_tokens is None else min(tokens, max_tokens - n_tokens)
+            with open(parts / f"{i:06d}.bin", "rb") as part:
+                shutil.copyfileobj(_Head(part, keep * itemsize), out)
+            n_tokens, n_docs = n_tokens + keep, n_docs + docs
+            os.remove(parts / f"{i:06d}.bin")
+            if max_tokens is not None and n_tokens >= max_tokens:
+                pool.terminate()
+                break
+        if bar is not None:
+            bar.update(max(counter.value - shown, 0))
+    shutil.rmtree(parts, ignore_errors=True)
+    return n_tokens, n_docs
+
+
+class _Head:
+    """The first ``size`` bytes of file ``f``, as a file-like object for ``copyfileobj``."""
+
+    def __init__(self, f, size: int):
+        self.f, self.left = f, size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.f.read(n)
+        self.left -= len(data)
+        return data
 
 
 def _progress(enabled: bool, desc: str):

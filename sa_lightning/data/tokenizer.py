@@ -56,3 +56,8 @@ def load_tokenizer(name_or_path: str = EMBEDDED):
     if tok.eos_token_id is None:
         raise ValueError(f"tokenizer {name_or_path!r} has no EOS token, which packing needs to separate documents.")
     return tok
+
+
+def encode(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, no special tokens, in one call of the fast (Rust) tokenizer."""
+    return [e.ids for e in tokenizer.backend_tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
