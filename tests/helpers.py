@@ -90,3 +90,16 @@ class SignalAt(L.Callback):
         if trainer.global_step == self.step:
             RecordBatches.flush_all(trainer)
             os.kill(os.getpid(), getattr(sig, self.signal))
+
+
+class DumpMetrics(L.Callback):
+    """Writes ``trainer.callback_metrics`` after each validation to ``<out>/val_rank<r>.json``."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def on_validation_end(self, trainer, pl_module):
+        os.makedirs(self.out, exist_ok=True)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        with open(os.path.join(self.out, f"val_rank{trainer.global_rank}.json"), "w") as f:
+            json.dump({"step": trainer.global_step, **metrics}, f)

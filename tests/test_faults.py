@@ -16,14 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
 
 
-def _fit(root: Path, record: Path, *callbacks, ckpt_path=None):
+def _fit(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()):
     specs = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
               "init_args": {"dirpath": str(root / "ck"), "every_n_train_steps": 2, "save_top_k": -1,
                             "save_last": True}},
              {"class_path": "sa_lightning.lit.SaveOnSignal"},
              {"class_path": "tests.helpers.RecordBatches", "init_args": {"out": str(record)}}, *callbacks]
     args = [sys.executable, str(ROOT / "cli.py"), "fit", *BASE, "--trainer.default_root_dir", str(root),
-            "--trainer.callbacks", json.dumps(specs)]
+            "--trainer.callbacks", json.dumps(specs), *extra]
     if ckpt_path:
         args += ["--ckpt_path", ckpt_path]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -40,28 +40,93 @@ def uninterrupted(tmp_path_factory):
     return steps
 
 
-@pytest.mark.parametrize("sig, saved_step", [("SIGTERM", 3), ("SIGUSR1", 3), ("SIGKILL", 2)])
-def test_interrupted_training_resumes_with_the_same_batches_and_losses(sig, saved_step, uninterrupted, tmp_path):
-    """SIGTERM/SIGUSR1 save last.ckpt at the signal's step; kill -9 falls back to the periodic step-2 one."""
+def _resume_matches(sig, saved_step, uninterrupted, tmp_path, extra=()):
+    """Interrupt a run with ``sig`` at step 3, resume it with ``--ckpt_path last``: the resumed batches
+    and losses are the uninterrupted run's from ``saved_step`` on."""
     first = _fit(tmp_path, tmp_path / "first", {"class_path": "tests.helpers.SignalAt",
-                                                 "init_args": {"step": 3, "signal": sig}})
-    assert first.returncode != 0 if sig == "SIGKILL" else True
+                                                 "init_args": {"step": 3, "signal": sig}}, extra=extra)
     if sig == "SIGKILL":
         assert first.returncode == -signal.SIGKILL
     else:
-        assert f"saved {tmp_path / 'ck' / 'last.ckpt'} at step 3" in first.stdout + first.stderr
+        assert f"saved {tmp_path / 'ck' / 'last.ckpt'} at step 3" in first.stdout + first.stderr, first.stderr[-3000:]
     import torch
 
     last = torch.load(tmp_path / "ck" / "last.ckpt", weights_only=True, map_location="cpu")
     assert last["global_step"] == saved_step
     seen = json.loads((tmp_path / "first" / "rank0.json").read_text())
     assert [s["rows"] for s in seen] == [s["rows"] for s in uninterrupted[:3]]
-    rest = _fit(tmp_path, tmp_path / "rest", ckpt_path="last")
+    rest = _fit(tmp_path, tmp_path / "rest", ckpt_path="last", extra=extra)
     assert rest.returncode == 0, rest.stderr[-3000:]
     resumed = json.loads((tmp_path / "rest" / "rank0.json").read_text())
     assert [s["rows"] for s in resumed] == [s["rows"] for s in uninterrupted[saved_step:]]
     assert [s["loss"] for s in resumed] == pytest.approx([s["loss"] for s in uninterrupted[saved_step:]],
                                                           rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize("sig, saved_step", [("SIGTERM", 3), ("SIGUSR1", 3), ("SIGKILL", 2)])
+def test_interrupted_training_resumes_with_the_same_batches_and_losses(sig, saved_step, uninterrupted, tmp_path):
+    """SIGTERM/SIGUSR1 save last.ckpt at the signal's step; kill -9 falls back to the periodic step-2 one."""
+    _resume_matches(sig, saved_step, uninterrupted, tmp_path)
+
+
+# ---- stream mode: the paper's data config on local SlimPajama-schema shards, 2 DataLoader workers -----------
+def _stream_args(folder: Path) -> list[str]:
+    files = lambda glob: json.dumps({"kind": "files", "paths": [str(folder / glob)]})  # noqa: E731
+    return ["--data", str(ROOT / "configs/data/slimpajama_6b.yaml"), "--data.train", files("train-*.jsonl"),
+            "--data.val", files("validation-*.jsonl"), "--data.tokenizer", "embedded", "--data.seq_len", "64",
+            "--data.batch_size", "4", "--data.val_blocks", "4", "--data.num_workers", "2", "--data.progress", "false"]
+
+
+@pytest.fixture(scope="module")
+def stream_args(tmp_path_factory):
+    from sa_lightning.data.standin import write_slimpajama
+
+    return _stream_args(write_slimpajama(tmp_path_factory.mktemp("slimpajama_stand_in"), shards=4))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_stream(stream_args, tmp_path_factory):
+    root = tmp_path_factory.mktemp("full_stream")
+    proc = _fit(root, root / "rec", extra=stream_args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "data: 4 shards over 1 rank(s) x 2 worker(s)" in proc.stdout
+    steps = json.loads((root / "rec" / "rank0.json").read_text())
+    assert len(steps) == 6
+    return steps
+
+
+@pytest.mark.parametrize("sig, saved_step", [("SIGTERM", 3), ("SIGKILL", 2)])
+def test_streamed_training_resumes_with_the_same_batches_and_losses(sig, saved_step, uninterrupted_stream,
+                                                                      stream_args, tmp_path):
+    _resume_matches(sig, saved_step, uninterrupted_stream, tmp_path, extra=stream_args)
+
+
+def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_validation(stream_args, tmp_path):
+    """Two gloo ranks x 2 workers: disjoint batches; a resume from the periodic step-2 checkpoint continues
+    every rank with its own next batches; val/loss over the ranks' disjoint slices equals one process's."""
+    ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.limit_val_batches", "1.0"]
+    metrics = {"class_path": "tests.helpers.DumpMetrics", "init_args": {"out": str(tmp_path / "metrics")}}
+    full = _fit(tmp_path, tmp_path / "full", metrics, extra=[*stream_args, *ddp])
+    assert full.returncode == 0, full.stderr[-3000:]
+    ranks = [json.loads((tmp_path / "full" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    rows = [[h for s in steps for h in s["rows"]] for steps in ranks]
+    assert len(rows[0]) == len(rows[1]) == 6 * 4 and not set(rows[0]) & set(rows[1])
+    step2 = next((tmp_path / "ck").glob("*step=2*.ckpt"))
+    rest = _fit(tmp_path, tmp_path / "rest", ckpt_path=str(step2), extra=[*stream_args, *ddp])
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    for r in (0, 1):
+        resumed = json.loads((tmp_path / "rest" / f"rank{r}.json").read_text())
+        assert [s["rows"] for s in resumed] == [s["rows"] for s in ranks[r][2:]]
+    two = json.loads((tmp_path / "metrics" / "val_rank0.json").read_text())
+    assert two["step"] == 6 and json.loads((tmp_path / "metrics" / "val_rank1.json").read_text()) == two
+    one = subprocess.run([sys.executable, str(ROOT / "cli.py"), "validate", *BASE, *stream_args,
+                          "--trainer.limit_val_batches", "1.0", "--trainer.default_root_dir", str(tmp_path / "v"),
+                          "--trainer.callbacks", json.dumps([{**metrics, "init_args": {"out": str(tmp_path / "one")}}]),
+                          "--ckpt_path", str(tmp_path / "ck" / "last.ckpt")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert one.returncode == 0, one.stderr[-3000:]
+    single = json.loads((tmp_path / "one" / "val_rank0.json").read_text())
+    assert single["val/loss"] == pytest.approx(two["val/loss"], rel=1e-5)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])

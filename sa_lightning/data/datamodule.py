@@ -214,6 +214,8 @@ class LMDataModule(L.LightningDataModule):
                                  read_batch=self.read_batch)
             self._train_loader = StreamLoader(stream, batch_size=self.batch_size, num_workers=self.num_workers,
                                               rank=rank, world_size=world)
+            if self._resume is not None:
+                self._train_loader.load_stream_state(self._resume["stream"])
             return self._train_loader
         self.train_sampler = BlockSampler(len(self.train_set), rank=rank, world_size=world,
                                           shuffle=self.shuffle, seed=self.seed)
@@ -247,7 +249,7 @@ class LMDataModule(L.LightningDataModule):
     # ---- checkpoint state -----------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Cache mode: batches this rank finished in the current epoch (identical on every rank), as blocks.
-        Stream mode: the readers' state travels with the loader (``StreamLoader.state_dict``)."""
+        Stream mode: every rank's readers, as of the last batch used (``StreamLoader.stream_state``)."""
         if self.trainer is None:
             return {}
         state = {"mode": self.mode, "batch_size": self.batch_size, "tokenizer": self.tokenizer_name,
@@ -257,6 +259,8 @@ class LMDataModule(L.LightningDataModule):
             # "processed" already counts a batch whose on_train_batch_end is saving this checkpoint
             done = loop.epoch_loop.batch_progress.current.processed
             state.update(epoch=loop.epoch_progress.current.processed, consumed_blocks=done * self.batch_size)
+        elif self._train_loader is not None:
+            state["stream"] = self._train_loader.stream_state()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -271,7 +275,9 @@ class LMDataModule(L.LightningDataModule):
         if saved != self.mode:
             raise ValueError(f"the checkpoint was trained in data.mode {saved!r} but this run uses {self.mode!r}; "
                              f"resume with data.mode: {saved}, since the two modes order the data differently.")
-        if self.mode == "cache":
+        if self.mode == "stream":
+            self._resume = {"stream": state["stream"]} if "stream" in state else None
+        else:
             self._resume = {"epoch": state["epoch"], "consumed_blocks": state["consumed_blocks"]}
             # Lightning warns that a plain DataLoader cannot resume mid-epoch; this one can, through the sampler
             warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")

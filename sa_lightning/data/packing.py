@@ -171,7 +171,6 @@ _WORKER: dict = {}
 
 
 def _init_worker(tokenizer_name: str, counter) -> None:
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the processes are the parallelism
     from .tokenizer import load_tokenizer
 
     _WORKER.update(tokenizer=load_tokenizer(tokenizer_name), counter=counter)
@@ -202,7 +201,10 @@ def _tokenize_parallel(source, tokenizer_name, path: Path, dtype, max_tokens, ba
                        bar) -> tuple[int, int]:
     import multiprocessing as mp
 
-    ctx = mp.get_context("spawn")  # no forked tokenizer threads, no forked torch state
+    # fork starts a worker in milliseconds (spawn re-imports Lightning for each); the workers touch no torch,
+    # and tokenizers is told before the fork that the processes, not its threads, are the parallelism
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     counter = ctx.Value("q", 0)
     parts = path.parent / "parts"
     parts.mkdir()

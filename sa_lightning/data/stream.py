@@ -119,7 +119,7 @@ class TokenStream(IterableDataset):
         return {
             "identity": self._identity(), "started": True, "epoch": s["epoch"], "hf": s["hf"],
             "exhausted": s["exhausted"], "rng": s["rng"].bit_generator.state,
-            "buffer": torch.from_numpy(np.concatenate(buffer) if buffer else np.zeros(0, np.int64)),
+            "buffer": torch.from_numpy(np.concatenate(buffer) if buffer else np.zeros(0, np.int32)),
             "buffer_lengths": torch.tensor([len(d) for d in buffer], dtype=torch.int64),
             "carry": torch.from_numpy(s["carry"].copy()), "docs": s["docs"], "blocks": s["blocks"],
         }
@@ -146,7 +146,7 @@ class TokenStream(IterableDataset):
         rng.bit_generator.state = s["rng"]
         flat, lengths = s["buffer"].numpy(), s["buffer_lengths"].tolist()
         offsets = np.cumsum([0, *lengths])
-        s.update(rng=rng, buffer=[flat[a:b].copy() for a, b in zip(offsets[:-1], offsets[1:])],
+        s.update(rng=rng, buffer=[flat[a:b].astype(np.int32) for a, b in zip(offsets[:-1], offsets[1:])],
                  carry=s["carry"].numpy().astype(np.int64))
         self._resume = None
         return s
@@ -167,7 +167,7 @@ class TokenStream(IterableDataset):
 
     def _tokenize(self, texts: list[str]) -> list[np.ndarray]:
         encodings = self.tokenizer.backend_tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
+        return [np.asarray(e.ids, dtype=np.int32) for e in encodings]  # half the bytes of each state snapshot
 
     def _documents(self, state: dict):
         """Token arrays of one epoch in shuffled order. Whole read batches go into the buffer before any
@@ -223,24 +223,31 @@ class TokenStream(IterableDataset):
 class StreamLoader(StatefulDataLoader):
     """The training loader of stream mode: a ``StatefulDataLoader`` over a ``TokenStream``.
 
-    It adds two things Lightning does not do for an iterable stream:
-    - Lightning saves the loader state of rank 0 only, so ``state_dict`` gathers every rank's state
-      and ``load_state_dict`` picks this rank's;
-    - Lightning fetches one batch ahead, so the state saved with a checkpoint is the one recorded with
-      the last batch the training step *used* (``mark_used``, called from the DataModule's transfer
-      hook), not with the last one fetched.
+    Its state (``stream_state`` / ``load_stream_state``) travels in the DataModule's checkpoint entry,
+    not through Lightning's loader-state hook, for three reasons:
+    - Lightning saves the loader state of rank 0 only; ``stream_state`` gathers every rank's, and
+      ``load_stream_state`` picks this rank's.
+    - Lightning fetches one batch ahead, so the state saved is the one recorded with the last batch the
+      training step *used* (``mark_used``, called from the DataModule's transfer hook).
+    - Lightning applies a checkpoint's loader state only to a loader it builds after restoring the loops,
+      but ``configure_optimizers`` reading ``trainer.estimated_stepping_batches`` builds it before; the
+      state would be dropped without a word. The DataModule's state is restored before any loader exists.
+    ``state_dict`` / ``load_state_dict`` are therefore empty for Lightning.
     """
 
     def __init__(self, dataset: TokenStream, *, batch_size: int, num_workers: int, rank: int = 0,
-                 world_size: int = 1):
-        super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, persistent_workers=num_workers > 0)
+                 world_size: int = 1, snapshot_every: int = 16):
+        # a worker ships its state (the shuffle buffer: ~4 MB) with every ``snapshot_every``-th batch; a resume
+        # from a batch in between regenerates the few batches since the snapshot and skips them, exactly
+        super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, persistent_workers=num_workers > 0,
+                         snapshot_every_n_steps=snapshot_every)
         self.rank, self.world_size = rank, world_size
         self._pending: deque = deque()  # the state after each fetched batch not yet used, oldest first
         self._used_state: dict | None = None
 
     def __iter__(self):
         for batch in super().__iter__():
-            self._pending.append(super().state_dict())
+            self._pending.append(StatefulDataLoader.state_dict(self))
             yield batch
 
     def mark_used(self) -> None:
@@ -248,7 +255,14 @@ class StreamLoader(StatefulDataLoader):
             self._used_state = self._pending.popleft()
 
     def state_dict(self) -> dict:
-        local = self._used_state if self._used_state is not None else super().state_dict()
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def stream_state(self) -> dict:
+        """Every rank's reader states after its last used batch (a collective: call it on every rank)."""
+        local = self._used_state if self._used_state is not None else StatefulDataLoader.state_dict(self)
         ranks = [local]
         if self.world_size > 1:
             import torch.distributed as dist
@@ -257,12 +271,12 @@ class StreamLoader(StatefulDataLoader):
             dist.all_gather_object(ranks, local)
         return {"world_size": self.world_size, "ranks": ranks}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_stream_state(self, state: dict) -> None:
         if state.get("world_size") != self.world_size:
             raise ValueError(
                 f"the checkpoint's data stream was read by {state.get('world_size')} rank(s) but this run has "
                 f"{self.world_size}; resume with the same devices and num_nodes.")
-        super().load_state_dict(state["ranks"][self.rank])
+        StatefulDataLoader.load_state_dict(self, state["ranks"][self.rank])
 
 
 def peek_tokens(base, source: SourceConfig, tokenizer, need: int, read_batch: int = 16) -> int:

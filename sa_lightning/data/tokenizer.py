@@ -43,7 +43,14 @@ def load_tokenizer(name_or_path: str = EMBEDDED):
         return PreTrainedTokenizerFast(tokenizer_file=str(EMBEDDED_FILE), eos_token=EOS, pad_token=EOS)
     path = Path(name_or_path)
     if path.suffix == ".json" and path.is_file():
-        return PreTrainedTokenizerFast(tokenizer_file=str(path), eos_token=EOS, pad_token=EOS)
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
+        eos = next((t for t in (EOS, "</s>", "<eos>") if tok.convert_tokens_to_ids(t) not in (None, tok.unk_token_id)
+                    and t in tok.get_vocab()), None)
+        if eos is None:
+            raise ValueError(f"tokenizer file {str(path)!r} has no EOS token ({EOS}, </s> or <eos>), which packing "
+                             "needs to separate documents.")
+        tok.eos_token = tok.pad_token = eos
+        return tok
     try:
         tok = AutoTokenizer.from_pretrained(name_or_path)
     except OSError as err:
