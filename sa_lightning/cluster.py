@@ -1,11 +1,15 @@
 """``cli.py submit``: fill the sbatch templates in ``slurm/`` from a config and submit them.
 
     python cli.py submit pretrain --config configs/pretrain_360m.yaml --nodes 2 --gpus_per_node 4
+    python cli.py submit pretrain --config configs/pretrain_360m.yaml --prepare   # tokenize first, then train from the cache
+    python cli.py submit prepare --config configs/pretrain_360m.yaml --cpus_per_task 32
     python cli.py submit sweep --config configs/sweep/qwen3_8b.yaml --gpus_per_node 1 --time 08:00:00
     ... --dry_run      # write and print the script and the sbatch command, submit nothing
 
 pretrain: ``srun`` with one task per GPU, ``--signal=SIGUSR1@90``, requeue into a fixed run directory
-(Lightning saves ``hpc_ckpt`` on the signal and resumes from it). sweep: a job array with one
+(Lightning saves ``hpc_ckpt`` on the signal and resumes from it); with ``--prepare`` a CPU job running
+``cli.py prepare`` goes first and training (``--data.mode cache``) waits for it (``afterok``). prepare:
+that CPU job alone. sweep: a job array with one
 (mode, window) pair per array task, then a report job (``--dependency=afterany``) that writes the
 tables and plots from the finished cells.
 """
@@ -67,11 +71,14 @@ def sweep_pairs(config: str):
 def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(prog="cli.py submit", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("job", choices=("pretrain", "sweep"))
+    p.add_argument("job", choices=("pretrain", "prepare", "sweep"))
     p.add_argument("--config", required=True)
     p.add_argument("--nodes", type=int, default=1)
     p.add_argument("--gpus_per_node", type=int, default=None, help="default: 4 for pretrain, 1 for sweep")
-    p.add_argument("--cpus_per_task", type=int, default=8)
+    p.add_argument("--cpus_per_task", type=int, default=None, help="default: 8 (pretrain, sweep), 32 (prepare)")
+    p.add_argument("--prepare", action="store_true",
+                   help="pretrain: tokenize into the cache in a CPU job first, then train with --data.mode cache")
+    p.add_argument("--prepare_time", default="12:00:00", help="--prepare: the tokenizing job's time limit")
     p.add_argument("--time", default="48:00:00")
     p.add_argument("--job_name", default=None)
     p.add_argument("--run_dir", default=None, help="pretrain: the fixed run directory (default runs/<config name>)")
@@ -80,18 +87,35 @@ def main(argv: list[str] | None = None) -> Path:
     args, extra = p.parse_known_args(argv)
     if not Path(args.config).is_file():
         raise FileNotFoundError(f"config {args.config!r} does not exist.")
+    if args.cpus_per_task is None:
+        args.cpus_per_task = 32 if args.job == "prepare" else 8
+    if args.prepare and args.job != "pretrain":
+        raise ValueError("--prepare chains a tokenizing job before training: it goes with `submit pretrain`.")
     for name in ("nodes", "cpus_per_task"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(args, name)}.")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         raise ValueError(f"--gpus_per_node must be >= 1, got {args.gpus_per_node}.")
-    if not re.fullmatch(r"(\d+-)?\d{1,3}:\d{2}:\d{2}", args.time):
-        raise ValueError(f"--time must look like HH:MM:SS or D-HH:MM:SS, got {args.time!r}.")
+    for flag in ("time", "prepare_time"):
+        if not re.fullmatch(r"(\d+-)?\d{1,3}:\d{2}:\d{2}", getattr(args, flag)):
+            raise ValueError(f"--{flag} must look like HH:MM:SS or D-HH:MM:SS, got {getattr(args, flag)!r}.")
     stem = Path(args.config).stem
     common = {"workdir": shlex.quote(str(Path.cwd())), "cli": shlex.quote(str(ROOT / "cli.py")),
               "config": shlex.quote(args.config), "time": args.time,
               "cpus_per_task": args.cpus_per_task, "extra_sbatch": _sbatch_lines(args.sbatch),
               "extra_args": shlex.join(extra)}
+    after: list[str] = []
+    if args.job == "prepare" or args.prepare:
+        run_dir = args.run_dir or f"runs/{stem}"
+        fields = {**common, "job_name": (args.job_name or f"sa_{stem}") + "_prepare", "run_dir": shlex.quote(run_dir),
+                  "time": args.prepare_time if args.prepare else args.time,
+                  "cpus_per_task": 32 if args.prepare else args.cpus_per_task}
+        script = _write(Path(run_dir) / "submit_prepare.sbatch", render("prepare.sbatch", fields), args.dry_run)
+        job = _submit(script, args.dry_run)
+        if args.job == "prepare":
+            return script
+        after = [f"--dependency=afterok:{job or '<prepare job>'}"]
+        common["extra_args"] = shlex.join([*extra, "--data.mode", "cache"])
     if args.job == "pretrain":
         run_dir = args.run_dir or f"runs/{stem}"
         fields = {**common, "job_name": args.job_name or f"sa_{stem}", "nodes": args.nodes,
@@ -107,17 +131,22 @@ def main(argv: list[str] | None = None) -> Path:
                   "cells": " ".join(shlex.quote(f"{m} {s}") for m, s in pairs)}
         script = Path(cfg.out) / "submit_sweep.sbatch"
         text = render("sweep_array.sbatch", fields)
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(text)
-    script.chmod(0o755)
-    print(f"wrote {script}", flush=True)
-    if args.dry_run:
-        print(text)
-    job = _submit(script, args.dry_run)
+    _write(script, text, args.dry_run)
+    job = _submit(script, args.dry_run, after)
     if args.job == "sweep":
         report = f"cd {common['workdir']} && python {common['cli']} sweep --config {common['config']} --out {fields['out']}"
         _submit_wrap(report, f"afterany:{job or '<array job>'}", fields["job_name"] + "_report", args.dry_run,
                      args.sbatch)
+    return script
+
+
+def _write(script: Path, text: str, dry_run: bool) -> Path:
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(text)
+    script.chmod(0o755)
+    print(f"wrote {script}", flush=True)
+    if dry_run:
+        print(text)
     return script
 
 

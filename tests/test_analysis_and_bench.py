@@ -66,7 +66,7 @@ def test_bench_cli_writes_table_with_ratios(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["bench", "attention", "--window", "0"], "--window must be >= 1"),
     (["bench", "attention", "--heads", "3", "--kv-heads", "2"], "divisible"),
-    (["bench", "nope"], "bench' takes a benchmark: attention, train, eval or prefill"),
+    (["bench", "nope"], "bench' takes a benchmark: attention, train, eval, prefill or data"),
     (["analyze", "coverage", "--n", "0"], "--n must be >= 1"),
     (["fly"], "unknown command"),
 ])

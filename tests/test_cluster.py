@@ -60,6 +60,24 @@ def test_pretrain_submission_runs_srun_with_one_task_per_gpu_and_requeue(tmp_pat
     assert srun.endswith(f"--model {ROOT / 'configs/model/sa.yaml'}")
 
 
+def test_pretrain_with_prepare_tokenizes_in_a_cpu_job_first_and_trains_from_the_cache(tmp_path):
+    config = str(ROOT / "configs/pretrain_360m.yaml")
+    proc, env = _submit(tmp_path, "pretrain", "--config", config, "--prepare", "--model", str(ROOT / "configs/model/sa.yaml"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    prepare = (tmp_path / "runs/pretrain_360m/submit_prepare.sbatch").read_text()
+    assert "#SBATCH --cpus-per-task=32" in prepare and "--gpus" not in prepare
+    calls = Path(env["SHIM_LOG"]).read_text().splitlines()
+    assert calls[0].endswith("submit_prepare.sbatch")
+    assert "--dependency=afterok:4242" in calls[1] and calls[1].endswith("submit_pretrain.sbatch")
+    done = subprocess.run(["bash", str(tmp_path / "runs/pretrain_360m/submit_prepare.sbatch")],
+                          env={**env, "SLURM_CPUS_PER_TASK": "32", "PATH": f"{tmp_path}:{env['PATH']}"},
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    # the real prepare runs here: offline, the paper's Hub tokenizer fails in one line before any work
+    assert done.stderr.strip().splitlines()[-1].startswith("error: tokenizer 'mistralai/Mistral-7B-v0.1' cannot be")
+    train = (tmp_path / "runs/pretrain_360m/submit_pretrain.sbatch").read_text()
+    assert train.rstrip().endswith("--data.mode cache")
+
+
 def test_sweep_submission_is_a_job_array_plus_a_report_job(tmp_path):
     proc, env = _submit(tmp_path, "sweep", "--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"))
     assert proc.returncode == 0, proc.stderr[-2000:]
