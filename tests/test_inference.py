@@ -1,11 +1,14 @@
 """The Hugging Face patcher on tiny random Qwen3, Qwen3-MoE and Llama models built from configs."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from sa_lightning.inference import MODES, patch, patched, unpatch
 from sa_lightning.inference import patcher
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=512)
@@ -279,3 +282,16 @@ def test_patched_prefill_never_builds_an_n_by_n_tensor(mode):
         model(ids, attention_mask=mask, use_cache=False)
     dense_scores = 2 * 4 * n * n
     assert probe.largest < dense_scores // 8, f"{mode} made a tensor of {probe.largest} elements"
+
+
+@pytest.mark.parametrize("name", ["qwen3_8b", "qwen3_30b_a3b"])
+def test_paper_sweep_configs_run_all_seven_tasks_and_opt_in_to_code_execution_in_the_file(name, tmp_path):
+    from sa_lightning.inference.sweep import load_config, main
+
+    config = str(ROOT / f"configs/sweep/{name}.yaml")
+    cfg = load_config(["--config", config])
+    assert cfg.tasks == ["hellaswag", "mmlu", "arc_challenge", "boolq", "lambada_openai", "arc_easy", "humaneval_exec"]
+    assert cfg.confirm_run_unsafe_code is True and "EXECUTES" in (ROOT / f"configs/sweep/{name}.yaml").read_text()
+    # without the opt-in the same config refuses before it loads the model (which is not reachable here)
+    with pytest.raises(ValueError, match="execute model-written code; set confirm_run_unsafe_code"):
+        main(["--config", config, "--confirm_run_unsafe_code", "false", "--out", str(tmp_path)])
