@@ -227,6 +227,31 @@ def test_attention_maps_command_draws_every_variant(checkpoint, tmp_path):
     assert (tmp_path / "attention_maps.png").stat().st_size > 10_000
 
 
+def test_sa_swa_attention_map_is_weighted_by_the_models_own_gates():
+    """Figure 3: the SA+SWA panel mixes the two paths per query by g_sa and g_swa, read from the layer."""
+    from sa_lightning.analysis.attention_maps import attention_maps, layer_gates, layer_qk, variant_maps
+    from sa_lightning.models import ModelConfig, Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=4096, n_layer=2, n_head=4, d_model=32, max_seq_len=64,
+                                    variant="sa_swa", window=8)).eval()
+    with torch.no_grad():  # zero gate weights: sigmoid(0) = 0.5 for every query and channel
+        model.blocks[1].attn.gate.gates["swa"].weight.zero_()
+        model.blocks[1].attn.gate.gates["sa"].weight.zero_()
+    idx = torch.randint(0, 4096, (1, 20), generator=torch.Generator().manual_seed(1))
+    gates = layer_gates(model, idx, 1, head=2)
+    assert set(gates) == {"sa", "swa"} and all(torch.allclose(g, torch.full((20,), 0.5, dtype=g.dtype)) for g in gates.values())
+    gates = {"sa": torch.full((20,), 0.1, dtype=torch.float64), "swa": torch.full((20,), 0.3, dtype=torch.float64)}
+    q, k = layer_qk(model, idx, 1)
+    perm = model.permutations(20, 0, "cpu")[1]
+    maps = variant_maps(q, k, 2, ["sa", "swa", "sa_swa"], 8, perm=perm, gates=gates)
+    expected = (0.1 * maps["sa"][0] + 0.3 * maps["swa"][0]) / 0.4  # by hand: a quarter SA, three quarters SWA
+    torch.testing.assert_close(maps["sa_swa"][0], expected)
+    torch.testing.assert_close(maps["sa_swa"][0].sum(-1), torch.ones(20, dtype=torch.float64))
+    fig, _, _ = attention_maps(model, load_tokenizer("embedded"), layer=1, window=8)
+    assert "weighted by its learned gates" in fig._suptitle.get_text()
+
+
 # ---- bad input: one clear sentence ---------------------------------------------------------------
 def test_unknown_task_lists_close_matches():
     with pytest.raises(ValueError, match=r"unknown task 'lambada_opnai'.*Close matches: lambada_openai"):

@@ -295,3 +295,61 @@ def test_paper_sweep_configs_run_all_seven_tasks_and_opt_in_to_code_execution_in
     # without the opt-in the same config refuses before it loads the model (which is not reachable here)
     with pytest.raises(ValueError, match="execute model-written code; set confirm_run_unsafe_code"):
         main(["--config", config, "--confirm_run_unsafe_code", "false", "--out", str(tmp_path)])
+
+
+def _recorded_sigmas(monkeypatch):
+    """Every sigma the patcher draws, per layer, as (B, n) gather indices."""
+    drawn = []
+    real = patcher.row_permutations
+
+    def record(*args, **kwargs):
+        perm = real(*args, **kwargs)
+        drawn.append(perm.clone())
+        return perm
+
+    monkeypatch.setattr(patcher, "row_permutations", record)
+    return drawn
+
+
+def test_training_free_sa_is_stochastic_per_input_and_reproducible(monkeypatch):
+    """§3.3: each input draws its own sigma from (seed, layer, its tokens); batching and padding change nothing."""
+    model, drawn = _qwen3(), _recorded_sigmas(monkeypatch)
+    a, b = torch.randint(0, 128, (1, 40), generator=torch.Generator().manual_seed(1)), \
+        torch.randint(0, 128, (1, 40), generator=torch.Generator().manual_seed(2))
+    with patched(model, "sa", 8), torch.no_grad():
+        model(a)
+        sigma_a = [p[0] for p in drawn]
+        drawn.clear()
+        model(b)
+        assert all(not torch.equal(pa, pb[0]) for pa, pb in zip(sigma_a, drawn))  # same length, other sigma
+        drawn.clear()
+        model(a)
+        assert all(torch.equal(pa, p[0]) for pa, p in zip(sigma_a, drawn))  # a rerun reproduces it
+        drawn.clear()
+        padded = torch.cat([torch.cat([a, torch.zeros(1, 9, dtype=torch.long)], 1), torch.randint(0, 128, (1, 49))])
+        mask = torch.ones(2, 49, dtype=torch.long)
+        mask[0, 40:] = 0
+        model(padded, attention_mask=mask)
+        assert all(torch.equal(pa, p[0, :40]) for pa, p in zip(sigma_a, drawn))  # inside a padded batch: same
+    with patched(model, "sa", 8, sa_mode="deterministic"), torch.no_grad():
+        drawn.clear()
+        model(a)
+        fixed_a = [p[0] for p in drawn]
+        drawn.clear()
+        model(b)
+        assert all(torch.equal(pa, p[0]) for pa, p in zip(fixed_a, drawn))  # one sigma per length
+
+
+def test_the_patcher_and_salm_draw_the_same_sigma_for_the_same_tokens(monkeypatch):
+    from sa_lightning.eval.lm import SALM
+    from sa_lightning.models import ModelConfig, Transformer
+
+    tokens = torch.randint(0, 97, (1, 30), generator=torch.Generator().manual_seed(3))
+    drawn = _recorded_sigmas(monkeypatch)
+    with patched(_qwen3(), "sa", 8, seed=7) as model, torch.no_grad():
+        model(tokens)
+    net = Transformer(ModelConfig(vocab_size=4096, n_layer=SIZES["num_hidden_layers"], n_head=4, d_model=32,
+                                  max_seq_len=64, variant="sa", window=8))
+    salm = SALM(net, tokenizer="embedded", seed=7)
+    perms = salm._permutations([tokens[0].tolist()], 30, sample=0)
+    assert len(perms) == len(drawn) and all(torch.equal(p, d) for p, d in zip(perms, drawn))

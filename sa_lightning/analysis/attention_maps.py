@@ -1,9 +1,13 @@
 """Attention heat maps per variant, as in the paper's Figure 4 (Layer 11, Head 0, 27 tokens, w=8).
 
 The model runs with its own variant up to the chosen layer; that layer's queries and keys are then
-scored under each variant's mask from the registry (gray: masked, blue: weight). For SA+SWA the map
-is the mean of its two paths' weights on the union of their masks: the learned gates mix features,
-not weights, so no single exact map exists.
+scored under each variant's mask from the registry (gray: masked, blue: weight). The SA masks use the
+permutation the model itself draws at that layer. For SA+SWA the panel shows the two paths as the
+paper's Figure 3 does, "with the learned gate adaptively balancing the two": each query's row is
+(g_sa * A_sa + g_swa * A_swa) / (g_sa + g_swa), where g_p is that query's gate activation
+sigmoid(W_p Y_p), averaged over the head's channels, read from the checkpoint's own SA+SWA layer. (The
+gates mix features, not weights, so this is the closest single map; a model without the two gates,
+such as a single-path one, gets the plain mean and its title says so.)
 
     python cli.py analyze attention-maps --ckpt runs/tiny/tb/version_0/checkpoints/last.ckpt
 """
@@ -52,18 +56,49 @@ def layer_qk(model: Transformer, idx: torch.Tensor, layer: int) -> tuple[torch.T
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
+def layer_gates(model: Transformer, idx: torch.Tensor, layer: int, head: int) -> dict[str, torch.Tensor] | None:
+    """Per path, each query's gate activation sigmoid(W_p Y_p) averaged over ``head``'s channels, (n,),
+    for a model whose ``layer`` has the two gates of SA+SWA; None otherwise."""
+    attn = model.blocks[layer].attn
+    gate = attn.gate
+    if set(gate.paths) != {"sa", "swa"}:
+        return None
+    captured = {}
+
+    def grab(module, args):
+        captured["paths"] = args
+        raise _Stop
+
+    handle = gate.register_forward_pre_hook(grab)
+    try:
+        with torch.no_grad():
+            model.features(idx, perms=model.permutations(idx.shape[1], 0, idx.device))
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    channels = slice(head * attn.head_dim, (head + 1) * attn.head_dim)
+    with torch.no_grad():
+        return {p: torch.sigmoid(gate.gates[p](y))[0, :, channels].mean(-1).double().cpu()
+                for p, y in zip(gate.paths, captured["paths"])}
+
+
 def _weights(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
 
 
 def variant_maps(q: torch.Tensor, k: torch.Tensor, head: int, variants: list[str], window: int,
-                 block_size: int = 4, top_k: int = 2, seed: int = 0, layer: int = 0) -> dict[str, tuple]:
-    """{variant: (weights (n, n), visible (n, n) bool)} for one head, in float64."""
+                 block_size: int = 4, top_k: int = 2, seed: int = 0, layer: int = 0,
+                 perm: torch.Tensor | None = None, gates: dict[str, torch.Tensor] | None = None) -> dict[str, tuple]:
+    """{variant: (weights (n, n), visible (n, n) bool)} for one head, in float64. ``perm``: the SA
+    permutation (default: one drawn from ``seed`` and ``layer``); ``gates``: see ``layer_gates``."""
     n, hd = q.shape[2], q.shape[3]
     group = q.shape[1] // k.shape[1]
     qh, kh = q[0, head].double(), k[0, head // group].double()
     scores = qh @ kh.T / hd ** 0.5
-    perm = sample_permutation(n, generator=layer_generator(seed, layer))
+    if perm is None:
+        perm = sample_permutation(n, generator=layer_generator(seed, layer))
+    perm = perm.cpu()
     out = {}
     for name in variants:
         variant = get_variant(name)
@@ -71,10 +106,12 @@ def variant_maps(q: torch.Tensor, k: torch.Tensor, head: int, variants: list[str
         if name == "moba":
             visible = moba_mask(q[:, head:head + 1], k[:, head // group:head // group + 1], block_size, top_k)[0, 0]
             out[name] = (_weights(scores, visible), visible)
-        elif name == "sa_swa":  # mean of the two paths' weights
+        elif name == "sa_swa":  # the two paths' weights, balanced per query by the learned gates
             sa = masks.dense(get_variant("sa").mask(spec, n, perm), n)[0, 0]
             swa = masks.dense(get_variant("swa").mask(spec, n, perm), n)[0, 0]
-            out[name] = ((_weights(scores, sa) + _weights(scores, swa)) / 2, sa | swa)
+            g_sa, g_swa = (gates["sa"], gates["swa"]) if gates else (torch.ones(n, dtype=torch.float64),) * 2
+            mixed = g_sa[:, None] * _weights(scores, sa) + g_swa[:, None] * _weights(scores, swa)
+            out[name] = (mixed / (g_sa + g_swa)[:, None], sa | swa)
         else:
             visible = masks.dense(variant.mask(spec, n, perm), n)[0, 0]
             out[name] = (_weights(scores, visible), visible)
@@ -125,11 +162,16 @@ def attention_maps(model: Transformer, tokenizer, *, text: str | None = None, to
     if not 0 <= head < model.cfg.n_head:
         raise ValueError(f"--head must lie in [0, {model.cfg.n_head - 1}], got {head}.")
     device = next(model.parameters()).device
-    q, k = layer_qk(model.eval(), torch.tensor([ids], device=device), layer)
+    idx = torch.tensor([ids], device=device)
+    q, k = layer_qk(model.eval(), idx, layer)
+    gates = layer_gates(model, idx, layer, head)
+    own = model.permutations(len(ids), 0, device)[layer]
     maps = variant_maps(q.cpu(), k.cpu(), head, list(variants), window, block_size=max(1, window // 2),
-                        top_k=2, seed=seed, layer=layer)
+                        top_k=2, seed=seed, layer=layer, perm=own, gates=gates)
     labels = [tokenizer.decode([t]).replace("\n", "\\n") for t in ids]
     title = f"Attention weights, layer {layer}, head {head}, {len(ids)} tokens, w={window} ({model.cfg.variant} model)"
+    if "sa_swa" in variants:
+        title += ("; SA+SWA weighted by its learned gates" if gates else "; SA+SWA: equal weights (no gates in this model)")
     return draw(maps, labels, title), maps, labels
 
 
@@ -145,7 +187,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--head", type=int, default=0)
     p.add_argument("--window", type=int, default=8)
     p.add_argument("--variants", nargs="+", default=["full", "swa", "sa", "sa_swa"])
-    p.add_argument("--seed", type=int, default=0, help="seed of the SA permutation")
+    p.add_argument("--seed", type=int, default=0, help="seed of the SA masks when the model draws no permutation of its own (full, swa, moba)")
     p.add_argument("--out", type=Path, default=Path("outputs/analysis"))
     args = p.parse_args(argv)
     for name in args.variants:

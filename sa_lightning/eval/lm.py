@@ -14,7 +14,6 @@ SA modes:
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
@@ -23,15 +22,8 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from ..attention.permutation import prefix_permutations
+from ..attention.permutation import SA_MODES, row_key, row_permutations
 from ..models import Transformer
-
-SA_MODES = ("stochastic", "deterministic")
-
-
-def _row_seed(*parts) -> int:
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 2
 
 
 @register_model("sa_lightning")
@@ -98,13 +90,9 @@ class SALM(TemplateLM):
         """Per layer, a (B, n) gather index that permutes each row's valid tokens and keeps its padding."""
         if not self.model.uses_permutation:
             return None
-        perms = []
-        identity = [len(row) if self.sa_mode == "deterministic" else
-                    (sample, hashlib.blake2b(bytes(str(row), "ascii"), digest_size=16).digest()) for row in rows]
-        for layer in range(len(self.model.blocks)):
-            generators = [torch.Generator().manual_seed(_row_seed(self.seed, layer, key)) for key in identity]
-            perms.append(prefix_permutations([len(row) for row in rows], n, generators, self.device))
-        return perms
+        keys = [row_key(row, sample) for row in rows] if self.sa_mode == "stochastic" else None
+        return [row_permutations(rows, n, seed=self.seed, layer=layer, mode=self.sa_mode, keys=keys, device=self.device)
+                for layer in range(len(self.model.blocks))]
 
     @torch.no_grad()
     def span_log_probs(self, rows: list[list[int]], spans: list[tuple[int, int]]) -> list[torch.Tensor]:

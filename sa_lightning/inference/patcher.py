@@ -12,13 +12,17 @@ padding mask (B, kv_len) instead of an n x n one.
   natively does (its own sliding window, if any, included).
 - RoPE has already been applied by the model on its own positions; GQA heads go to the kernels
   unrepeated (query head h reads kv head h // num_key_value_groups).
-- The SA permutation of a row is drawn from (seed, layer, row length), so results are reproducible
-  and independent of the batch.
+- SA is stochastic by default, as in the paper (§3.3): each row draws its own sigma per layer from
+  (seed, layer, the row's own tokens), through ``attention.permutation.row_permutations``, the same
+  function ``SALM`` uses. A forward pre-hook on the base model reads ``input_ids`` and the padding mask
+  once per forward; a rerun reproduces every sigma, and batching or padding never changes it.
+  ``sa_mode="deterministic"`` fixes one sigma per (seed, layer, length) instead.
 """
 from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -26,8 +30,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 
-from ..attention import AttentionSpec, get_variant, layer_generator
-from ..attention.permutation import gather_tokens, invert_permutation, prefix_permutations
+from ..attention import AttentionSpec, get_variant
+from ..attention.permutation import SA_MODES, gather_tokens, invert_permutation, row_key, row_permutations
 
 NAME = "sa_lightning"
 #: patcher mode -> registry variant. ``sa_swa`` is training-free: one softmax over the union of both masks.
@@ -35,12 +39,15 @@ MODES = {"full": "full", "swa": "swa", "sa": "sa", "sa_swa": "sa_swa_union", "mo
 #: how many attention calls took each path; tests read it to check that decoding stays dense
 CALLS: Counter = Counter()
 _SPECS: dict[int, tuple[object, "PatchSpec"]] = {}
+#: id(config) -> each row's sigma key for the forward pass under way (set by the base model's pre-hook)
+_ROW_KEYS: dict[int, list[tuple]] = {}
 
 
 @dataclass(frozen=True)
 class PatchSpec:
     """mode: full | swa | sa | sa_swa | moba. window: w for swa/sa/sa_swa. block_size, top_k: MoBA
-    (effective window block_size * top_k). seed: SA permutations. backend: as the attention core."""
+    (effective window block_size * top_k). seed: SA permutations. backend: as the attention core.
+    sa_mode: ``stochastic`` (each input its own sigma, the default) or ``deterministic``."""
 
     mode: str
     window: int | None = None
@@ -48,6 +55,7 @@ class PatchSpec:
     top_k: int = 2
     seed: int = 0
     backend: str = "auto"
+    sa_mode: str = "stochastic"
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -57,6 +65,8 @@ class PatchSpec:
         if self.mode in ("swa", "sa", "sa_swa") and (self.window is None or isinstance(self.window, bool)
                                                      or not isinstance(self.window, int) or self.window < 1):
             raise ValueError(f"mode {self.mode!r} needs a window >= 1, got {self.window!r}.")
+        if self.sa_mode not in SA_MODES:
+            raise ValueError(f"sa_mode must be one of {', '.join(SA_MODES)}, got {self.sa_mode!r}.")
         for name in ("block_size", "top_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -98,7 +108,8 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         out = _dense(query, key, value, attention_mask, scale, sliding_window)
     else:
         CALLS["prefill"] += 1
-        out = _prefill(spec, getattr(module, "layer_idx", 0) or 0, query, key, value, attention_mask, scale)
+        out = _prefill(spec, getattr(module, "layer_idx", 0) or 0, query, key, value, attention_mask, scale,
+                       _ROW_KEYS.get(id(module.config)))
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -120,7 +131,7 @@ def _dense(q, k, v, valid, scale, sliding_window):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=Hq != k.shape[1])
 
 
-def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale):
+def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale, keys: list[tuple] | None = None):
     B, _, n, d = q.shape
     order = lengths = None
     if valid is not None:  # valid tokens first, in their order; padding after (left or right alike)
@@ -133,12 +144,40 @@ def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale):
     perm = None
     if variant.uses_permutation:
         rows = lengths.tolist() if lengths is not None else [n] * B
-        perm = prefix_permutations(rows, n, [layer_generator(spec.seed * 1_000_003 + length, layer) for length in rows],
-                                   q.device)
+        if spec.sa_mode == "stochastic" and (keys is None or len(keys) != B):
+            raise RuntimeError("stochastic SA found no token keys for this batch: the patched model's base model "
+                               "must be called with input_ids or inputs_embeds (its pre-hook reads them).")
+        perm = row_permutations(rows, n, seed=spec.seed, layer=layer, mode=spec.sa_mode,
+                                keys=keys if spec.sa_mode == "stochastic" else None, device=q.device)
     (y,) = variant(q, k, v, spec.attention_spec(), perm, lengths)
     if order is not None:
         y = gather_tokens(y, invert_permutation(order)) * valid.view(B, 1, n, 1).to(y.dtype)
     return y
+
+
+# ---- each row's identity, read once per forward --------------------------------------------------
+def _keys_hook(module, args, kwargs):
+    """Forward pre-hook of the patched model's base model: every row's ``row_key`` from its own tokens
+    (the positions its padding mask keeps, in order), so sigma never depends on padding or batch."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    embeds = kwargs.get("inputs_embeds")
+    mask = kwargs.get("attention_mask")
+    config = module.config
+    if ids is None and embeds is None:
+        _ROW_KEYS.pop(id(config), None)
+        return None
+    source = ids if ids is not None else embeds
+    if mask is not None and mask.dim() != 2:
+        mask = None  # a 4-D mask is refused by the attention itself, in one sentence
+    keys = []
+    for b in range(source.shape[0]):
+        row = source[b] if mask is None else source[b][mask[b, -source.shape[1]:].to(torch.bool)]
+        if ids is not None:
+            keys.append(row_key(row.tolist()))
+        else:  # embeddings: their bytes identify the input (same input, same sigma)
+            keys.append((0, hashlib.blake2b(row.detach().float().cpu().numpy().tobytes(), digest_size=16).digest()))
+    _ROW_KEYS[id(config)] = keys
+    return None
 
 
 # ---- patching ------------------------------------------------------------------------------------
@@ -170,9 +209,9 @@ def _check_patchable(model) -> None:
 
 
 def patch(model, mode: str | PatchSpec = "sa", window: int | None = None, *, block_size: int = 64, top_k: int = 2,
-          seed: int = 0, backend: str = "auto"):
+          seed: int = 0, backend: str = "auto", sa_mode: str = "stochastic"):
     """Make ``model``'s prefill use ``mode``; returns the model. Patching again replaces the spec."""
-    spec = mode if isinstance(mode, PatchSpec) else PatchSpec(mode, window, block_size, top_k, seed, backend)
+    spec = mode if isinstance(mode, PatchSpec) else PatchSpec(mode, window, block_size, top_k, seed, backend, sa_mode)
     _check_patchable(model)
     limit = getattr(model.config, "max_position_embeddings", None)
     if spec.mode == "moba" and limit and spec.effective_window > limit:
@@ -181,6 +220,7 @@ def patch(model, mode: str | PatchSpec = "sa", window: int | None = None, *, blo
     _register()
     if id(model.config) not in _SPECS:
         model._sa_lightning_previous = model.config._attn_implementation
+        model._sa_lightning_hook = model.base_model.register_forward_pre_hook(_keys_hook, with_kwargs=True)
     _SPECS[id(model.config)] = (model.config, spec)
     model.set_attn_implementation(NAME)
     return model
@@ -198,8 +238,10 @@ def unpatch(model):
     if id(model.config) not in _SPECS:
         return model
     model.set_attn_implementation(model._sa_lightning_previous)
+    model._sa_lightning_hook.remove()
     del _SPECS[id(model.config)]
-    del model._sa_lightning_previous
+    _ROW_KEYS.pop(id(model.config), None)
+    del model._sa_lightning_previous, model._sa_lightning_hook
     return model
 
 

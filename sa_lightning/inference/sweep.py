@@ -38,6 +38,8 @@ class SweepConfig:
         modes: any of full, swa, sa, sa_swa, moba; ``full`` is the one baseline row.
         windows: w for swa, sa and sa_swa. moba_block_sizes, moba_top_k: MoBA rows at w_eff = c * k.
         seeds: SA permutation seeds (SA rows average over them). limit: documents per task.
+        sa_mode: ``stochastic`` (the paper's §3.3: every input draws its own sigma from the seed, the layer
+            and its tokens) or ``deterministic`` (one sigma per seed, layer and length).
         confirm_run_unsafe_code: required for tasks that run model-written code (HumanEval).
         trust_remote_code: let the model's repo run its own code (off unless you opt in).
     """
@@ -55,6 +57,7 @@ class SweepConfig:
     moba_block_sizes: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
     moba_top_k: int = 2
     seeds: list[int] = field(default_factory=lambda: [0])
+    sa_mode: str = "stochastic"
     limit: float | None = None
     num_fewshot: int | None = None
     confirm_run_unsafe_code: bool = False
@@ -72,6 +75,7 @@ class SweepConfig:
             raise ValueError(f"sweep moba_top_k must be >= 1, got {self.moba_top_k}.")
         if not self.seeds:
             raise ValueError("sweep seeds must name at least one seed.")
+        PatchSpec("full", sa_mode=self.sa_mode)  # an unknown sa_mode fails here
         unsafe = [t for t in self.tasks if str(t).startswith(CODE_TASKS)]
         if unsafe and not self.confirm_run_unsafe_code:
             raise ValueError(f"task(s) {', '.join(unsafe)} execute model-written code; set "
@@ -88,7 +92,8 @@ class Cell:
 
     @property
     def key(self) -> str:
-        return f"{self.mode}_w{self.w_eff or 'all'}_s{self.seed}_{self.task}"
+        fixed = "_det" if self.spec.sa_mode == "deterministic" and self.mode in ("sa", "sa_swa") else ""
+        return f"{self.mode}_w{self.w_eff or 'all'}_s{self.seed}{fixed}_{self.task}"
 
 
 def cells(cfg: SweepConfig) -> list[Cell]:
@@ -105,7 +110,7 @@ def cells(cfg: SweepConfig) -> list[Cell]:
             for seed in seeds:
                 for task in cfg.tasks:
                     out.append(Cell(mode, w_eff, seed, task, PatchSpec(spec.mode, spec.window, spec.block_size,
-                                                                       spec.top_k, seed)))
+                                                                       spec.top_k, seed, sa_mode=cfg.sa_mode)))
     return out
 
 
@@ -134,6 +139,17 @@ def load_model(cfg: SweepConfig):
     return model.eval(), tokenizer
 
 
+def _done(path: Path, cell: Cell) -> bool:
+    """A cell file counts as done only if it was run with this cell's exact spec (a file from before a
+    change of spec, such as sa_mode, is run again rather than mixed into the table)."""
+    if not path.exists():
+        return False
+    try:
+        return json.loads(path.read_text()).get("spec") == asdict(cell.spec)
+    except ValueError:
+        return False
+
+
 def run(cfg: SweepConfig) -> dict:
     from ..eval.harness import load_tasks, resolve_tasks, run_tasks
     from .lm import PatchedHFLM
@@ -144,7 +160,7 @@ def run(cfg: SweepConfig) -> dict:
     out = Path(cfg.out)
     (out / "cells").mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
-    pending = [c for c in todo if not (out / "cells" / f"{c.key}.json").exists()]
+    pending = [c for c in todo if not _done(out / "cells" / f"{c.key}.json", c)]
     print(f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run", flush=True)
     if pending:
         load_tasks(sorted({c.task for c in pending}))  # unreachable datasets fail before the model loads

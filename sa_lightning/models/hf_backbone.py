@@ -40,7 +40,7 @@ class HFBackbone(nn.Module):
         self.cfg = cfg
         self.hf = Qwen3ForCausalLM(qwen3_config(cfg)) if cfg.init_from is None else self._pretrained(cfg)
         self.spec = PatchSpec(MODES[cfg.variant], cfg.window, cfg.moba_block_size, cfg.moba_top_k, cfg.seed,
-                              cfg.backend)
+                              cfg.backend, "deterministic" if cfg.permutation == "fixed" else "stochastic")
         patch(self.hf, self.spec)
         self.uses_permutation = self.spec.mode in ("sa", "sa_swa")
 
