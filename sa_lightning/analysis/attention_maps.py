@@ -29,16 +29,16 @@ class _Stop(Exception):
     pass
 
 
-def layer_qk(model: Transformer, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Queries (1, Hq, n, hd) and keys (1, Hkv, n, hd) of ``layer``, RoPE applied, for one sequence."""
-    attn = model.blocks[layer].attn
+def _inputs_of(module: torch.nn.Module, model: Transformer, idx: torch.Tensor) -> tuple:
+    """The positional inputs ``module`` receives when ``model`` runs ``idx`` with its own permutations
+    (stream 0); the forward stops there."""
     captured = {}
 
-    def grab(module, args):
-        captured["x"], captured["cos"], captured["sin"] = args[0], args[1], args[2]
+    def grab(_, args):
+        captured["args"] = args
         raise _Stop
 
-    handle = attn.register_forward_pre_hook(grab)
+    handle = module.register_forward_pre_hook(grab)
     try:
         with torch.no_grad():
             model.features(idx, perms=model.permutations(idx.shape[1], 0, idx.device))
@@ -46,7 +46,13 @@ def layer_qk(model: Transformer, idx: torch.Tensor, layer: int) -> tuple[torch.T
         pass
     finally:
         handle.remove()
-    x, cos, sin = captured["x"], captured["cos"], captured["sin"]
+    return captured["args"]
+
+
+def layer_qk(model: Transformer, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries (1, Hq, n, hd) and keys (1, Hkv, n, hd) of ``layer``, RoPE applied, for one sequence."""
+    attn = model.blocks[layer].attn
+    x, cos, sin = _inputs_of(attn, model, idx)[:3]
     B, n, _ = x.shape
     hd = attn.head_dim
     with torch.no_grad():
@@ -63,24 +69,11 @@ def layer_gates(model: Transformer, idx: torch.Tensor, layer: int, head: int) ->
     gate = attn.gate
     if set(gate.paths) != {"sa", "swa"}:
         return None
-    captured = {}
-
-    def grab(module, args):
-        captured["paths"] = args
-        raise _Stop
-
-    handle = gate.register_forward_pre_hook(grab)
-    try:
-        with torch.no_grad():
-            model.features(idx, perms=model.permutations(idx.shape[1], 0, idx.device))
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
+    paths = _inputs_of(gate, model, idx)
     channels = slice(head * attn.head_dim, (head + 1) * attn.head_dim)
     with torch.no_grad():
         return {p: torch.sigmoid(gate.gates[p](y))[0, :, channels].mean(-1).double().cpu()
-                for p, y in zip(gate.paths, captured["paths"])}
+                for p, y in zip(gate.paths, paths)}
 
 
 def _weights(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

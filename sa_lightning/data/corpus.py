@@ -133,6 +133,19 @@ def documents(source: SourceConfig) -> Iterator[str]:
         raise ValueError(f"data source {source.describe()} could not be read ({type(err).__name__}: {err}).") from err
 
 
+def text_view(ds, text_field: str):
+    """A ``datasets.IterableDataset`` reduced to its text column, iterated as Arrow tables (fast batches)."""
+    return ds.select_columns([text_field]).with_format("arrow")
+
+
+def texts_of(table, source: SourceConfig) -> list[str]:
+    """The texts of one Arrow batch from ``text_view``; a record without text fails in one sentence."""
+    texts = table.column(source.text_field).to_pylist()
+    if any(t is None for t in texts):
+        raise KeyError(f"records of {source.describe()} have no text in field {source.text_field!r}; set text_field.")
+    return texts
+
+
 def _text(record: dict, source: SourceConfig) -> str:
     text = record.get(source.text_field)
     if text is None:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .corpus import SourceConfig, documents, open_stream, resolve_files
+from .corpus import SourceConfig, documents, open_stream, resolve_files, text_view, texts_of
 from .tokenizer import encode
 
 FORMAT_VERSION = 2  # 2: meta.json records the tokenizer's and the source files' fingerprints
@@ -48,7 +48,8 @@ def source_fingerprint(source: SourceConfig) -> list | None:
     """(path, size, mtime) of local source files: a cache built before they changed is stale."""
     if source.kind != "files":
         return None
-    return [[f, os.stat(f).st_size, os.stat(f).st_mtime_ns] for f in resolve_files(source.paths)]
+    stats = [(f, os.stat(f)) for f in resolve_files(source.paths)]
+    return [[f, st.st_size, st.st_mtime_ns] for f, st in stats]
 
 
 def check_cache(folder: Path, source: SourceConfig, tokenizer, tokenizer_name: str) -> dict:
@@ -180,13 +181,10 @@ def _tokenize_shard(task) -> tuple[int, int, int]:
     source, index, num_shards, path, dtype_name, batch_docs, max_tokens = task
     tokenizer, counter = _WORKER["tokenizer"], _WORKER["counter"]
     shard = open_stream(source).shard(num_shards=num_shards, index=index, contiguous=True)
-    field = source.text_field
     n_tokens = n_docs = 0
     with open(path, "wb") as f:
-        for table in shard.select_columns([field]).with_format("arrow").iter(batch_size=batch_docs):
-            texts = table.column(field).to_pylist()
-            if any(t is None for t in texts):
-                raise KeyError(f"records of {source.describe()} have no field {field!r}; set text_field.")
+        for table in text_view(shard, source.text_field).iter(batch_size=batch_docs):
+            texts = texts_of(table, source)
             flat = _flatten(encode(tokenizer, texts), tokenizer.eos_token_id, np.dtype(dtype_name))
             f.write(flat.tobytes())
             n_tokens, n_docs = n_tokens + len(flat), n_docs + len(texts)

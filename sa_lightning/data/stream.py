@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from .corpus import SourceConfig, open_stream
+from .corpus import SourceConfig, text_view, texts_of
 
 log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 calls it on every loader
@@ -68,7 +68,7 @@ def reader_stream(base, rank: int, world_size: int, worker: int, num_workers: in
     plan = SplitPlan(base.num_shards, world_size * num_workers)
     ds = split_dataset_by_node(base, rank=rank, world_size=world_size, strategy=plan.strategy)
     ds = split_dataset_by_node(ds, rank=worker, world_size=num_workers)  # reader = rank * workers + worker
-    return ds.select_columns([text_field]).with_format("arrow")
+    return text_view(ds, text_field)
 
 
 def epoch_key(seed: int, epoch: int) -> int:
@@ -159,11 +159,7 @@ class TokenStream(IterableDataset):
         if state["hf"] is not None:
             ds.load_state_dict(state["hf"])
         for table in ds.iter(batch_size=self.read_batch):
-            texts = table.column(self.source.text_field).to_pylist()
-            if any(t is None for t in texts):
-                raise ValueError(f"a record of {self.source.describe()} has no text in field "
-                                 f"{self.source.text_field!r}; set data.train.text_field.")
-            yield texts, ds.state_dict()
+            yield texts_of(table, self.source), ds.state_dict()
 
     def _tokenize(self, texts: list[str]) -> list[np.ndarray]:
         encodings = self.tokenizer.backend_tokenizer.encode_batch_fast(texts, add_special_tokens=False)
@@ -287,8 +283,8 @@ def peek_tokens(base, source: SourceConfig, tokenizer, need: int, read_batch: in
                        f"(they have {', '.join(base.column_names)}); set text_field.")
     found = docs = 0
     try:
-        for table in base.select_columns([source.text_field]).with_format("arrow").iter(batch_size=read_batch):
-            texts = [t for t in table.column(source.text_field).to_pylist() if t is not None]
+        for table in text_view(base, source.text_field).iter(batch_size=read_batch):
+            texts = texts_of(table, source)
             found += sum(len(e.ids) + 1 for e in tokenizer.backend_tokenizer.encode_batch_fast(texts, add_special_tokens=False))
             docs += len(texts)
             if found >= need:

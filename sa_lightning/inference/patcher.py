@@ -159,10 +159,13 @@ def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale, keys: list[tupl
 def _keys_hook(module, args, kwargs):
     """Forward pre-hook of the patched model's base model: every row's ``row_key`` from its own tokens
     (the positions its padding mask keeps, in order), so sigma never depends on padding or batch."""
+    config = module.config
+    spec = spec_of(config)
+    if not get_variant(MODES[spec.mode]).uses_permutation or spec.sa_mode != "stochastic":
+        return None  # no sigma, or one per length: nothing to hash on this forward
     ids = kwargs.get("input_ids", args[0] if args else None)
     embeds = kwargs.get("inputs_embeds")
     mask = kwargs.get("attention_mask")
-    config = module.config
     if ids is None and embeds is None:
         _ROW_KEYS.pop(id(config), None)
         return None
