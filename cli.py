@@ -12,7 +12,7 @@
     python cli.py sweep --config configs/sweep/qwen3_8b.yaml ...   training-free window sweep of a HF model
     python cli.py submit pretrain|sweep --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
     python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
-    python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 4: attention heat maps per variant
+    python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
 """
 from __future__ import annotations
 

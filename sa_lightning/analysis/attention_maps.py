@@ -1,4 +1,4 @@
-"""Attention heat maps per variant, as in the paper's Figure 4 (Layer 11, Head 0, 27 tokens, w=8).
+"""Attention heat maps per variant, as in the paper's Figure 3 (Layer 11, Head 0, 27 tokens, w=8).
 
 The model runs with its own variant up to the chosen layer; that layer's queries and keys are then
 scored under each variant's mask from the registry (gray: masked, blue: weight). The SA masks use the

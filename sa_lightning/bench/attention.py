@@ -23,7 +23,7 @@ PRESETS = {
     # Small enough for a 2-core CPU in under three minutes.
     "cpu": dict(batch=1, heads=4, kv_heads=4, dim=64, window=256, lengths=[1024, 2048, 4096, 8192, 16384],
                 dtype="float32", device="cpu", repeats=3),
-    # The paper's Table 4 setting (A100 in the paper): B=16, H=16, d=64, bf16.
+    # The paper's Table 2 setting (A100 in the paper): B=16, H=16, d=64, bf16.
     "paper": dict(batch=16, heads=16, kv_heads=16, dim=64, window=256, lengths=[2048, 4096, 8192, 16384, 32768],
                   dtype="bfloat16", device="cuda", repeats=10),
 }

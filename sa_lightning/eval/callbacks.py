@@ -79,7 +79,7 @@ class ZeroShotEval(EveryNSteps):
 
 
 class AttentionMapLogger(EveryNSteps):
-    """Draws the Figure 4 heat maps (full, SWA, SA, SA+SWA on the model's own queries and keys) every
+    """Draws the Figure 3 heat maps (full, SWA, SA, SA+SWA on the model's own queries and keys) every
     ``every_n_steps`` steps and at the end of fit, as a TensorBoard image and a PNG in
     ``<log_dir>/attention_maps/``. Rank 0 only; the maps need no other rank.
 

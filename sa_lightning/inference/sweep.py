@@ -1,4 +1,4 @@
-"""``cli.py sweep``: the paper's training-free window sweeps (§4.2, Tables 5-6, Figures 5-9).
+"""``cli.py sweep``: the paper's training-free window sweeps (§4.2, Tables 4-5, Figures 4-8).
 
     python cli.py sweep --config configs/sweep/qwen3_8b.yaml [--limit 200] [--out outputs/sweep/qwen3_8b]
 
@@ -6,8 +6,8 @@ One model is loaded once; every cell (mode, window, seed, task) patches its pref
 lm-eval task. Each finished cell is written at once to ``<out>/cells/``, and a rerun skips the cells
 already there, so a killed sweep resumes where it stopped. At the end: ``results.json``,
 ``results.csv``, ``table.md`` (rows w_eff x mode, columns the tasks and their average; best in bold
-and second underlined within each w_eff) and the plots ``average.png`` (Figure 5) and ``tasks.png``
-(Figures 6-9).
+and second underlined within each w_eff) and the plots ``average.png`` (Figure 4) and ``tasks.png``
+(Figures 5-8).
 """
 from __future__ import annotations
 
