@@ -57,10 +57,56 @@ def test_bench_cli_writes_table_with_ratios(tmp_path):
                "--repeats", "1", "--out", str(tmp_path), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     rows = list(csv.DictReader((tmp_path / "attention_cpu.csv").open()))
-    assert {r["variant"] for r in rows} == {"full", "swa", "sa", "sa_swa", "moba"}
+    assert {r["variant"] for r in rows} == {"full", "full_window", "swa", "sa", "sa_swa", "moba"}
     swa = next(r for r in rows if r["variant"] == "swa")
     assert float(swa["x_swa"]) == 1.0 and float(swa["peak_mib"]) > 0
-    assert "| n | variant |" in (tmp_path / "attention_cpu.md").read_text()
+    assert all(r["note"] == "" and float(r["ms"]) > 0 for r in rows)
+    table = (tmp_path / "attention_cpu.md").read_text()
+    assert "each length in its own process" in table and "| n | variant |" in table
+    # Table 2's columns: ms per variant, then the speed-up against full attention with w = n
+    assert "| n | full ms | full_window ms | swa ms | sa ms |" in table and "| sa speed-up |" in table
+
+
+def test_bench_times_sa_with_sigma_and_its_inverse_precomputed(monkeypatch):
+    """The timed call draws and inverts nothing: the kernels take the precomputed sigma^-1."""
+    import argparse
+
+    from sa_lightning.attention import functional, permutation
+    from sa_lightning.bench.attention import Case
+
+    args = argparse.Namespace(window=32, moba_top_k=2, backend="auto", batch=1, heads=2, kv_heads=2, dim=8,
+                              forward_only=False)
+    cases = [Case(v, 128, args, torch.device("cpu"), torch.float32) for v in ("sa", "sa_swa")]
+    for case in cases:
+        case.draw(2)
+
+    def no_inversion(perm):
+        raise AssertionError("sigma^-1 computed inside the timed region")
+
+    for module in (permutation, functional):
+        monkeypatch.setattr(module, "invert_permutation", no_inversion)
+        monkeypatch.setattr(module, "sample_permutation", no_inversion)
+    for case in cases:
+        case()
+        case()
+        with pytest.raises(RuntimeError, match="draw"):
+            case()
+
+
+def test_bench_full_window_is_the_swa_kernel_with_w_equal_to_n():
+    import argparse
+
+    from sa_lightning.bench.attention import Case, _skip_reason
+
+    args = argparse.Namespace(window=32, moba_top_k=2, backend="auto", batch=1, heads=2, kv_heads=2, dim=8,
+                              forward_only=True)
+    case = Case("full_window", 96, args, torch.device("cpu"), torch.float32)
+    assert case.spec.variant == "swa" and case.spec.window == 96
+    full = torch.nn.functional.scaled_dot_product_attention(case.q, case.k, case.v, is_causal=True)
+    (out,) = case.fn(case.q, case.k, case.v, case.spec)
+    torch.testing.assert_close(out, full, rtol=1e-5, atol=1e-5)
+    assert _skip_reason("full_window", 96, args, torch.device("cpu")) is None
+    assert "GiB" in _skip_reason("full_window", 10**7, args, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("args,needle", [

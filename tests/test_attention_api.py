@@ -129,6 +129,20 @@ def test_registry_masks_match_kernels():
         torch.testing.assert_close(out, oracle.reference_attention(q, k, v, mask), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name", ["sa", "sa_swa", "sa_swa_union"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_precomputed_inverse_gives_the_same_outputs(name, grad):
+    """A caller may pass sigma^-1 with sigma (the benchmark precomputes both); nothing changes."""
+    q, k, v = (t.requires_grad_(grad) for t in _qkv(n=64))
+    perm = sample_permutation(64, batch=2, generator=torch.Generator().manual_seed(3))
+    spec, variant = AttentionSpec(name, window=8), get_variant(name)
+    with torch.set_grad_enabled(grad):
+        mine = variant(q, k, v, spec, perm)
+        given = variant(q, k, v, spec, perm, None, invert_permutation(perm))
+    for a, b in zip(mine, given):
+        assert torch.equal(a, b)
+
+
 def test_gate_single_and_dual_path():
     torch.manual_seed(0)
     one = GatedPaths(8)

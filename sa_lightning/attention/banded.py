@@ -130,6 +130,7 @@ def banded_attention(
     block: int | None = None,
     skip_recent: int = 0,
     return_lse: bool = False,
+    inv: torch.Tensor | None = None,
 ):
     """Banded attention in O(n*(before+after)): query slot s reads key slots s-before .. s+after.
 
@@ -143,6 +144,9 @@ def banded_attention(
     ``return_lse`` also returns the log-sum-exp of each query's scores (B, Hq, n), so that two
     disjoint key sets can be merged into one softmax (``skip_recent`` makes SA's set disjoint from
     SWA's); that path is differentiated by autograd instead of the hand-written backward.
+
+    ``inv`` is ``perm``'s inverse (token -> slot), if the caller has it precomputed (the paper
+    precomputes both sigma and sigma^-1 as index tensors); otherwise it is computed here.
     """
     B, Hq, n, d = q.shape
     circular = perm is not None
@@ -173,11 +177,14 @@ def banded_attention(
         k_src = k_slots.clamp(0, n - 1).view(1, -1)
         blocked = _blocked(n, blk, nb, before, after, None, None, None, dev)
 
-    inv = None
-    if circular:  # token i sits in slot inv[i]
+    if not circular:
+        inv = None
+    elif inv is None:  # token i sits in slot inv[i]
         from .permutation import invert_permutation
 
         inv = invert_permutation(perm)
+    else:
+        inv = inv.view(-1, n)
     if _fused_forward_applies(q, k, v):
         return _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, return_lse)
     out, lse = _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse)

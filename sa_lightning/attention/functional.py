@@ -49,7 +49,8 @@ def sliding_window_attention(q, k, v, window, *, scale=None, backend="auto"):
     return banded_attention(q, k, v, before=window - 1, after=0, scale=scale)
 
 
-def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=None, backend="auto", lengths=None):
+def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=None, backend="auto", lengths=None,
+                         inv=None):
     """Stochastic Attention: sliding-window attention in a permuted order, causal in original order.
 
     ``perm`` is a gather index of shape (n,) or (B, n): slot s holds token perm[s]. Query i reads key
@@ -60,12 +61,15 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
     (see ``sample_permutation(lengths=...)``). Its circular distance is then taken modulo lengths[b]
     and later slots (padding) are never read, so a row gives what it gives alone. Outputs at padding
     tokens are finite but meaningless.
+
+    ``inv`` is ``perm``'s inverse (``invert_permutation(perm)``), for callers that precompute sigma and
+    sigma^-1 together, as the paper does; it is not checked against ``perm``.
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     check_positive("window", window)
     lengths = check_lengths(lengths, B, n, q.device)
     if perm is None:
-        perm = sample_permutation(n, generator=generator, device=q.device)
+        perm, inv = sample_permutation(n, generator=generator, device=q.device), None
     else:
         perm = check_perm(perm, B, n, q.device)
     scale = default_scale(d, scale)
@@ -82,23 +86,26 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
 
         qs, ks, vs = (gather_tokens(t, perm) for t in (q, k, v))
         ys = sa_flex_slots(qs, ks, vs, pos.expand(B, n), window, scale=scale)
-        return gather_tokens(ys, invert_permutation(perm))
+        return gather_tokens(ys, invert_permutation(perm) if inv is None else inv)
     half = masks.sa_half_width(window)
-    return banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale)
+    return banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale, inv=inv)
 
 
-def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=None, lengths=None):
+def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=None, lengths=None, inv=None):
     """The union of the SWA and SA masks in one softmax (training-free SA+SWA: no gate to learn).
 
     Query i reads key j when j <= i and (i - j < window or |slot(i) - slot(j)|_n < window / 2). SWA's
     band and SA's band minus the SWA window are computed apart and merged by log-sum-exp, so no key
-    counts twice and nothing n x n is built. ``perm``, ``generator`` and ``lengths`` are as for
+    counts twice and nothing n x n is built. ``perm``, ``generator``, ``lengths`` and ``inv`` are as for
     ``stochastic_attention``.
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     check_positive("window", window)
     lengths = check_lengths(lengths, B, n, q.device)
-    perm = sample_permutation(n, generator=generator, device=q.device) if perm is None else check_perm(perm, B, n, q.device)
+    if perm is None:
+        perm, inv = sample_permutation(n, generator=generator, device=q.device), None
+    else:
+        perm = check_perm(perm, B, n, q.device)
     scale = default_scale(d, scale)
     pos = perm if perm.dim() == 2 else perm.unsqueeze(0)
     if n < 2 * window:
@@ -108,7 +115,7 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
     half = masks.sa_half_width(window)
     y_swa, lse_swa = banded_attention(q, k, v, before=window - 1, after=0, scale=scale, return_lse=True)
     y_sa, lse_sa = banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale,
-                                    skip_recent=window, return_lse=True)
+                                    skip_recent=window, return_lse=True, inv=inv)
     top = torch.maximum(lse_swa, lse_sa)
     a_swa, a_sa = torch.exp(lse_swa - top).unsqueeze(-1), torch.exp(lse_sa - top).unsqueeze(-1)
     return ((a_swa * y_swa.float() + a_sa * y_sa.float()) / (a_swa + a_sa)).to(q.dtype)

@@ -35,9 +35,11 @@ class AttentionSpec:
         check_positive("top_k", self.top_k)
 
 
-#: kernel(q, k, v, spec, perm, lengths) -> one output per path. ``lengths`` (B,) marks right padding;
-#: only SA needs it (its band wraps), the causal variants never read a later pad token anyway.
-Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionSpec, "torch.Tensor | None", "torch.Tensor | None"], tuple]
+#: kernel(q, k, v, spec, perm, lengths, inv) -> one output per path. ``lengths`` (B,) marks right padding;
+#: only SA needs it (its band wraps), the causal variants never read a later pad token anyway. ``inv`` is
+#: ``perm``'s inverse when the caller precomputed it (None: the kernel inverts ``perm`` itself).
+Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionSpec, "torch.Tensor | None",
+                   "torch.Tensor | None", "torch.Tensor | None"], tuple]
 MaskBuilder = Callable[[AttentionSpec, int, "torch.Tensor | None"], masks.MaskMod]
 
 
@@ -51,8 +53,8 @@ class Variant:
     uses_permutation: bool = False
 
     def __call__(self, q, k, v, spec: AttentionSpec, perm: torch.Tensor | None = None,
-                 lengths: torch.Tensor | None = None) -> tuple:
-        return self.kernel(q, k, v, spec, perm, lengths)
+                 lengths: torch.Tensor | None = None, inv: torch.Tensor | None = None) -> tuple:
+        return self.kernel(q, k, v, spec, perm, lengths, inv)
 
 
 VARIANTS: dict[str, Variant] = {}
@@ -80,24 +82,24 @@ def _slot_of(perm: torch.Tensor) -> torch.Tensor:
 
 register_variant(Variant(
     "full", ("full",),
-    lambda q, k, v, s, p, lens: (full_attention(q, k, v),),
+    lambda q, k, v, s, p, lens, inv: (full_attention(q, k, v),),
     mask=lambda s, n, p: masks.causal,
 ))
 register_variant(Variant(
     "swa", ("swa",),
-    lambda q, k, v, s, p, lens: (sliding_window_attention(q, k, v, s.window, backend=s.backend),),
+    lambda q, k, v, s, p, lens, inv: (sliding_window_attention(q, k, v, s.window, backend=s.backend),),
     mask=lambda s, n, p: masks.sliding_window(s.window),
 ))
 register_variant(Variant(
     "sa", ("sa",),
-    lambda q, k, v, s, p, lens: (stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens),),
+    lambda q, k, v, s, p, lens, inv: (stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens, inv=inv),),
     mask=lambda s, n, p: masks.stochastic(_slot_of(p), s.window),
     uses_permutation=True,
 ))
 register_variant(Variant(
     "sa_swa", ("sa", "swa"),
-    lambda q, k, v, s, p, lens: (
-        stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens),
+    lambda q, k, v, s, p, lens, inv: (
+        stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens, inv=inv),
         sliding_window_attention(q, k, v, s.window, backend=s.backend),
     ),
     mask=lambda s, n, p: masks.union(masks.stochastic(_slot_of(p), s.window), masks.sliding_window(s.window)),
@@ -105,12 +107,12 @@ register_variant(Variant(
 ))
 register_variant(Variant(
     "moba", ("moba",),
-    lambda q, k, v, s, p, lens: (moba_attention(q, k, v, s.block_size, s.top_k),),
+    lambda q, k, v, s, p, lens, inv: (moba_attention(q, k, v, s.block_size, s.top_k),),
 ))
 # Training-free SA+SWA (the HF patcher's ``sa_swa`` mode): one softmax over the union of both masks.
 register_variant(Variant(
     "sa_swa_union", ("sa_swa_union",),
-    lambda q, k, v, s, p, lens: (sa_swa_union_attention(q, k, v, s.window, p, lengths=lens),),
+    lambda q, k, v, s, p, lens, inv: (sa_swa_union_attention(q, k, v, s.window, p, lengths=lens, inv=inv),),
     mask=lambda s, n, p: masks.union(masks.stochastic(_slot_of(p), s.window), masks.sliding_window(s.window)),
     uses_permutation=True,
 ))

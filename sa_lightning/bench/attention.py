@@ -1,22 +1,35 @@
 """``cli.py bench attention``: forward+backward latency and peak memory of every variant over n.
 
-Variants run interleaved within each repeat, so that their ratios share the machine's state.
-Writes a CSV, a markdown table and a PNG (Figure 2, right).
+The protocol is the paper's (§4.3, Table 2):
+- ``full_window`` is full attention as the paper times it: the SWA kernel and backend with w = n. ``full``
+  is PyTorch's fused SDPA beside it.
+- Each n runs in a process of its own (``--same-process`` turns that off), so that compilation caches
+  and allocator state of one length do not leak into the next.
+- sigma and sigma^-1 are drawn and inverted before the clock starts, one fresh pair per call, and the
+  kernels take both as index tensors.
+Within a process the variants run interleaved in each repeat, so that their ratios share the machine's
+state. Writes a CSV, a markdown table (the paper's columns first, then every measure) and a PNG
+(Figure 2, right).
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import platform
+import json
+import math
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from datetime import date
 from pathlib import Path
 
 import torch
 
-from ..attention import AttentionSpec, get_variant, sample_permutation
-from .machine import sync
+from ..attention import AttentionSpec, get_variant, invert_permutation, sample_permutation
+from .machine import describe, sync
 from .memory import peak_bytes
 
 PRESETS = {
@@ -27,16 +40,23 @@ PRESETS = {
     "paper": dict(batch=16, heads=16, kv_heads=16, dim=64, window=256, lengths=[2048, 4096, 8192, 16384, 32768],
                   dtype="bfloat16", device="cuda", repeats=10),
 }
-VARIANTS = ("full", "swa", "sa", "sa_swa", "moba")
-COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "moba": "#F39C12", "sa_flex": "#9B59B6"}
+VARIANTS = ("full", "full_window", "swa", "sa", "sa_swa", "moba")
+#: bench-only names: which registry variant each runs, and with what
+ALIASES = {"full_window": "swa", "sa_flex": "sa"}
+COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "full_window": "#333333",
+          "moba": "#F39C12", "sa_flex": "#9B59B6"}
+#: the CPU dense path of a band covering the row keeps about this many (B, H, n, n) float32 tensors live
+_DENSE_LIVE = 4
 
 
 class Case:
-    """One (variant, n) cell: fixed inputs and a fresh permutation per call, as in training."""
+    """One (variant, n) cell: fixed inputs and, for SA, a fresh (sigma, sigma^-1) pair per call, as in
+    training, drawn ahead of time by ``draw``."""
 
     def __init__(self, variant: str, n: int, args, device, dtype):
         self.variant, self.n, self.device = variant, n, device
-        self.spec = AttentionSpec(variant if variant != "sa_flex" else "sa", window=args.window,
+        window = n if variant == "full_window" else args.window
+        self.spec = AttentionSpec(ALIASES.get(variant, variant), window=window,
                                   block_size=max(1, args.window // args.moba_top_k), top_k=args.moba_top_k,
                                   backend="flex" if variant == "sa_flex" else args.backend)
         self.fn = get_variant(self.spec.variant)
@@ -49,11 +69,21 @@ class Case:
         for t in (self.q, self.k, self.v):
             t.requires_grad_(self.backward)
         self.gen = torch.Generator(device="cpu").manual_seed(0)
+        self.pairs: list[tuple] = []
+
+    def draw(self, calls: int) -> None:
+        """Precompute (sigma, sigma^-1) on the device for the next ``calls`` calls, outside any timing."""
+        if self.fn.uses_permutation:
+            perms = [sample_permutation(self.n, generator=self.gen, device=self.device) for _ in range(calls)]
+            self.pairs = [(p, invert_permutation(p)) for p in perms]
+            sync(self.device)
 
     def __call__(self):
-        perm = sample_permutation(self.n, generator=self.gen, device=self.device) if self.fn.uses_permutation else None
+        perm, inv = self.pairs.pop() if self.pairs else (None, None)
+        if self.fn.uses_permutation and perm is None:
+            raise RuntimeError("Case.draw() must precompute the permutations before the case is called.")
         with torch.set_grad_enabled(self.backward):
-            outs = self.fn(self.q, self.k, self.v, self.spec, perm)
+            outs = self.fn(self.q, self.k, self.v, self.spec, perm, None, inv)
             if self.backward:
                 sum(o.float().sum() for o in outs).backward()
                 self.q.grad = self.k.grad = self.v.grad = None
@@ -66,26 +96,76 @@ class Case:
         return time.perf_counter() - start
 
 
-def run(args) -> list[dict]:
+def _available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return 1 << 62
+
+
+def _skip_reason(variant: str, n: int, args, device) -> str | None:
+    """Why a cell cannot run here, before it is tried: full_window's CPU path holds (B, H, n, n) scores."""
+    if variant != "full_window" or device.type != "cpu":
+        return None
+    need = _DENSE_LIVE * args.batch * args.heads * n * n * 4
+    if need > 0.6 * _available_bytes():
+        return f"needs about {need / 2**30:.0f} GiB, more than 60% of this machine's free memory"
+    return None
+
+
+def run_length(n: int, args, device, dtype) -> list[dict]:
+    """Time every variant at one n, interleaved; a cell that does not fit is recorded, not fatal."""
+    skipped = {v: _skip_reason(v, n, args, device) for v in args.variants}
+    cases = [Case(v, n, args, device, dtype) for v in args.variants if not skipped[v]]
+    for case in cases:  # warm-up: compilation, allocator growth
+        case.draw(1)
+        case()
+    for case in cases:
+        case.draw(args.repeats + (0 if args.no_memory else 1))
+    times = {c.variant: [] for c in cases}
+    for _ in range(args.repeats):
+        for case in cases:
+            times[case.variant].append(case.timed())
+    rows = []
+    for variant in args.variants:
+        case = next((c for c in cases if c.variant == variant), None)
+        if case is None:
+            rows.append({"n": n, "variant": variant, "ms": math.nan, "peak_mib": math.nan, "note": skipped[variant]})
+            continue
+        mem = peak_bytes(case, device) if not args.no_memory else 0
+        rows.append({"n": n, "variant": variant, "ms": statistics.median(times[variant]) * 1e3,
+                     "peak_mib": mem / 2**20, "note": ""})
+    line = "  ".join(f"{r['variant']} {r['ms']:.1f} ms" if not r["note"] else f"{r['variant']} skipped"
+                     for r in rows)
+    print(f"n={n:>6}: {line}", flush=True)
+    return rows
+
+
+def _child_argv(argv: list[str], n: int, result: str) -> list[str]:
+    """This command's own arguments for one length (a later ``--lengths`` overrides the earlier one)."""
+    return [sys.executable, "-m", "sa_lightning.bench.attention", *argv, "--lengths", str(n), "--same-process",
+            "--child-result", result]
+
+
+def run(args, argv: list[str] | None = None) -> list[dict]:
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda was asked for (the paper preset needs a GPU) but no CUDA GPU is visible.")
     rows = []
     for n in args.lengths:
-        cases = [Case(v, n, args, device, dtype) for v in args.variants]
-        for case in cases:  # warm-up: compilation, allocator growth
-            case()
-        times = {c.variant: [] for c in cases}
-        for _ in range(args.repeats):
-            for case in cases:
-                times[case.variant].append(case.timed())
-        for case in cases:
-            mem = peak_bytes(case, device) if not args.no_memory else 0
-            ms = statistics.median(times[case.variant]) * 1e3
-            rows.append({"n": n, "variant": case.variant, "ms": ms, "peak_mib": mem / 2**20})
-        cell = {r["variant"]: r for r in rows if r["n"] == n}
-        line = "  ".join(f"{v} {cell[v]['ms']:.1f} ms" for v in args.variants)
-        print(f"n={n:>6}: {line}", flush=True)
+        if args.same_process:
+            rows += run_length(n, args, device, dtype)
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            result = os.path.join(tmp, "rows.json")
+            proc = subprocess.run(_child_argv(argv or [], n, result))
+            if proc.returncode == 0:
+                rows += json.loads(Path(result).read_text())
+            else:  # killed (out of memory) or failed: the other lengths still run
+                why = f"its process exited with {proc.returncode}"
+                print(f"n={n:>6}: {why}", flush=True)
+                rows += [{"n": n, "variant": v, "ms": math.nan, "peak_mib": math.nan, "note": why} for v in args.variants]
     _add_ratios(rows)
     return rows
 
@@ -96,22 +176,47 @@ def _add_ratios(rows):
         by_n.setdefault(r["n"], {})[r["variant"]] = r
     for cell in by_n.values():
         for r in cell.values():
-            r["x_swa"] = r["ms"] / cell["swa"]["ms"] if "swa" in cell else float("nan")
-            r["x_full"] = r["ms"] / cell["full"]["ms"] if "full" in cell else float("nan")
-            r["mem_x_swa"] = (r["peak_mib"] / cell["swa"]["peak_mib"]) if "swa" in cell and cell["swa"]["peak_mib"] else float("nan")
+            for ref in ("swa", "full", "full_window"):
+                r[f"x_{ref}"] = r["ms"] / cell[ref]["ms"] if ref in cell else math.nan
+            r["mem_x_swa"] = (r["peak_mib"] / cell["swa"]["peak_mib"]) if "swa" in cell and cell["swa"]["peak_mib"] else math.nan
+
+
+def _num(x: float, fmt: str) -> str:
+    return "–" if math.isnan(x) else format(x, fmt)
+
+
+def paper_table(rows, variants) -> str:
+    """Table 2's layout: one row per n, ms per variant, then each variant's speed-up against full attention
+    (``full_window`` when it ran, as in the paper; else SDPA)."""
+    by_n: dict[int, dict] = {}
+    for r in rows:
+        by_n.setdefault(r["n"], {})[r["variant"]] = r
+    ref = "full_window" if "full_window" in variants else "full" if "full" in variants else None
+    others = [v for v in variants if v not in ("full", "full_window")] if ref else []
+    head = ["n", *(f"{v} ms" for v in variants), *(f"{v} speed-up" for v in others)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for n, cell in by_n.items():
+        ms = [_num(cell[v]["ms"], ".1f") for v in variants]
+        ups = [_num(cell[ref]["ms"] / cell[v]["ms"], ".1f") + "×" for v in others]
+        lines.append(f"| {n} | " + " | ".join(ms + ups) + " |")
+    note = f"Speed-up is {ref}'s time over the variant's." if ref else ""
+    return "\n".join(lines) + ("\n\n" + note if note else "") + "\n"
 
 
 def markdown(rows, args) -> str:
-    device = torch.cuda.get_device_name() if args.device == "cuda" else (platform.processor() or platform.machine())
-    head = (f"Measured {date.today().isoformat()} on {device} ({torch.get_num_threads()} threads), torch {torch.__version__}; "
+    head = (f"Measured {date.today().isoformat()} on {describe(args.device)}; "
             f"B={args.batch}, H={args.heads}, Hkv={args.kv_heads}, d={args.dim}, w={args.window}, {args.dtype}, "
-            f"{'forward only' if args.forward_only else 'forward+backward'}, median of {args.repeats} interleaved repeats. MoBA: c={max(1, args.window // args.moba_top_k)}, "
-            f"k={args.moba_top_k}. sa_flex is forward only on CPU.\n\n")
-    lines = ["| n | variant | ms | × SWA | × full | peak MiB | mem × SWA |", "|---:|---|---:|---:|---:|---:|---:|"]
+            f"{'forward only' if args.forward_only else 'forward+backward'}, median of {args.repeats} interleaved repeats, "
+            f"{'all lengths in one process' if args.same_process else 'each length in its own process'}; sigma and "
+            f"sigma^-1 precomputed outside the timed region. full = SDPA; full_window = the SWA kernel with w = n. "
+            f"MoBA: c={max(1, args.window // args.moba_top_k)}, k={args.moba_top_k}. sa_flex is forward only on CPU.\n\n")
+    lines = ["| n | variant | ms | × SWA | × full | × full_window | peak MiB | mem × SWA | note |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r['n']} | {r['variant']} | {r['ms']:.1f} | {r['x_swa']:.2f} | {r['x_full']:.3f} | "
-                     f"{r['peak_mib']:.1f} | {r['mem_x_swa']:.2f} |")
-    return head + "\n".join(lines) + "\n"
+        lines.append(f"| {r['n']} | {r['variant']} | {_num(r['ms'], '.1f')} | {_num(r['x_swa'], '.2f')} | "
+                     f"{_num(r['x_full'], '.3f')} | {_num(r['x_full_window'], '.3f')} | {_num(r['peak_mib'], '.1f')} | "
+                     f"{_num(r['mem_x_swa'], '.2f')} | {r['note']} |")
+    return head + paper_table(rows, args.variants) + "\n" + "\n".join(lines) + "\n"
 
 
 def plot(rows, path: Path, args) -> None:
@@ -122,8 +227,9 @@ def plot(rows, path: Path, args) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for variant in args.variants:
-        pts = [r for r in rows if r["variant"] == variant]
-        label = variant.replace("_", "+").upper().replace("+FLEX", " (flex fwd)")
+        pts = [r for r in rows if r["variant"] == variant and not math.isnan(r["ms"])]
+        label = {"full": "FULL (SDPA)", "full_window": "FULL (w=n)"}.get(
+            variant, variant.replace("_", "+").upper().replace("+FLEX", " (flex fwd)"))
         axes[0].plot([r["n"] for r in pts], [r["ms"] for r in pts], "o-", label=label, color=COLORS[variant])
         if not args.no_memory:
             axes[1].plot([r["n"] for r in pts], [r["peak_mib"] for r in pts], "o-", label=label, color=COLORS[variant])
@@ -148,16 +254,21 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device")
     parser.add_argument("--repeats", type=int)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, "sa_flex"])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, "sa_flex"],
+                        help="full is SDPA; full_window is the SWA kernel and backend with w = n (the paper's full)")
     parser.add_argument("--moba-top-k", type=int, default=2, help="MoBA k; its block is window // k")
     parser.add_argument("--backend", default="auto", help="attention backend for swa/sa/sa_swa")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
     parser.add_argument("--forward-only", action="store_true", help="time the forward pass alone")
+    parser.add_argument("--same-process", action="store_true",
+                        help="run every length in this process (default: one process per length, as in the paper)")
+    parser.add_argument("--child-result", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path("outputs/bench"))
     return parser
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     for key, value in PRESETS[args.preset].items():
         if getattr(args, key) is None:
@@ -167,8 +278,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
     if args.heads % args.kv_heads:
         raise SystemExit(f"error: --heads {args.heads} must be divisible by --kv-heads {args.kv_heads}.")
+    if args.child_result:  # one length for the parent process: rows only
+        rows = run(args)
+        Path(args.child_result).write_text(json.dumps(rows))
+        return rows
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = run(args)
+    rows = run(args, argv)
     stem = args.out / f"attention_{args.preset}{'_fwd' if args.forward_only else ''}"
     with stem.with_suffix(".csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -180,3 +295,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print("\n" + table)
     print(f"wrote {stem}.csv, {stem}.md and {stem}.png")
     return rows
+
+
+if __name__ == "__main__":  # the per-length child process
+    from ..utils.cpu_allocator import tune_cpu_allocator
+
+    tune_cpu_allocator()
+    main()
