@@ -13,6 +13,7 @@
     python cli.py submit pretrain|sweep --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
     python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
+    python cli.py study long-range [--preset quick|paper-scale]   synthetic recall by key-query distance, per variant
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
-    if command in ("bench", "analyze", "evaluate", "sweep", *LIGHTNING_COMMANDS):
+    if command in ("bench", "analyze", "evaluate", "sweep", "study", *LIGHTNING_COMMANDS):
         from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
 
         tune_cpu_allocator()
@@ -69,12 +70,18 @@ def main(argv: list[str] | None = None) -> None:
         from sa_lightning.eval.report import main as evaluate_main
 
         evaluate_main(rest)
+    elif command == "study":
+        if not rest or rest[0] != "long-range":
+            raise SystemExit("error: 'study' takes a study: long-range. Example: python cli.py study long-range --preset quick")
+        from sa_lightning.study.long_range import main as study_main
+
+        study_main(rest[1:])
     elif command == "analyze":
         from sa_lightning.analysis.report import main as analyze_main
 
         analyze_main(rest)
     else:
-        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, prepare, evaluate, sweep, submit, bench or analyze.\n{USAGE}")
+        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, prepare, evaluate, sweep, submit, bench, study or analyze.\n{USAGE}")
 
 
 def _main_with_clean_errors() -> None:

@@ -2,12 +2,16 @@
 
 Configs are parsed with OmegaConf (interpolation allowed). The data's vocabulary size is linked into
 the model, and ``model.max_tokens`` (the paper gives its budget in tokens) becomes ``trainer.max_steps``.
+
+``data`` is an ``LMDataModule`` unless the config names another class (``data.class_path``, e.g. the
+synthetic recall tasks' ``sa_lightning.data.SyntheticDataModule``); a ``data`` section without
+``class_path`` is ``LMDataModule``'s arguments, as in every text config.
 """
 from __future__ import annotations
 
+import lightning as L
 from lightning.pytorch.cli import LightningCLI
 
-from .data import LMDataModule
 from .lit import LitLM
 from .lit.schedule import steps_for_tokens, tokens_per_step
 
@@ -23,7 +27,8 @@ class SACLI(LightningCLI):
         parser.link_arguments("data.vocab_size", "model.arch.vocab_size", apply_on="instantiate")
         # one run seed drives weights (seed_everything), permutations and the data order
         parser.link_arguments("seed_everything", "model.arch.seed", compute_fn=_int_seed)
-        parser.link_arguments("seed_everything", "data.seed", compute_fn=_int_seed)
+        parser.link_arguments("seed_everything", "data.init_args.seed", compute_fn=_int_seed)
+        parser.set_defaults({"data": {"class_path": "sa_lightning.data.LMDataModule"}})
 
     def before_fit(self) -> None:
         self._steps_from_tokens()
@@ -72,11 +77,12 @@ class SACLI(LightningCLI):
 def run(args: list[str] | None = None, run: bool = True) -> SACLI:
     return SACLI(
         LitLM,
-        LMDataModule,
+        L.LightningDataModule,
+        subclass_mode_data=True,
         args=args,
         run=run,
         parser_kwargs={"parser_mode": "omegaconf"},
         # a requeued job writes into the same run folder: overwrite instead of failing on config.yaml
         save_config_kwargs={"overwrite": True},
-        trainer_defaults={"use_distributed_sampler": False},  # LMDataModule shards exactly by itself
+        trainer_defaults={"use_distributed_sampler": False},  # the data modules shard exactly by themselves
     )

@@ -1,6 +1,13 @@
 """The LightningModule: next-token cross-entropy, AdamW with warmup + cosine, and the logs the paper's
-runs need. It wraps a ``Transformer`` built from ``arch`` and knows nothing of attention kernels."""
+runs need. It wraps a ``Transformer`` built from ``arch`` and knows nothing of attention kernels.
+
+A batch is a LongTensor (B, n + 1) of text, or a dict from ``SyntheticDataModule``: ``tokens`` plus
+``labels`` (only the answer positions count) and ``distance`` (validation then logs ``val/acc`` and
+``val/acc@<bucket>`` by key-query distance).
+"""
 from __future__ import annotations
+
+import math
 
 import lightning as L
 import torch
@@ -19,6 +26,8 @@ class LitLM(L.LightningModule):
         warmup_tokens / warmup_steps: linear warmup length, in tokens (paper: 0.5B) or optimizer steps.
         max_tokens: total training tokens (paper: 15B); the CLI turns it into ``trainer.max_steps``.
         compile: wrap the model in ``torch.compile``.
+        eval_samples: validation and test average the next-token probabilities over this many SA
+            permutations (variants without a permutation run once).
     """
 
     def __init__(
@@ -33,12 +42,15 @@ class LitLM(L.LightningModule):
         warmup_steps: int | None = None,
         max_tokens: int | None = None,
         compile: bool = False,
+        eval_samples: int = 1,
     ):
         super().__init__()
         if warmup_tokens is not None and warmup_steps is not None:
             raise ValueError("give model.warmup_tokens or model.warmup_steps, not both.")
         if not 0 <= min_lr <= lr:
             raise ValueError(f"model min_lr={min_lr} must lie in [0, lr={lr}].")
+        if eval_samples < 1:
+            raise ValueError(f"model eval_samples must be >= 1, got {eval_samples}.")
         if isinstance(arch, dict):  # from a checkpoint's hyper_parameters
             arch = ModelConfig(**arch)
         # hparams hold plain types only, so checkpoints load with torch.load(weights_only=True)
@@ -48,6 +60,9 @@ class LitLM(L.LightningModule):
         self.net = build_model(arch)
         self.compile = compile
         self.val_loss = MeanMetric()
+        self.val_acc: MeanMetric | None = None  # labeled (synthetic) data: see setup()
+        self.bucket_acc = torch.nn.ModuleList()
+        self.bucket_names: list[str] = []
         self.micro_step = 0  # training forward passes so far: the permutation stream, restored on resume
         self.tokens_seen = 0  # global (all ranks) training tokens
         self.trained_steps = 0  # optimizer steps of the loaded checkpoint
@@ -61,42 +76,87 @@ class LitLM(L.LightningModule):
     def forward(self, idx: torch.Tensor, perm_stream: int | None = None) -> torch.Tensor:
         return self.net(idx, perm_stream=perm_stream)
 
-    def loss(self, batch: torch.Tensor, perm_stream: int | None) -> torch.Tensor:
-        inputs, targets = batch[:, :-1], batch[:, 1:]
+    @staticmethod
+    def targets_of(batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, targets): text predicts every next token; a labeled batch only its answers."""
+        if isinstance(batch, dict):
+            return batch["tokens"][:, :-1], batch["labels"]
+        return batch[:, :-1], batch[:, 1:]
+
+    def loss(self, batch, perm_stream: int | None) -> torch.Tensor:
+        inputs, targets = self.targets_of(batch)
         logits = self(inputs, perm_stream)
-        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100)
+
+    def eval_scores(self, inputs: torch.Tensor, stream: int, samples: int | None = None) -> torch.Tensor:
+        """Next-token scores (B, n, V) whose softmax is the prediction: the logits of one pass, or with
+        ``samples`` > 1 SA permutation draws the log of their averaged probabilities (draw s uses stream
+        ``stream * samples - s``, so no two batches or draws share one). Models without SA run once."""
+        samples = self.hparams.eval_samples if samples is None else samples
+        if samples == 1 or not self.net.uses_permutation:
+            return self(inputs, stream)
+        total = None
+        for s in range(samples):
+            logp = torch.log_softmax(self(inputs, stream * samples - s).float(), dim=-1)
+            total = logp if total is None else torch.logaddexp(total, logp)
+        return total - math.log(samples)
 
     # ---- steps -------------------------------------------------------------------------------
-    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         # every rank and micro-batch draws its own permutations, reproducibly
         stream = self.micro_step * self.trainer.world_size + self.trainer.global_rank
         loss = self.loss(batch, stream)
         self.micro_step += 1
-        self.tokens_seen += batch[:, :-1].numel() * self.trainer.world_size
+        self.tokens_seen += self.targets_of(batch)[0].numel() * self.trainer.world_size
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/tokens", float(self.tokens_seen))
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
 
-    def validation_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+    def validation_step(self, batch, batch_idx: int) -> None:
         # validation permutations depend only on the batch index: val loss is comparable across evals
-        loss = self.loss(batch, -1 - batch_idx)
-        self.val_loss.update(loss, weight=batch[:, 1:].numel())
+        inputs, targets = self.targets_of(batch)
+        scores = self.eval_scores(inputs, -1 - batch_idx)
+        scored = targets != -100
+        count = scored.sum()
+        if count == 0:
+            return
+        loss = F.cross_entropy(scores.float().reshape(-1, scores.size(-1)), targets.reshape(-1), ignore_index=-100)
+        self.val_loss.update(loss, weight=count)
+        if isinstance(batch, dict) and self.val_acc is not None:
+            self._update_accuracy(scores, targets, batch["distance"], scored)
 
-    def on_validation_epoch_end(self) -> None:
+    def _update_accuracy(self, scores, targets, distance, scored) -> None:
+        hit = (scores.argmax(-1) == targets).float()
+        self.val_acc.update(hit[scored], weight=1.0)
+        bucket = self.trainer.datamodule.task.bucket_of(distance)
+        for b, metric in enumerate(self.bucket_acc):
+            sel = scored & (bucket == b)
+            if sel.any():
+                metric.update(hit[sel], weight=1.0)
+
+    def _log_eval(self, stage: str, prog_bar: bool) -> None:
         loss = self.val_loss.compute()
         self.val_loss.reset()
-        self.log("val/loss", loss, prog_bar=True, sync_dist=False)
-        self.log("val/ppl", torch.exp(loss), sync_dist=False)
+        self.log(f"{stage}/loss", loss, prog_bar=prog_bar, sync_dist=False)
+        self.log(f"{stage}/ppl", torch.exp(loss), sync_dist=False)
+        if self.val_acc is None or not self.val_acc.update_called:
+            return
+        self.log(f"{stage}/acc", self.val_acc.compute(), prog_bar=prog_bar, sync_dist=False)
+        self.val_acc.reset()
+        for name, metric in zip(self.bucket_names, self.bucket_acc):
+            if metric.update_called:
+                self.log(f"{stage}/acc@{name}", metric.compute(), sync_dist=False)
+            metric.reset()
 
-    def test_step(self, batch: torch.Tensor, batch_idx: int) -> None:
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval("val", prog_bar=True)
+
+    def test_step(self, batch, batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)
 
     def on_test_epoch_end(self) -> None:
-        loss = self.val_loss.compute()
-        self.val_loss.reset()
-        self.log("test/loss", loss)
-        self.log("test/ppl", torch.exp(loss))
+        self._log_eval("test", prog_bar=False)
 
     def on_before_optimizer_step(self, optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
@@ -129,6 +189,10 @@ class LitLM(L.LightningModule):
         dm = self.trainer.datamodule
         if dm is not None and hasattr(dm, "seq_len"):  # read by TokenThroughput for flops/s and MFU
             self.flops_per_batch = self.train_flops_per_token(dm.seq_len) * dm.seq_len * dm.batch_size
+        if getattr(dm, "bucket_names", None) and self.val_acc is None:  # before the model moves to its device
+            self.bucket_names = list(dm.bucket_names)
+            self.val_acc = MeanMetric()
+            self.bucket_acc = torch.nn.ModuleList(MeanMetric() for _ in self.bucket_names)
 
     def on_fit_start(self) -> None:
         counts = {"params/total": self.net.num_parameters(),

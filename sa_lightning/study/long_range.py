@@ -1,0 +1,266 @@
+"""``cli.py study long-range``: does a trained SA model use its long routes?
+
+    python cli.py study long-range [--config configs/study/long_range.yaml] [--preset quick|paper-scale]
+                                   [--eval_samples 1 4 16] [--out DIR]
+
+Trains every cell of a grid, one (task, variant, depth, window, seed), with ``cli.py fit`` on the
+synthetic recall config (``configs/synthetic/<task>.yaml``, the variant swapped as for text), then
+validates it once per ``eval_samples`` K (SA averaged over K permutations). Each finished cell is
+written to ``<out>/cells/`` at once; a rerun skips it. At the end: ``results.csv``, ``table.md``
+(accuracy per distance bucket, best **bold** within each (task, depth, window)), ``reach.md`` (the
+depth at which each variant first passes 90% beyond SWA's receptive field, beside the coverage
+analysis's prediction) and ``accuracy_vs_distance.png`` (one line per variant, SWA's receptive field
+L * (w - 1) drawn as a vertical line).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import math
+import time
+from itertools import product
+from pathlib import Path
+
+import yaml
+
+COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F"}
+TARGET = 0.9
+GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
+
+
+# ---- the study's settings ------------------------------------------------------------------------
+def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict:
+    """The config file's top level, then its ``presets[preset]``, then the command line's flags."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    presets = raw.pop("presets", {}) or {}
+    settings = copy.deepcopy(raw)
+    if preset:
+        if preset not in presets:
+            raise ValueError(f"unknown preset {preset!r}; {path} has {', '.join(presets) or 'none'}.")
+        settings.update(presets[preset])
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    for key in GRID_KEYS:
+        if not settings.get(key):
+            raise ValueError(f"the study needs at least one entry in {key!r} ({path}).")
+    if any(k < 1 for k in settings.get("eval_samples", [1])):
+        raise ValueError("eval_samples must be >= 1.")
+    return settings
+
+
+def cells(settings: dict) -> list[dict]:
+    return [dict(task=t, variant=v, depth=int(d), window=int(w), seed=int(s))
+            for t, v, d, w, s in product(*(settings[k] for k in GRID_KEYS))]
+
+
+def cell_id(cell: dict) -> str:
+    return f"{cell['task']}_{cell['variant']}_L{cell['depth']}_w{cell['window']}_s{cell['seed']}"
+
+
+def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
+    """The ``cli.py fit`` command line of one cell: the task's config, changed only in size and variant."""
+    config = settings.get("fit_config", "configs/synthetic/{task}.yaml").format(task=cell["task"])
+    args = ["fit", "--config", config,
+            "--model.arch.variant", cell["variant"], "--model.arch.n_layer", str(cell["depth"]),
+            "--model.arch.window", str(cell["window"]), "--seed_everything", str(cell["seed"]),
+            "--trainer.default_root_dir", str(folder), "--trainer.logger.init_args.save_dir", str(folder),
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    for key, value in (settings.get("fit_overrides") or {}).items():
+        args += [f"--{key}", str(value)]
+    return args
+
+
+# ---- one cell -------------------------------------------------------------------------------------
+def run_cell(cell: dict, settings: dict, out: Path) -> dict:
+    """Train the cell, then validate it once per K; returns what goes in ``cells/<id>.json``."""
+    import lightning as L
+
+    from ..cli import run as run_cli
+
+    folder = out / "runs" / cell_id(cell)
+    start = time.perf_counter()
+    cli = run_cli(fit_args(cell, settings, folder), run=True)
+    trained = time.perf_counter() - start
+    model, dm = cli.model, cli.datamodule
+    ks = sorted(set(settings.get("eval_samples", [1]))) if model.net.uses_permutation else [1]
+    scores = {}
+    for k in ks:
+        model.hparams.eval_samples = k
+        trainer = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
+                            enable_model_summary=False)
+        metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
+        scores[k] = {"acc": metrics["val/acc"], "loss": metrics["val/loss"],
+                     "buckets": {name: metrics.get(f"val/acc@{name}", math.nan) for name in dm.bucket_names}}
+    return {**cell, "seq_len": dm.seq_len, "receptive_field": cell["depth"] * (cell["window"] - 1),
+            "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
+            "seconds": round(time.perf_counter() - start, 1), "edges": dm.task.edges, "scores": scores}
+
+
+# ---- summaries ------------------------------------------------------------------------------------
+def _bucket_bounds(name: str) -> tuple[int, int]:
+    lo, hi = name.split("-")
+    return int(lo), int(hi)
+
+
+def beyond(result: dict, k: int) -> float:
+    """Mean accuracy over the buckets lying wholly beyond SWA's receptive field L * (w - 1)."""
+    accs = [a for name, a in result["scores"][k]["buckets"].items()
+            if _bucket_bounds(name)[0] > result["receptive_field"] and not math.isnan(a)]
+    return sum(accs) / len(accs) if accs else math.nan
+
+
+def rows(results: list[dict]) -> list[dict]:
+    """One flat row per (cell, K) for ``results.csv``."""
+    out = []
+    for r in results:
+        for k, s in sorted(r["scores"].items()):
+            row = {key: r[key] for key in ("task", "variant", "depth", "window", "seed", "seq_len", "receptive_field",
+                                           "steps", "train_seconds")}
+            row.update(eval_samples=k, acc=round(s["acc"], 4), acc_beyond_rf=round(beyond(r, k), 4),
+                       loss=round(s["loss"], 4))
+            row.update({f"acc@{name}": round(a, 4) for name, a in s["buckets"].items()})
+            out.append(row)
+    return out
+
+
+def table(results: list[dict]) -> str:
+    """Accuracy (%) per distance bucket; rows (task, L, w, variant, K); best **bold** per group and column."""
+    flat = rows(results)
+    if not flat:
+        return ""
+    buckets = [c for c in flat[0] if c.startswith("acc@")]
+    cols = ["acc", "acc_beyond_rf", *buckets]
+    head = ["task", "L", "w", "L·(w−1)", "variant", "K", "all", "beyond L·(w−1)", *(c[4:] for c in buckets)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * (len(head) - 6)]
+    groups: dict[tuple, list[dict]] = {}
+    for row in flat:
+        groups.setdefault((row["task"], row["depth"], row["window"]), []).append(row)
+    for (task, depth, window), group in groups.items():
+        best = {c: max((r[c] for r in group if not math.isnan(r[c])), default=math.nan) for c in cols}
+        for r in group:
+            cells_ = []
+            for c in cols:
+                v = r[c]
+                text = "–" if math.isnan(v) else f"{100 * v:.1f}"
+                cells_.append(f"**{text}**" if not math.isnan(v) and v == best[c] else text)
+            lines.append(f"| {task} | {depth} | {window} | {r['receptive_field']} | {r['variant']} | {r['eval_samples']} | "
+                         + " | ".join(cells_) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def reach(results: list[dict], settings: dict) -> str:
+    """Per (task, variant, window): the first depth whose accuracy beyond L * (w - 1) reaches 90%, beside
+    the coverage analysis's prediction for that depth (``cli.py analyze coverage``, causal convention)."""
+    from ..analysis.mechanism import coverage_curve
+
+    lines = ["| task | variant | w | K | depth reaching 90% beyond L·(w−1) | beyond-RF accuracy by depth | "
+             "SA coverage by depth (predicted) |", "|---|---|---:|---:|---|---|---|"]
+    keyed: dict[tuple, dict[int, dict]] = {}
+    for r in results:
+        keyed.setdefault((r["task"], r["variant"], r["window"], r["seed"]), {})[r["depth"]] = r
+    for (task, variant, window, seed), by_depth in sorted(keyed.items()):
+        depths = sorted(by_depth)
+        n = by_depth[depths[0]]["seq_len"]
+        cover = coverage_curve(variant, n, window, max(depths), convention="causal", trials=4, seed=seed) \
+            if variant in ("sa", "sa_swa", "swa") else None
+        for k in sorted({k for r in by_depth.values() for k in r["scores"]}):
+            acc = {d: beyond(by_depth[d], k) for d in depths if k in by_depth[d]["scores"]}
+            first = next((d for d in depths if acc.get(d, 0) >= TARGET), None)
+            acc_text = ", ".join(f"L={d}: {100 * a:.0f}%" for d, a in acc.items())
+            cov_text = ", ".join(f"L={d}: {100 * float(cover[d]):.0f}%" for d in depths) if cover is not None else "–"
+            lines.append(f"| {task} | {variant} | {window} | {k} | {first or 'not within ' + str(max(depths))} | "
+                         f"{acc_text} | {cov_text} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["task"], r["depth"], r["window"]) for r in results})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (task, depth, window) in zip(axes[0], panels):
+        for r in sorted((r for r in results if (r["task"], r["depth"], r["window"]) == (task, depth, window)),
+                        key=lambda r: list(COLORS).index(r["variant"]) if r["variant"] in COLORS else 9):
+            mids = [sum(_bucket_bounds(b)) / 2 for b in r["scores"][1]["buckets"]]
+            label, color = r["variant"].replace("_", "+").upper(), COLORS.get(r["variant"], "k")
+            ax.plot(mids, list(r["scores"][1]["buckets"].values()), "o-", color=color, label=label, markersize=4)
+            k = max(r["scores"])
+            if k > 1:  # the same model, its prediction averaged over K permutations
+                ax.plot(mids, list(r["scores"][k]["buckets"].values()), "s:", color=color, label=f"{label} (K={k})",
+                        markersize=4)
+        rf = depth * (window - 1)
+        ax.axvline(rf, color="#4A90D9", linestyle="--", linewidth=1)
+        ax.text(rf, 0.02, f" L·(w−1)={rf}", color="#4A90D9", fontsize=7)
+        ax.set(xscale="log", ylim=(-0.02, 1.02), xlabel="key–query distance", ylabel="accuracy",
+               title=f"{task}, L={depth}, w={window}")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+# ---- the command ----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cli.py study long-range", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="configs/study/long_range.yaml")
+    parser.add_argument("--preset", help="a preset of the config: quick (<= 5 min on 2 CPU cores) or paper-scale (GPU)")
+    parser.add_argument("--eval_samples", type=int, nargs="+", help="K permutations averaged at evaluation (SA)")
+    for key in GRID_KEYS:
+        parser.add_argument(f"--{key}", nargs="+", type=str if key in ("tasks", "variants") else int,
+                            help=f"override the config's {key}")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
+    parser.add_argument("--out", help="output folder (default: the config's out)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    if not Path(args.config).is_file():
+        raise SystemExit(f"error: study config {args.config} not found.")
+    overrides = {"eval_samples": args.eval_samples, "out": args.out,
+                 **{k: getattr(args, k) for k in GRID_KEYS}}
+    settings = load_settings(args.config, args.preset, overrides)
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {item!r}.")
+        settings["fit_overrides"] = {**(settings.get("fit_overrides") or {}), key: value}
+    out = Path(settings.get("out", "outputs/study/long_range"))
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    grid = cells(settings)
+    results, start = [], time.perf_counter()
+    for i, cell in enumerate(grid, 1):
+        path = out / "cells" / f"{cell_id(cell)}.json"
+        spec = {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
+                "eval_samples": sorted(set(settings.get("eval_samples", [1])))}
+        if path.is_file() and json.loads(path.read_text()).get("spec") == spec:
+            result = json.loads(path.read_text())
+            result["scores"] = {int(k): v for k, v in result["scores"].items()}
+            status = "done before"
+        else:
+            result = {**run_cell(cell, settings, out), "spec": spec}
+            path.write_text(json.dumps(result, indent=1))
+            status = f"{result['seconds']:.0f} s"
+        results.append(result)
+        s = result["scores"]
+        ks = "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%" for k, v in sorted(s.items()))
+        print(f"[{i}/{len(grid)}] {cell_id(cell)}: acc/beyond-RF {ks} ({status}; "
+              f"{time.perf_counter() - start:.0f} s so far)", flush=True)
+    flat = rows(results)
+    with (out / "results.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(flat[0]))
+        writer.writeheader()
+        writer.writerows(flat)
+    (out / "table.md").write_text(table(results))
+    (out / "reach.md").write_text(reach(results, settings))
+    plot(results, out / "accuracy_vs_distance.png")
+    print("\n" + table(results) + "\n" + reach(results, settings))
+    print(f"wrote {out}/results.csv, table.md, reach.md and accuracy_vs_distance.png "
+          f"({time.perf_counter() - start:.0f} s)")
+    return results
