@@ -11,7 +11,8 @@
     python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
     python cli.py sweep --config configs/sweep/qwen3_8b.yaml ...   training-free window sweep of a HF model
     python cli.py submit pretrain|sweep --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
-    python cli.py analyze coverage|connection|variance|all   checks of the paper's theory
+    python cli.py analyze coverage|connection|variance|connectome|spectrum|small-world|all   checks of the paper's theory
+    python cli.py analyze gates --ckpt A.ckpt                 SA+SWA gate means per layer and by read distance (App. A.5)
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
     python cli.py study long-range [--preset quick|paper-scale]   synthetic recall by key-query distance, per variant
 """

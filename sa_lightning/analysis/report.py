@@ -6,7 +6,9 @@ import csv
 import math
 from pathlib import Path
 
-from . import mechanism
+import numpy as np
+
+from . import graphs, mechanism
 
 COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "moba": "#F39C12"}
 
@@ -35,10 +37,11 @@ def _save(fig, ax, path: Path, legend_size: int | None = None) -> None:
 
 
 def run_coverage(args) -> Path:
+    convention = args.convention or "theory"
     rows, curves = [], {}
     for variant in args.variants:
         curve = mechanism.coverage_curve(variant, args.n, args.window, args.depth, trials=args.trials,
-                                         sources=args.sources, convention=args.convention, seed=args.seed)
+                                         sources=args.sources, convention=convention, seed=args.seed)
         curves[variant] = curve
         rows += [{"variant": variant, "layers": layer, "coverage": round(float(c), 6)} for layer, c in enumerate(curve)]
         print(f"coverage {variant:>6}: 99% after {mechanism.layers_to_cover(curve)} layers "
@@ -49,7 +52,7 @@ def run_coverage(args) -> Path:
     for variant, curve in curves.items():
         ax.plot(range(len(curve)), curve.numpy(), label=variant.replace("_", "+").upper(), color=COLORS[variant])
     ax.set(xlabel="layers", ylabel="receptive-field coverage", ylim=(0, 1.02),
-           title=f"Coverage vs depth (n={args.n}, w={args.window}, {args.convention})")
+           title=f"Coverage vs depth (n={args.n}, w={args.window}, {convention})")
     _save(fig, ax, args.out / "coverage.png")
     return args.out / "coverage.csv"
 
@@ -106,22 +109,186 @@ def run_variance(args) -> Path:
     ], legend_size=8, title=f"SA at infinite temperature (n={args.n})")
 
 
+def _label(graph: str) -> str:
+    return graph.replace("_", "+").upper()
+
+
+def _random_span(n: int) -> float:
+    """Mean |i - j| / n over all unordered pairs i != j: (n + 1) / (3n)."""
+    return (n + 1) / (3 * n)
+
+
+def run_connectome(args) -> Path:
+    """Figure 1b's analogue: the union of an L-layer stack's masks, raw and after Reverse Cuthill-McKee."""
+    convention = args.convention or "causal"
+    result = graphs.connectome(args.n, args.window, args.layers, seed=args.seed, convention=convention)
+    rows = []
+    for graph, r in result.items():
+        for order in ("raw", "rcm"):
+            stats = r[order]
+            rows.append({"graph": graph, "order": order, "n": args.n, "window": args.window, "layers": args.layers,
+                         "convention": convention, "mean_degree": round(r["mean_degree"], 3),
+                         "bandwidth": stats["bandwidth"], "bandwidth_over_n": round(stats["bandwidth"] / args.n, 4),
+                         "band_fraction": round(stats["band_fraction"], 4),
+                         "mean_span": round(stats["mean_span"], 4),
+                         # an Erdos-Renyi graph of the same mean degree: in token order, and after its own RCM
+                         "band_fraction_random": round(graphs.band_fraction_random(args.n, args.window), 4),
+                         "mean_span_random": round(_random_span(args.n), 4),
+                         "bandwidth_random_rcm": r["random_rcm"]["bandwidth"],
+                         "band_fraction_random_rcm": round(r["random_rcm"]["band_fraction"], 4)})
+        print(f"connectome {graph:>6} ({convention}, {args.layers} layers): RCM bandwidth {r['rcm']['bandwidth']} of "
+              f"{args.n - 1}; edges within w of the diagonal {r['raw']['band_fraction']:.3f} raw, "
+              f"{r['rcm']['band_fraction']:.3f} after RCM (random graph of equal degree: "
+              f"{rows[-1]['band_fraction_random']:.3f} raw, {rows[-1]['band_fraction_random_rcm']:.3f} after RCM)",
+              flush=True)
+    _write_csv(args.out / "connectome.csv", rows)
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, len(result), figsize=(3.4 * len(result), 7.0), squeeze=False)
+    for col, (graph, r) in enumerate(result.items()):
+        rcm = r["adjacency"].toarray()[r["order"]][:, r["order"]] > 0
+        for row, (image, what, stats) in enumerate(((r["mask"], "raw (query × key)", r["raw"]),
+                                                   (rcm, "after RCM (undirected)", r["rcm"]))):
+            ax = axes[row][col]
+            ax.imshow(image, cmap="Greys", interpolation="antialiased", vmin=0, vmax=1)
+            ax.set_title(f"{_label(graph)}, {what}\n"
+                         f"bandwidth {stats['bandwidth']}, in-band {stats['band_fraction']:.2f}", fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+    fig.suptitle(f"Attention adjacency, union of {args.layers} layers (n={args.n}, w={args.window}, {convention})",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(args.out / "connectome.png", dpi=110)  # n x n noise compresses badly: keep the file small
+    return args.out / "connectome.csv"
+
+
+def _spectrum_rows(args, convention: str) -> tuple[list[dict], list[dict], dict]:
+    """(eigenvalue rows, mixing rows, {graph: eigenvalues}) for every graph."""
+    eig_rows, mix_rows, spectra = [], [], {}
+    causal = convention == "causal"
+    lam2 = graphs.circulant_lambda2(args.n, args.window)
+    for graph in graphs.GRAPHS:
+        ops = graphs.layer_operators(graph, args.n, args.window, args.layers, seed=args.seed, convention=convention)
+        values = graphs.operator_eigenvalues(ops[0])
+        spectra[graph] = values
+        eig_rows += [{"graph": graph, "rank": i, "real": round(float(v.real), 10), "imag": round(float(v.imag), 10)}
+                     for i, v in enumerate(values)]
+        for row in graphs.mixing_curve(ops, causal):
+            row = {"graph": graph, "convention": convention, "n": args.n, "window": args.window, **row,
+                   "swa_analytic_sigma2": float("nan") if causal else lam2 ** row["layers"]}
+            mix_rows.append({k: (round(v, 8) if isinstance(v, float) else v) for k, v in row.items()})
+        last = mix_rows[-1]
+        print(f"spectrum {graph:>6} ({convention}): |lambda_2| {abs(values[1]):.6f}, eigenvalue 1 x"
+              f"{int(np.isclose(values, 1.0).sum())}; after {args.layers} layers sigma_2 {last['sigma2']:.3g}, "
+              f"TV to uniform {last['tv_to_uniform']:.3g}", flush=True)
+    return eig_rows, mix_rows, spectra
+
+
+def run_spectrum(args) -> Path:
+    """Appendix A.4: one layer's uniform-attention operator (SA is SWA conjugated by a permutation, so the
+    two share a spectrum in the circular convention) and how fast the L-layer product mixes."""
+    convention = args.convention or "theory"
+    eig_rows, mix_rows, spectra = _spectrum_rows(args, convention)
+    gap = np.abs(np.sort(spectra["sa"].real) - np.sort(spectra["swa"].real)).max()
+    print(f"spectrum: max |sorted eig(SA) - sorted eig(SWA)| = {gap:.3g} (one layer, {convention}); "
+          f"circulant lambda_2 = {graphs.circulant_lambda2(args.n, args.window):.6f}", flush=True)
+    _write_csv(args.out / "spectrum_eigenvalues.csv", eig_rows)
+    _write_csv(args.out / "spectrum.csv", mix_rows)
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for graph, values in spectra.items():
+        style = "--" if graph == "sa" else "-"
+        axes[0].plot(np.arange(len(values)) / len(values), np.sort(values.real)[::-1], style, color=COLORS[graph],
+                     label=_label(graph))
+        curve = [r for r in mix_rows if r["graph"] == graph]
+        layers = [r["layers"] for r in curve]
+        if convention == "theory":
+            axes[1].plot(layers, [r["sigma2"] for r in curve], "o-", color=COLORS[graph], label=_label(graph))
+        axes[2].plot(layers, [r["tv_to_uniform"] for r in curve], "o-", color=COLORS[graph], label=_label(graph))
+    axes[0].set(xlabel="eigenvalue rank / n", ylabel="eigenvalue (real part)", title="one layer's operator")
+    if convention == "theory":
+        layers = [r["layers"] for r in mix_rows if r["graph"] == "swa"]
+        axes[1].plot(layers, [graphs.circulant_lambda2(args.n, args.window) ** L for L in layers], ":", color="black",
+                     label="SWA analytic λ₂^L")
+        axes[1].set(yscale="log", xlabel="layers L", ylabel="σ₂ of the L-layer product", title="spectral mixing")
+    else:
+        axes[1].text(0.5, 0.5, "causal operators are triangular:\nno doubly stochastic σ₂", ha="center",
+                     va="center", transform=axes[1].transAxes)
+        axes[1].set(title="spectral mixing")
+    axes[2].set(yscale="log", xlabel="layers L", ylabel="mean TV to uniform attention", title="distance to uniform")
+    for ax in axes:
+        ax.grid(alpha=0.3, which="both")
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.suptitle(f"Uniform-attention mixing operator (n={args.n}, w={args.window}, {convention})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(args.out / "spectrum.png", dpi=150)
+    print(f"wrote {args.out / 'spectrum_eigenvalues.csv'}")
+    return args.out / "spectrum.csv"
+
+
+def _ratio(value: float, reference: float) -> float:
+    """value / reference, NaN (not drawn) where the reference is 0 or infinite (a graph without edges)."""
+    return value / reference if 0 < reference < math.inf else math.nan
+
+
+def run_small_world(args) -> Path:
+    """Clustering and path length of SWA, SA and SA+SWA (one layer and the L-layer union) against an
+    Erdos-Renyi graph of the same mean degree."""
+    convention = args.convention or "theory"
+    rows = graphs.small_world(args.n, args.window, args.layers, seed=args.seed, convention=convention,
+                              progress=lambda line: print(line, flush=True))
+    _write_csv(args.out / "small_world.csv", [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()}
+                                              for r in rows])
+    plt = _pyplot()
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, scope in zip(axes, ("layer", "stack")):
+        chosen = [r for r in rows if r["scope"] == scope]
+        for r in chosen:  # one SA layer is a relabelled SWA layer: the SA marker sits inside SWA's
+            marker, size = {"swa": ("o", 110), "sa": ("D", 35), "sa_swa": ("s", 60)}[r["graph"]]
+            ax.scatter(_ratio(r["path_length"], r["path_length_random"]),
+                       _ratio(r["clustering"], r["clustering_random"]), s=size, marker=marker, color=COLORS[r["graph"]],
+                       label=f"{_label(r['graph'])} (k={r['mean_degree']:.0f}, σ={r['sigma']:.1f})")
+        ax.scatter(1, 1, marker="x", color="black", label="random graph, same k")
+        ax.set(xscale="log", yscale="log", xlabel="L / L_random (path length)", ylabel="C / C_random (clustering)",
+               title="one layer" if scope == "layer" else f"union of {args.layers} layers")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Small world: high C / C_rand with L ≈ L_rand (n={args.n}, w={args.window}, {convention})",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(args.out / "small_world.png", dpi=150)
+    return args.out / "small_world.csv"
+
+
 DEFAULT_TRIALS = {"coverage": 8, "connection": 200, "variance": 256}
-RUNNERS = {"coverage": run_coverage, "connection": run_connection, "variance": run_variance}
+RUNNERS = {"coverage": run_coverage, "connection": run_connection, "variance": run_variance,
+           "connectome": run_connectome, "spectrum": run_spectrum, "small-world": run_small_world}
+#: commands that read a checkpoint and take their own flags
+CHECKPOINT_COMMANDS = ("attention-maps", "gates")
+GRAPH_COMMANDS = ("connectome", "spectrum", "small-world")
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="cli.py analyze")
-    parser.add_argument("what", choices=[*RUNNERS, "all", "attention-maps"],
-                        help="which check to run (attention-maps takes its own flags: --ckpt, --layer, ...)")
+    parser.add_argument("what", choices=[*RUNNERS, "all", *CHECKPOINT_COMMANDS],
+                        help="which check to run (attention-maps and gates read a checkpoint and take their own "
+                             "flags: --ckpt, ...)")
     parser.add_argument("--n", type=int, default=2048, help="sequence length (Figure 2 uses 2048)")
-    parser.add_argument("--window", type=int, default=32, help="window for coverage (Figure 2 uses 32)")
+    parser.add_argument("--window", type=int, default=32,
+                        help="window for coverage, connectome, spectrum and small-world (Figure 2 uses 32)")
     parser.add_argument("--windows", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128, 256],
                         help="windows for connection and variance")
     parser.add_argument("--depth", type=int, default=72, help="layers to grow the receptive field")
+    parser.add_argument("--layers", type=int, default=4,
+                        help="layers in the stack for connectome, spectrum and small-world (one permutation each)")
     parser.add_argument("--variants", nargs="+", default=["sa", "swa", "sa_swa"], choices=sorted(COLORS))
-    parser.add_argument("--convention", choices=mechanism.CONVENTIONS, default="theory",
-                        help="theory: Appendix A's circular window; causal: the masks the models run")
+    parser.add_argument("--convention", choices=mechanism.CONVENTIONS, default=None,
+                        help="theory: Appendix A's circular window; causal: the masks the models run "
+                             "(default: causal for connectome, theory for the others)")
     parser.add_argument("--trials", type=int, default=None,
                         help="Monte Carlo draws (default: coverage 8, connection 200, variance 256)")
     parser.add_argument("--sources", type=int, default=64, help="tokens tracked per coverage draw")
@@ -136,14 +303,22 @@ def main(argv: list[str] | None = None) -> None:
 
         maps_main(argv[1:])
         return
+    if argv and argv[0] == "gates":
+        from .gates import main as gates_main
+
+        gates_main(argv[1:])
+        return
     args = build_parser().parse_args(argv)
-    for name, value in (("--n", args.n), ("--window", args.window), ("--depth", args.depth),
-                        ("--trials", 1 if args.trials is None else args.trials), ("--sources", args.sources), *(("--windows", w) for w in args.windows)):
+    for name, value in (("--n", args.n), ("--window", args.window), ("--depth", args.depth), ("--layers", args.layers),
+                        ("--trials", 1 if args.trials is None else args.trials), ("--sources", args.sources),
+                        *(("--windows", w) for w in args.windows)):
         if value < 1:
             raise SystemExit(f"error: {name} must be >= 1, got {value}.")
+    if args.what in (*GRAPH_COMMANDS, "all") and args.n < 4:
+        raise SystemExit(f"error: --n must be >= 4 for {', '.join(GRAPH_COMMANDS)}, got {args.n}.")
     args.out.mkdir(parents=True, exist_ok=True)
     chosen = args.trials
     for name in RUNNERS if args.what == "all" else [args.what]:
-        args.trials = DEFAULT_TRIALS[name] if chosen is None else chosen
+        args.trials = DEFAULT_TRIALS.get(name, 1) if chosen is None else chosen
         path = RUNNERS[name](args)
         print(f"wrote {path} and {path.with_suffix('.png')}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+import torch
 from lightning.pytorch.callbacks import Callback, ThroughputMonitor
 
 
@@ -133,3 +134,103 @@ class SaveOnSignal(Callback):
         if trainer.is_global_zero:
             print(f"signal received: saved {path} at step {trainer.global_step}; resume with --ckpt_path last",
                   flush=True)
+
+
+class GateMeanLogger(Callback):
+    """Logs each layer's mean attention-gate activation sigmoid(W_p Y_p), per path, during ``fit``.
+
+    For an SA+SWA model that is g_sa and g_swa (Eq. 6-7, Appendix A.5), under the tags
+    ``gates/sa_layer<i>`` and ``gates/swa_layer<i>``; a single-path model logs its one gate as
+    ``gates/attn_layer<i>``. The means are read by forward hooks on the gate projections, over every
+    validation batch of every rank (``on_validation``) and, with ``every_n_steps`` > 0, over rank 0's
+    first micro-batch of every N-th training step (tags ``gates_train/...``). The hooks are attached only
+    while a reading is due, and each adds one sigmoid and one sum over an activation the model computes
+    anyway, so ordinary training steps pay nothing. A model without ``GatedPaths`` (the Hugging Face
+    backbone) logs nothing.
+
+    Args:
+        on_validation: log the means over each validation run (not the sanity check).
+        every_n_steps: also log them on one training batch every N optimizer steps; 0 turns this off.
+    """
+
+    def __init__(self, on_validation: bool = True, every_n_steps: int = 0):
+        if every_n_steps < 0:
+            raise ValueError(f"GateMeanLogger every_n_steps must be >= 0, got {every_n_steps}.")
+        self.on_validation = on_validation
+        self.every_n_steps = every_n_steps
+        self._handles: list = []
+        self._keys: list[tuple[int, str]] = []
+        self._sums: dict[tuple[int, str], list] = {}
+        self._train_step: int | None = None
+        self._warned = False
+
+    @staticmethod
+    def gate_projections(net) -> list[tuple[int, str, "torch.nn.Module"]]:
+        """(layer, path, projection W_p) for every GatedPaths in ``net``, in layer order."""
+        from ..attention import GatedPaths
+
+        gates = [m for m in net.modules() if isinstance(m, GatedPaths)]
+        return [(layer, path, gate.gates[path]) for layer, gate in enumerate(gates) for path in gate.paths]
+
+    def _attach(self, pl_module) -> None:
+        self._sums, self._keys = {}, []
+        for layer, path, projection in self.gate_projections(pl_module.net):
+            def hook(module, inputs, output, key=(layer, path)):
+                gate = torch.sigmoid(output.detach().float())
+                total = self._sums.setdefault(key, [0.0, 0])
+                total[0] = total[0] + gate.sum()
+                total[1] += gate.numel()
+
+            self._keys.append((layer, path))
+            self._handles.append(projection.register_forward_hook(hook))
+
+    def _detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _means(self, trainer, across_ranks: bool) -> dict[tuple[int, str], float]:
+        """Mean gate per (layer, path) from the hooks' sums; summed over every rank first when ``across_ranks``
+        (one collective, which every rank joins even if it saw no batch)."""
+        totals = torch.tensor([[float(self._sums.get(k, (0.0, 0))[0]), float(self._sums.get(k, (0.0, 0))[1])]
+                               for k in self._keys], dtype=torch.float64)
+        if across_ranks and getattr(trainer, "world_size", 1) > 1:
+            totals = trainer.strategy.reduce(totals.to(trainer.strategy.root_device), reduce_op="sum").cpu()
+        self._sums = {}
+        return {key: (total / count).item() for key, (total, count) in zip(self._keys, totals) if count > 0}
+
+    def _write(self, trainer, prefix: str, means: dict, step: int) -> None:
+        """Straight to the loggers (which write on rank 0 only)."""
+        if not means:
+            if self._keys and not self._warned:
+                from lightning.pytorch.utilities import rank_zero_warn
+
+                rank_zero_warn("GateMeanLogger: the gate hooks never ran (a compiled model skips hooks attached "
+                               "after compilation); no gate means were logged.")
+                self._warned = True
+            return
+        metrics = {f"{prefix}/{path}_layer{layer}": value for (layer, path), value in sorted(means.items())}
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step)
+
+    # ---- validation ----------------------------------------------------------------------------
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        if self.on_validation and not trainer.sanity_checking:
+            self._attach(pl_module)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        if self._handles:
+            self._detach()
+            self._write(trainer, "gates", self._means(trainer, across_ranks=True), trainer.global_step)
+
+    # ---- training ------------------------------------------------------------------------------
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if self.every_n_steps and step % self.every_n_steps == 0 and step != self._train_step:
+            self._train_step = step  # one micro-batch per optimizer step
+            self._attach(pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._handles:  # read before the update: logged at the step it was read
+            self._detach()
+            self._write(trainer, "gates_train", self._means(trainer, across_ranks=False), self._train_step)
