@@ -150,3 +150,19 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     assert cell["steps"] == 4
     again = run_cli(*args)
     assert again.returncode == 0 and "done before" in again.stdout
+
+
+def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_path):
+    """What a user runs: the shipped config, the variant swapped by --model, only the size reduced."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    res = run_cli("fit", "--config", "configs/synthetic/passkey.yaml", "--model", "configs/model/swa.yaml",
+                  "--trainer.max_steps", "3", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1", "--data.init_args.val_examples", "16",
+                  "--data.init_args.batch_size", "8", "--trainer.default_root_dir", str(tmp_path),
+                  "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_progress_bar", "false")
+    assert res.returncode == 0, res.stderr[-2000:]
+    events = EventAccumulator(str(next(tmp_path.glob("tb/version_*")))).Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"val/acc", "val/loss", "val/acc@2-15", "val/acc@128-255", "train/loss"} <= tags
+    config = (next(tmp_path.glob("tb/version_*")) / "config.yaml").read_text()
+    assert "variant: swa" in config and "SyntheticDataModule" in config

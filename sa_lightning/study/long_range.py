@@ -155,7 +155,7 @@ def reach(results: list[dict], settings: dict) -> str:
     from ..analysis.mechanism import coverage_curve
 
     lines = ["| task | variant | w | K | depth reaching 90% beyond L·(w−1) | beyond-RF accuracy by depth | "
-             "SA coverage by depth (predicted) |", "|---|---|---:|---:|---|---|---|"]
+             "coverage by depth (`analyze coverage`, causal) |", "|---|---|---:|---:|---|---|---|"]
     keyed: dict[tuple, dict[int, dict]] = {}
     for r in results:
         keyed.setdefault((r["task"], r["variant"], r["window"], r["seed"]), {})[r["depth"]] = r
