@@ -96,7 +96,20 @@ def _main_with_clean_errors() -> None:
         if os.environ.get("SA_LIGHTNING_TRACEBACK") == "1":
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        raise SystemExit(f"error: {message}") from None
+        raise SystemExit(f"error: {_own_message(str(message))}") from None
+
+
+def _own_message(message: str) -> str:
+    """The data section is a subclass of LightningDataModule or None, so jsonargparse reports a data module's
+    own error inside a list of both alternatives ("Does not validate against any of the Union subtypes");
+    keep the data module's sentence."""
+    if "Does not validate against any of the Union subtypes" not in message:
+        return message
+    for line in message.splitlines():
+        line = line.strip()
+        if line.startswith("- ") and "Expected a <class 'NoneType'>" not in line:
+            return line[2:]
+    return message
 
 
 if __name__ == "__main__":
