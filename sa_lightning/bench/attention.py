@@ -197,7 +197,8 @@ def paper_table(rows, variants) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for n, cell in by_n.items():
         ms = [_num(cell[v]["ms"], ".1f") for v in variants]
-        ups = [_num(cell[ref]["ms"] / cell[v]["ms"], ".1f") + "×" for v in others]
+        ups = [_num(cell[ref]["ms"] / cell[v]["ms"], ".1f") for v in others]
+        ups = [u if u == "–" else u + "×" for u in ups]
         lines.append(f"| {n} | " + " | ".join(ms + ups) + " |")
     note = f"Speed-up is {ref}'s time over the variant's." if ref else ""
     return "\n".join(lines) + ("\n\n" + note if note else "") + "\n"
