@@ -16,12 +16,12 @@ permutations. The command reports:
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import torch
 
 from ..attention import AttentionSpec, get_variant, masks
+from ..utils.tables import write_csv
 from .attention_maps import layer_gates, layer_qk, variant_maps
 
 PATHS = ("sa", "swa")
@@ -208,13 +208,6 @@ def draw(data: dict, buckets: list[dict], title: str):
     return fig
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows({k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()} for r in rows)
-
-
 def main(argv: list[str] | None = None) -> Path:
     from ..data.tokenizer import load_tokenizer
     from ..eval.checkpoint import load_checkpoint
@@ -238,8 +231,8 @@ def main(argv: list[str] | None = None) -> Path:
     data = collect(model, sequences)
     summary, buckets = summary_rows(data), distance_rows(data, model)
     args.out.mkdir(parents=True, exist_ok=True)
-    _write_csv(args.out / "gates.csv", summary)
-    _write_csv(args.out / "gates_by_distance.csv", buckets)
+    write_csv(args.out / "gates.csv", summary, digits=6)
+    write_csv(args.out / "gates_by_distance.csv", buckets, digits=6)
     title = (f"SA+SWA gates, {info['path']} (step {info['step']}), w={model.cfg.window}, "
              f"{len(sequences)} held-out sequences of {tokens} tokens")
     fig = draw(data, buckets, title)

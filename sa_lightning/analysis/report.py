@@ -2,22 +2,15 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from pathlib import Path
 
 import numpy as np
 
+from ..utils.tables import write_csv
 from . import graphs, mechanism
 
 COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "moba": "#F39C12"}
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def _pyplot():
@@ -46,7 +39,7 @@ def run_coverage(args) -> Path:
         rows += [{"variant": variant, "layers": layer, "coverage": round(float(c), 6)} for layer, c in enumerate(curve)]
         print(f"coverage {variant:>6}: 99% after {mechanism.layers_to_cover(curve)} layers "
               f"(log_w n = {math.log(args.n) / math.log(args.window):.2f}, n/w = {args.n / args.window:.0f})", flush=True)
-    _write_csv(args.out / "coverage.csv", rows)
+    write_csv(args.out / "coverage.csv", rows)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for variant, curve in curves.items():
@@ -70,7 +63,7 @@ def _per_window(args, measure, report) -> list[dict]:
 def _window_figure(args, rows: list[dict], name: str, series, legend_size: int | None = None, **axes) -> Path:
     """Write ``<name>.csv`` and a log-log ``<name>.png`` of ``series`` ((column, style, color, label), ...)
     against the window; returns the CSV path."""
-    _write_csv(args.out / f"{name}.csv", rows)
+    write_csv(args.out / f"{name}.csv", rows)
     fig, ax = _pyplot().subplots(figsize=(5, 3.6))
     ws = [r["window"] for r in rows]
     for column, style, color, label in series:
@@ -141,7 +134,7 @@ def run_connectome(args) -> Path:
               f"{r['rcm']['band_fraction']:.3f} after RCM (random graph of equal degree: "
               f"{rows[-1]['band_fraction_random']:.3f} raw, {rows[-1]['band_fraction_random_rcm']:.3f} after RCM)",
               flush=True)
-    _write_csv(args.out / "connectome.csv", rows)
+    write_csv(args.out / "connectome.csv", rows)
     plt = _pyplot()
     fig, axes = plt.subplots(2, len(result), figsize=(3.4 * len(result), 7.0), squeeze=False)
     for col, (graph, r) in enumerate(result.items()):
@@ -191,8 +184,8 @@ def run_spectrum(args) -> Path:
     gap = np.abs(np.sort(spectra["sa"].real) - np.sort(spectra["swa"].real)).max()
     print(f"spectrum: max |sorted eig(SA) - sorted eig(SWA)| = {gap:.3g} (one layer, {convention}); "
           f"circulant lambda_2 = {graphs.circulant_lambda2(args.n, args.window):.6f}", flush=True)
-    _write_csv(args.out / "spectrum_eigenvalues.csv", eig_rows)
-    _write_csv(args.out / "spectrum.csv", mix_rows)
+    write_csv(args.out / "spectrum_eigenvalues.csv", eig_rows)
+    write_csv(args.out / "spectrum.csv", mix_rows)
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     for graph, values in spectra.items():
@@ -237,8 +230,7 @@ def run_small_world(args) -> Path:
     convention = args.convention or "theory"
     rows = graphs.small_world(args.n, args.window, args.layers, seed=args.seed, convention=convention,
                               progress=lambda line: print(line, flush=True))
-    _write_csv(args.out / "small_world.csv", [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()}
-                                              for r in rows])
+    write_csv(args.out / "small_world.csv", rows, digits=6)
     plt = _pyplot()
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 

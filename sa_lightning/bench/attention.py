@@ -14,7 +14,6 @@ state. Writes a CSV, a markdown table (the paper's columns first, then every mea
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..attention import AttentionSpec, get_variant, invert_permutation, sample_permutation
+from ..utils.tables import write_csv
 from .machine import describe, sync
 from .memory import peak_bytes
 
@@ -286,10 +286,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args.out.mkdir(parents=True, exist_ok=True)
     rows = run(args, argv)
     stem = args.out / f"attention_{args.preset}{'_fwd' if args.forward_only else ''}"
-    with stem.with_suffix(".csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(stem.with_suffix(".csv"), rows)
     table = markdown(rows, args)
     stem.with_suffix(".md").write_text(table)
     plot(rows, stem.with_suffix(".png"), args)

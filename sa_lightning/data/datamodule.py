@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 
 from .corpus import SourceConfig, open_stream, resolve_files
 from .packing import PackedBlocks, cache_folder, prepare_tokens
-from .sampler import BlockSampler
+from .sampler import BlockSampler, fit_position
 from .stats import unigram_perplexity
 from .stream import SplitPlan, StreamLoader, TokenStream, peek_tokens
 from .tokenizer import load_tokenizer
@@ -255,10 +255,8 @@ class LMDataModule(L.LightningDataModule):
         state = {"mode": self.mode, "batch_size": self.batch_size, "tokenizer": self.tokenizer_name,
                  "vocab_size": self.vocab_size}
         if self.mode == "cache":
-            loop = self.trainer.fit_loop
-            # "processed" already counts a batch whose on_train_batch_end is saving this checkpoint
-            done = loop.epoch_loop.batch_progress.current.processed
-            state.update(epoch=loop.epoch_progress.current.processed, consumed_blocks=done * self.batch_size)
+            epoch, consumed = fit_position(self.trainer, self.batch_size)
+            state.update(epoch=epoch, consumed_blocks=consumed)
         elif self._train_loader is not None:
             state["stream"] = self._train_loader.stream_state()
         return state

@@ -13,6 +13,13 @@ import torch
 from torch.utils.data import Sampler
 
 
+def fit_position(trainer, batch_size: int) -> tuple[int, int]:
+    """(epoch, samples this rank finished in it) of a ``fit``, for ``BlockSampler.resume``. Lightning's
+    "processed" already counts a batch whose on_train_batch_end is saving the checkpoint."""
+    loop = trainer.fit_loop
+    return loop.epoch_progress.current.processed, loop.epoch_loop.batch_progress.current.processed * batch_size
+
+
 class BlockSampler(Sampler[int]):
     def __init__(self, num_blocks: int, *, rank: int = 0, world_size: int = 1, shuffle: bool = True, seed: int = 0):
         if world_size < 1 or not 0 <= rank < world_size:

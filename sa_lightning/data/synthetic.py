@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .sampler import BlockSampler
+from .sampler import BlockSampler, fit_position
 
 TASKS = ("mqar", "passkey")
 IGNORE = -100  # cross_entropy's ignore_index: targets that are not answers
@@ -279,10 +279,8 @@ class SyntheticDataModule(L.LightningDataModule):
     def state_dict(self) -> dict:
         if self.trainer is None:
             return {}
-        loop = self.trainer.fit_loop
-        done = loop.epoch_loop.batch_progress.current.processed
-        return {"epoch": loop.epoch_progress.current.processed, "consumed": done * self.batch_size,
-                "task": self.task.task, "vocab_size": self.vocab_size}
+        epoch, consumed = fit_position(self.trainer, self.batch_size)
+        return {"epoch": epoch, "consumed": consumed, "task": self.task.task, "vocab_size": self.vocab_size}
 
     def load_state_dict(self, state: dict) -> None:
         if not state:

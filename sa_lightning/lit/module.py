@@ -83,10 +83,14 @@ class LitLM(L.LightningModule):
             return batch["tokens"][:, :-1], batch["labels"]
         return batch[:, :-1], batch[:, 1:]
 
+    @staticmethod
+    def cross_entropy(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token loss over the targets that count (-100 marks the ones that do not)."""
+        return F.cross_entropy(scores.float().reshape(-1, scores.size(-1)), targets.reshape(-1), ignore_index=-100)
+
     def loss(self, batch, perm_stream: int | None) -> torch.Tensor:
         inputs, targets = self.targets_of(batch)
-        logits = self(inputs, perm_stream)
-        return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-100)
+        return self.cross_entropy(self(inputs, perm_stream), targets)
 
     def eval_scores(self, inputs: torch.Tensor, stream: int, samples: int | None = None) -> torch.Tensor:
         """Next-token scores (B, n, V) whose softmax is the prediction: the logits of one pass, or with
@@ -121,33 +125,32 @@ class LitLM(L.LightningModule):
         count = scored.sum()
         if count == 0:
             return
-        loss = F.cross_entropy(scores.float().reshape(-1, scores.size(-1)), targets.reshape(-1), ignore_index=-100)
-        self.val_loss.update(loss, weight=count)
+        self.val_loss.update(self.cross_entropy(scores, targets), weight=count)
         if isinstance(batch, dict) and self.val_acc is not None:
             self._update_accuracy(scores, targets, batch["distance"], scored)
 
     def _update_accuracy(self, scores, targets, distance, scored) -> None:
+        """Every metric is updated on every batch, empty selections included, so that every rank reaches
+        the same collectives in ``compute``."""
         hit = (scores.argmax(-1) == targets).float()
         self.val_acc.update(hit[scored], weight=1.0)
         bucket = self.trainer.datamodule.task.bucket_of(distance)
         for b, metric in enumerate(self.bucket_acc):
-            sel = scored & (bucket == b)
-            if sel.any():
-                metric.update(hit[sel], weight=1.0)
+            metric.update(hit[scored & (bucket == b)], weight=1.0)
 
     def _log_eval(self, stage: str, prog_bar: bool) -> None:
         loss = self.val_loss.compute()
         self.val_loss.reset()
         self.log(f"{stage}/loss", loss, prog_bar=prog_bar, sync_dist=False)
         self.log(f"{stage}/ppl", torch.exp(loss), sync_dist=False)
-        if self.val_acc is None or not self.val_acc.update_called:
+        if self.val_acc is None:
             return
-        self.log(f"{stage}/acc", self.val_acc.compute(), prog_bar=prog_bar, sync_dist=False)
-        self.val_acc.reset()
-        for name, metric in zip(self.bucket_names, self.bucket_acc):
-            if metric.update_called:
-                self.log(f"{stage}/acc@{name}", metric.compute(), sync_dist=False)
+        # computed on every rank (each compute is a collective); a value no rank saw an answer for is NaN
+        for name, metric in (("acc", self.val_acc), *((f"acc@{b}", m) for b, m in zip(self.bucket_names, self.bucket_acc))):
+            value = metric.compute()
             metric.reset()
+            if not torch.isnan(value):
+                self.log(f"{stage}/{name}", value, prog_bar=prog_bar and name == "acc", sync_dist=False)
 
     def on_validation_epoch_end(self) -> None:
         self._log_eval("val", prog_bar=True)

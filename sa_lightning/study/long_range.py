@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import json
 import math
 import time
@@ -24,6 +23,8 @@ from itertools import product
 from pathlib import Path
 
 import yaml
+
+from ..utils.tables import write_csv
 
 COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F"}
 TARGET = 0.9
@@ -72,23 +73,22 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
 
 
 # ---- one cell -------------------------------------------------------------------------------------
-def run_cell(cell: dict, settings: dict, out: Path) -> dict:
-    """Train the cell, then validate it once per K; returns what goes in ``cells/<id>.json``."""
+def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
+    """Train the cell with the ``cli.py fit`` arguments ``args``, then validate it once per K in
+    ``eval_samples`` (once if it has no permutation); returns what goes in ``cells/<id>.json``."""
     import lightning as L
 
     from ..cli import run as run_cli
 
-    folder = out / "runs" / cell_id(cell)
     start = time.perf_counter()
-    cli = run_cli(fit_args(cell, settings, folder), run=True)
+    cli = run_cli(args, run=True)
     trained = time.perf_counter() - start
     model, dm = cli.model, cli.datamodule
-    ks = sorted(set(settings.get("eval_samples", [1]))) if model.net.uses_permutation else [1]
+    trainer = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
     scores = {}
-    for k in ks:
+    for k in eval_samples if model.net.uses_permutation else [1]:
         model.hparams.eval_samples = k
-        trainer = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
-                            enable_model_summary=False)
         metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
         scores[k] = {"acc": metrics["val/acc"], "loss": metrics["val/loss"],
                      "buckets": {name: metrics.get(f"val/acc@{name}", math.nan) for name in dm.bucket_names}}
@@ -149,7 +149,7 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reach(results: list[dict], settings: dict) -> str:
+def reach(results: list[dict]) -> str:
     """Per (task, variant, window): the first depth whose accuracy beyond L * (w - 1) reaches 90%, beside
     the coverage analysis's prediction for that depth (``cli.py analyze coverage``, causal convention)."""
     from ..analysis.mechanism import coverage_curve
@@ -234,17 +234,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out = Path(settings.get("out", "outputs/study/long_range"))
     (out / "cells").mkdir(parents=True, exist_ok=True)
     grid = cells(settings)
+    eval_samples = sorted(set(settings.get("eval_samples", [1])))
     results, start = [], time.perf_counter()
     for i, cell in enumerate(grid, 1):
         path = out / "cells" / f"{cell_id(cell)}.json"
-        spec = {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
-                "eval_samples": sorted(set(settings.get("eval_samples", [1])))}
-        if path.is_file() and json.loads(path.read_text()).get("spec") == spec:
-            result = json.loads(path.read_text())
-            result["scores"] = {int(k): v for k, v in result["scores"].items()}
+        spec = {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)), "eval_samples": eval_samples}
+        saved = json.loads(path.read_text()) if path.is_file() else {}
+        if saved.get("spec") == spec:
+            result = {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}}
             status = "done before"
         else:
-            result = {**run_cell(cell, settings, out), "spec": spec}
+            result = {**run_cell(cell, spec["fit_args"], eval_samples), "spec": spec}
             path.write_text(json.dumps(result, indent=1))
             status = f"{result['seconds']:.0f} s"
         results.append(result)
@@ -252,15 +252,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ks = "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%" for k, v in sorted(s.items()))
         print(f"[{i}/{len(grid)}] {cell_id(cell)}: acc/beyond-RF {ks} ({status}; "
               f"{time.perf_counter() - start:.0f} s so far)", flush=True)
-    flat = rows(results)
-    with (out / "results.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(flat[0]))
-        writer.writeheader()
-        writer.writerows(flat)
-    (out / "table.md").write_text(table(results))
-    (out / "reach.md").write_text(reach(results, settings))
+    write_csv(out / "results.csv", rows(results))
+    summary = {"table.md": table(results), "reach.md": reach(results)}
+    for name, text in summary.items():
+        (out / name).write_text(text)
     plot(results, out / "accuracy_vs_distance.png")
-    print("\n" + table(results) + "\n" + reach(results, settings))
+    print("\n" + "\n".join(summary.values()))
     print(f"wrote {out}/results.csv, table.md, reach.md and accuracy_vs_distance.png "
           f"({time.perf_counter() - start:.0f} s)")
     return results
