@@ -4,6 +4,9 @@ Attention scores are tens of MB per layer. With glibc's defaults every such buff
 ``mmap`` whose pages fault in on first touch, which costs more than the matmuls on a small CPU.
 Raising the mmap and trim thresholds makes malloc recycle those pages. It is what tcmalloc or
 jemalloc would do, without a preload. Opt out with ``SA_LIGHTNING_DEFAULT_MALLOC=1``.
+
+``import sa_lightning.attention`` applies it once per process, so every entry point (``cli.py``, the
+``sa-lightning`` command, a notebook, a user's own script) gets the same kernel speed.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
 
 def tune_cpu_allocator(mmap_threshold: int = 1 << 30, top_pad: int = 256 << 20) -> bool:
-    """Apply the thresholds through ``mallopt``; return whether glibc accepted them."""
+    """Apply the thresholds through ``mallopt``; return whether glibc accepted them (idempotent)."""
     if os.environ.get("SA_LIGHTNING_DEFAULT_MALLOC") == "1" or not sys.platform.startswith("linux"):
         return False
     try:
