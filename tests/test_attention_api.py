@@ -203,4 +203,4 @@ def test_importing_the_kernels_tunes_malloc(optout):
     if optout:
         assert faults > 4 * pages  # glibc's default: every reuse is a fresh mmap
     else:
-        assert faults < 2 * pages  # first touch only
+        assert faults < 3 * pages  # first touches only, however many reuses
