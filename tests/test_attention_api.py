@@ -191,7 +191,7 @@ def test_importing_the_kernels_tunes_malloc(optout):
     probe = (
         "import resource, torch, sa_lightning.attention\n"
         "t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
-        "for _ in range(8):\n"
+        "for _ in range(16):\n"
         "    x = torch.empty(1 << 24).fill_(1.0); del x\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - t0)\n"
     )
@@ -201,6 +201,6 @@ def test_importing_the_kernels_tunes_malloc(optout):
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     faults, pages = int(out.stdout.split()[-1]), (1 << 24) * 4 // 4096  # one 64 MiB buffer's pages
     if optout:
-        assert faults > 4 * pages  # glibc's default: every reuse is a fresh mmap
+        assert faults > 12 * pages  # glibc's default: every reuse is a fresh mmap
     else:
-        assert faults < 3 * pages  # first touches only, however many reuses
+        assert faults < 4 * pages  # a few first touches, not one per reuse
