@@ -231,7 +231,7 @@ def _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, re
     qs = _take_rows(q, q_src).contiguous()  # (B, Hq, nb*blk, d)
     bias = blocked.to(q.dtype).mul_(torch.finfo(q.dtype).min / 2).unsqueeze(2)  # (Bp, nb, 1, blk, W)
     out = q.new_empty(B, n, Hq, d)
-    lse = q.new_empty(B, n, Hq, dtype=torch.float32) if return_lse else None
+    lse = q.new_empty(B, n, Hq, dtype=_softmax_dtype(q.dtype)) if return_lse else None  # SDPA's lse dtype
     for b in range(B):
         qb = qs[b].view(Hq, nb, blk, d).transpose(0, 1)  # (nb, Hq, blk, d), a view
         kb = ks[b].as_strided((nb, Hkv, W, d), (blk * d, L * d, d, 1), ks[b].storage_offset())

@@ -118,7 +118,8 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
                                     skip_recent=window, return_lse=True, inv=inv)
     top = torch.maximum(lse_swa, lse_sa)
     a_swa, a_sa = torch.exp(lse_swa - top).unsqueeze(-1), torch.exp(lse_sa - top).unsqueeze(-1)
-    return ((a_swa * y_swa.float() + a_sa * y_sa.float()) / (a_swa + a_sa)).to(q.dtype)
+    acc = torch.promote_types(q.dtype, torch.float32)  # merge half inputs in fp32, float64 in float64
+    return ((a_swa * y_swa.to(acc) + a_sa * y_sa.to(acc)) / (a_swa + a_sa)).to(q.dtype)
 
 
 def moba_attention(q, k, v, block_size, top_k, *, scale=None):

@@ -52,8 +52,9 @@ def select_blocks(q, k, c: int, picks: int):
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
     full = n // c  # only complete blocks can be past blocks of anyone
-    means = k[:, :, : full * c].reshape(B, Hkv, full, c, d).float().mean(3)
-    gate = torch.matmul(q.reshape(B, Hkv, -1, d).float(), means.transpose(-1, -2))  # (B, Hkv, G*n, full)
+    gdt = _softmax_dtype(q.dtype)  # half inputs gate in fp32; float64 keeps its precision near ties
+    means = k[:, :, : full * c].reshape(B, Hkv, full, c, d).to(gdt).mean(3)
+    gate = torch.matmul(q.reshape(B, Hkv, -1, d).to(gdt), means.transpose(-1, -2))  # (B, Hkv, G*n, full)
     own = (torch.arange(n, device=q.device) // c).repeat(Hq // Hkv)
     past = torch.arange(full, device=q.device).view(1, -1) < own.view(-1, 1)
     gate = gate.masked_fill(~past, float("-inf"))
@@ -162,7 +163,7 @@ def _selected_fused(q, k, v, index, valid, c: int, scale: float):
                        causal=False, scale=scale)
     rows = B * Hkv * G * n
     out = q.new_zeros(rows * picks, d)
-    lse_out = torch.full((rows * picks,), torch.finfo(torch.float32).min, device=q.device)
+    lse_out = torch.full((rows * picks,), torch.finfo(lse.dtype).min, dtype=lse.dtype, device=q.device)
     out[pair] = o.reshape(-1, d)[where]
     lse_out[pair] = lse.reshape(-1)[where]
     lse_out = lse_out.view(rows, picks)

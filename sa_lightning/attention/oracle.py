@@ -44,6 +44,13 @@ def sa_mask(perm: torch.Tensor, window: int, batch: int, lengths: torch.Tensor |
     return masks.dense(masks.stochastic(slot, window, lengths), slot.shape[-1], batch=batch, device=perm.device)
 
 
+def sa_swa_union_mask(perm: torch.Tensor, window: int, batch: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """The training-free SA+SWA mask: SA's or SWA's (one softmax over both key sets)."""
+    slot = slots_of(perm, batch)
+    mask = masks.union(masks.stochastic(slot, window, lengths), masks.sliding_window(window))
+    return masks.dense(mask, slot.shape[-1], batch=batch, device=perm.device)
+
+
 def moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:
     """(B, Hq, n, nblk) bool: the past blocks each query selects, gated in float64."""
     B, Hq, n, d = q.shape
