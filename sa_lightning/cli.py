@@ -6,11 +6,19 @@ the model, and ``model.max_tokens`` (the paper gives its budget in tokens) becom
 ``data`` is an ``LMDataModule`` unless the config names another class (``data.class_path``, e.g. the
 synthetic recall tasks' ``sa_lightning.data.SyntheticDataModule``); a ``data`` section without
 ``class_path`` is ``LMDataModule``'s arguments, as in every text config.
+
+Resuming (see ``lit/resume.py``): ``--ckpt_path last`` is the newest last/hpc checkpoint under
+``trainer.default_root_dir``, and refuses when there is none unless ``--fresh_if_no_last true``; a
+model setting that differs from the checkpoint's is refused, never silently replaced by it.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import lightning as L
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
 
 from .lit import LitLM
 from .lit.schedule import steps_for_tokens, tokens_per_step
@@ -29,6 +37,18 @@ class SACLI(LightningCLI):
         parser.link_arguments("seed_everything", "model.arch.seed", compute_fn=_int_seed)
         parser.link_arguments("seed_everything", "data.init_args.seed", compute_fn=_int_seed)
         parser.set_defaults({"data": {"class_path": "sa_lightning.data.LMDataModule"}})
+        parser.add_argument("--fresh_if_no_last", type=bool, default=False,
+                            help="with --ckpt_path last: start a new run when the run folder holds no last.ckpt yet "
+                                 "(a SLURM job's first start) instead of refusing")
+
+    def parse_arguments(self, parser, args) -> None:
+        self._argv = [str(a) for a in (sys.argv[1:] if args is None else args)] if not isinstance(args, dict) else []
+        super().parse_arguments(parser, args)
+
+    def before_instantiate_classes(self) -> None:
+        subcommand = self.config.get("subcommand")
+        if subcommand:
+            _check_accelerator(self.config[subcommand].trainer.get("accelerator"))
 
     def before_fit(self) -> None:
         self._steps_from_tokens()
@@ -53,15 +73,63 @@ class SACLI(LightningCLI):
         return kwargs
 
     def _parse_ckpt_path(self) -> None:
-        """A truncated or corrupt ``ckpt_path`` stops the run in one sentence (LightningCLI reads the file's
-        hyperparameters right after parsing): never a traceback, never a silent fresh start."""
+        """Resolve ``last``, check the checkpoint, then let LightningCLI take its hyperparameters.
+
+        A truncated or corrupt ``ckpt_path`` stops the run in one sentence: never a traceback, never a silent
+        fresh start. A model key the user set that differs from the checkpoint's stops it too (LightningCLI
+        would silently take the checkpoint's); ``USER_WINS_ON_RESUME`` keys keep the user's value.
+        """
         from .lit.checkpoint import read_checkpoint
+        from .lit.resume import USER_WINS_ON_RESUME, conflict_message, conflicts, flatten, named_model_keys
 
         subcommand = self.config.get("subcommand")
-        path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if path and path not in ("last", "best", "hpc", "registry"):
-            read_checkpoint(path, mmap=True, weights_only=self.config[subcommand].get("weights_only") is not False)
+        if not subcommand:
+            return
+        cfg = self.config[subcommand]
+        if cfg.get("ckpt_path") == "last":
+            cfg.ckpt_path = self._resolve_last(cfg)
+        path = cfg.get("ckpt_path")
+        if not path or path in ("best", "hpc", "registry"):
+            return super()._parse_ckpt_path()
+        ckpt = read_checkpoint(path, mmap=True, weights_only=cfg.get("weights_only") is not False)
+        user = flatten(_as_dict(cfg.model))
+        defaults = flatten(_as_dict(self._subcommand_parsers[subcommand].get_defaults().get("model")))
+        saved = flatten(ckpt.get("hyper_parameters", {}))
+        saved.setdefault("init_weights", None)  # checkpoints from before init_weights existed
+        found = conflicts(user, defaults, saved, named_model_keys(self._argv))
+        if found:
+            raise ValueError(conflict_message(path, found))
         super()._parse_ckpt_path()
+        cfg = self.config[subcommand]  # LightningCLI parsed the checkpoint's hyperparameters into a new config
+        for key in USER_WINS_ON_RESUME:
+            if key in user:
+                _set(cfg.model, key, user[key])
+        if "init_weights" in cfg.model:
+            cfg.model.init_weights = None  # the checkpoint holds the weights (and what they started from)
+        version = (ckpt.get("sa_lightning") or {}).get("log_version")
+        if subcommand == "fit" and version is not None:
+            _continue_logger_version(cfg.trainer, version)
+        del ckpt
+
+    def _resolve_last(self, cfg) -> str | None:
+        """``--ckpt_path last``: the newest last/hpc checkpoint of this run folder, whatever logger version wrote
+        it. None (a fresh start) only with ``--fresh_if_no_last true``; otherwise no checkpoint is refused."""
+        from .lit.resume import find_last_checkpoint
+
+        roots = _run_roots(cfg.trainer)
+        found = [p for p in map(find_last_checkpoint, roots) if p is not None]
+        if found:
+            path = max(found, key=lambda p: p.stat().st_mtime_ns)
+            rank_zero_info(f"--ckpt_path last: resuming from {path}")
+            return str(path)
+        where = " or ".join(str(r) for r in roots)
+        if cfg.get("fresh_if_no_last"):
+            rank_zero_info(f"--ckpt_path last: no checkpoint under {where} yet; starting a new run (--fresh_if_no_last)")
+            return None
+        raise ValueError(f"--ckpt_path last found no last.ckpt or hpc_ckpt under {where} (trainer.default_root_dir), "
+                         "so nothing was trained; pass the run's --trainer.default_root_dir or a checkpoint file, or add "
+                         "--fresh_if_no_last true to start a new run when there is none yet (as a SLURM job's first "
+                         "start needs).")
 
     def _steps_from_tokens(self) -> None:
         max_tokens = self.model.hparams.max_tokens
@@ -74,6 +142,51 @@ class SACLI(LightningCLI):
             print(f"max_steps = {steps} ({max_tokens:,} tokens / {per_step:,} tokens per optimizer step)")
 
 
+def _as_dict(node) -> dict:
+    if node is None:
+        return {}
+    return node.as_dict() if hasattr(node, "as_dict") else dict(node)
+
+
+def _set(node, dotted: str, value) -> None:
+    *parents, leaf = dotted.split(".")
+    for name in parents:
+        node = node[name]
+    node[leaf] = value
+
+
+def _run_roots(trainer) -> list[str]:
+    """Where a run's checkpoints live: ``default_root_dir`` (Lightning's ``lightning_logs`` under the working
+    directory without one) and any ModelCheckpoint ``dirpath`` the config fixes."""
+    roots = [trainer.get("default_root_dir") or os.path.join(os.getcwd(), "lightning_logs")]
+    callbacks = trainer.get("callbacks") or []
+    for cb in callbacks if isinstance(callbacks, list) else [callbacks]:
+        args = cb.get("init_args") if hasattr(cb, "get") else None
+        if args is not None and "ModelCheckpoint" in str(cb.get("class_path")) and args.get("dirpath"):
+            roots.append(str(args.get("dirpath")))
+    return list(dict.fromkeys(map(str, roots)))
+
+
+def _continue_logger_version(trainer, version) -> None:
+    """Log a resumed fit into the checkpoint's logger version: TensorBoard shows one run that goes on."""
+    loggers = trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        args = logger.get("init_args") if hasattr(logger, "get") else None
+        if args is not None and "version" in args and args.get("version") is None:
+            args["version"] = version
+
+
+def _check_accelerator(accelerator) -> None:
+    """``--trainer.accelerator gpu`` on a machine without CUDA: one sentence instead of Lightning's traceback."""
+    if isinstance(accelerator, str) and accelerator.lower() in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"trainer.accelerator is {accelerator!r} but this machine has no CUDA GPU that PyTorch can "
+                             f"use (torch.cuda.is_available() is False, torch {torch.__version__}); run on a GPU "
+                             "machine, or pass --trainer.accelerator cpu (configs/trainer/cpu.yaml).")
+
+
 def run(args: list[str] | None = None, run: bool = True) -> SACLI:
     return SACLI(
         LitLM,
@@ -81,7 +194,7 @@ def run(args: list[str] | None = None, run: bool = True) -> SACLI:
         subclass_mode_data=True,
         args=args,
         run=run,
-        parser_kwargs={"parser_mode": "omegaconf"},
+        parser_kwargs={"parser_mode": "omegaconf+"},  # ${...} interpolation after the command line
         # a requeued job writes into the same run folder: overwrite instead of failing on config.yaml
         save_config_kwargs={"overwrite": True},
         trainer_defaults={"use_distributed_sampler": False},  # the data modules shard exactly by themselves

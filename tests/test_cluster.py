@@ -123,7 +123,8 @@ def test_sigusr1_under_slurm_saves_requeues_and_the_requeued_job_resumes_exactly
                      *extra]
         proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
                                "--config", str(ROOT / "tests/configs/fast.yaml"), "--trainer.default_root_dir",
-                               str(tmp_path / "run"), "--trainer.callbacks", json.dumps(callbacks)],
+                               str(tmp_path / "run"), "--trainer.callbacks", json.dumps(callbacks),
+                               "--ckpt_path", "last", "--fresh_if_no_last", "true"],  # as slurm/pretrain.sbatch
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads((tmp_path / record / "rank0.json").read_text())

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
+# The shipped default run, reduced in size only (tests/configs/small.yaml): its own logger, ModelCheckpoint,
+# SaveOnSignal and every other callback stay; tests only append observers.
+BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/small.yaml")]
+CKPT_DIR = Path("tb") / "version_0" / "checkpoints"  # where the shipped config's first run keeps its checkpoints
 
 
 def _fit(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()):
-    specs = [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-              "init_args": {"dirpath": str(root / "ck"), "every_n_train_steps": 2, "save_top_k": -1,
-                            "save_last": True}},
-             {"class_path": "sa_lightning.lit.SaveOnSignal"},
-             {"class_path": "tests.helpers.RecordBatches", "init_args": {"out": str(record)}}, *callbacks]
+    appended = [{"class_path": "tests.helpers.RecordBatches", "init_args": {"out": str(record)}}, *callbacks]
     args = [sys.executable, str(ROOT / "cli.py"), "fit", *BASE, "--trainer.default_root_dir", str(root),
-            "--trainer.callbacks", json.dumps(specs), *extra]
+            "--trainer.enable_progress_bar", "false", *extra]
+    args += [f"--trainer.callbacks+={json.dumps(cb)}" for cb in appended]
     if ckpt_path:
         args += ["--ckpt_path", ckpt_path]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -31,42 +31,75 @@ def _fit(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def uninterrupted_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("full")
     proc = _fit(root, root / "rec")
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = json.loads((root / "rec" / "rank0.json").read_text())
     assert len(steps) == 6
-    return steps
+    return root, steps
 
 
-def _resume_matches(sig, saved_step, uninterrupted, tmp_path, extra=()):
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_run):
+    return uninterrupted_run[1]
+
+
+def _logged_steps(folder: Path, tag: str) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return sorted({e.step for e in events.Scalars(tag)})
+
+
+def _resume_matches(sig, saved_step, uninterrupted, tmp_path, extra=(), reference: Path | None = None):
     """Interrupt a run with ``sig`` at step 3, resume it with ``--ckpt_path last``: the resumed batches
-    and losses are the uninterrupted run's from ``saved_step`` on."""
+    and losses are the uninterrupted run's from ``saved_step`` on, logged on in the same TensorBoard run."""
     first = _fit(tmp_path, tmp_path / "first", {"class_path": "tests.helpers.SignalAt",
                                                  "init_args": {"step": 3, "signal": sig}}, extra=extra)
     if sig == "SIGKILL":
         assert first.returncode == -signal.SIGKILL
     else:
-        assert f"saved {tmp_path / 'ck' / 'last.ckpt'} at step 3" in first.stdout + first.stderr, first.stderr[-3000:]
+        assert f"saved {tmp_path / CKPT_DIR / 'last.ckpt'} at step 3" in first.stdout + first.stderr, first.stderr[-3000:]
     import torch
 
-    last = torch.load(tmp_path / "ck" / "last.ckpt", weights_only=True, map_location="cpu")
+    last = torch.load(tmp_path / CKPT_DIR / "last.ckpt", weights_only=True, map_location="cpu")
     assert last["global_step"] == saved_step
     seen = json.loads((tmp_path / "first" / "rank0.json").read_text())
     assert [s["rows"] for s in seen] == [s["rows"] for s in uninterrupted[:3]]
     rest = _fit(tmp_path, tmp_path / "rest", ckpt_path="last", extra=extra)
     assert rest.returncode == 0, rest.stderr[-3000:]
+    assert f"--ckpt_path last: resuming from {tmp_path / CKPT_DIR / 'last.ckpt'}" in rest.stdout + rest.stderr
     resumed = json.loads((tmp_path / "rest" / "rank0.json").read_text())
     assert [s["rows"] for s in resumed] == [s["rows"] for s in uninterrupted[saved_step:]]
     assert [s["loss"] for s in resumed] == pytest.approx([s["loss"] for s in uninterrupted[saved_step:]],
                                                           rel=1e-6, abs=1e-6)
+    # one TensorBoard run that goes on: no second logger version, and the loss curve has every step
+    assert sorted(p.name for p in (tmp_path / "tb").iterdir()) == ["version_0"]
+    if reference is not None:
+        logged = _logged_steps(reference / "tb" / "version_0", "train/loss")
+        assert len(logged) == len(uninterrupted)
+        assert _logged_steps(tmp_path / "tb" / "version_0", "train/loss") == logged
 
 
 @pytest.mark.parametrize("sig, saved_step", [("SIGTERM", 3), ("SIGUSR1", 3), ("SIGKILL", 2)])
-def test_interrupted_training_resumes_with_the_same_batches_and_losses(sig, saved_step, uninterrupted, tmp_path):
+def test_interrupted_training_resumes_with_the_same_batches_and_losses(sig, saved_step, uninterrupted_run, tmp_path):
     """SIGTERM/SIGUSR1 save last.ckpt at the signal's step; kill -9 falls back to the periodic step-2 one."""
-    _resume_matches(sig, saved_step, uninterrupted, tmp_path)
+    root, steps = uninterrupted_run
+    _resume_matches(sig, saved_step, steps, tmp_path, reference=root)
+
+
+def test_ckpt_path_last_refuses_an_empty_run_folder_unless_told_to_start_fresh(tmp_path):
+    refused = _fit(tmp_path, tmp_path / "rec", ckpt_path="last")
+    assert refused.returncode != 0
+    line = refused.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: --ckpt_path last found no last.ckpt") and "--fresh_if_no_last true" in line, line
+    assert not (tmp_path / "rec").exists()  # nothing was trained
+    fresh = _fit(tmp_path, tmp_path / "rec", ckpt_path="last", extra=["--fresh_if_no_last", "true",
+                                                                       "--trainer.max_steps", "2"])
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert [s["step"] for s in json.loads((tmp_path / "rec" / "rank0.json").read_text())] == [1, 2]
 
 
 # ---- stream mode: the paper's data config on local SlimPajama-schema shards, 2 DataLoader workers -----------
@@ -106,12 +139,14 @@ def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_valida
     every rank with its own next batches; val/loss over the ranks' disjoint slices equals one process's."""
     ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.limit_val_batches", "1.0"]
     metrics = {"class_path": "tests.helpers.DumpMetrics", "init_args": {"out": str(tmp_path / "metrics")}}
-    full = _fit(tmp_path, tmp_path / "full", metrics, extra=[*stream_args, *ddp])
+    keep = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",  # keeps every step's file, for step 2
+            "init_args": {"dirpath": str(tmp_path / "keep"), "every_n_train_steps": 1, "save_top_k": -1}}
+    full = _fit(tmp_path, tmp_path / "full", metrics, keep, extra=[*stream_args, *ddp])
     assert full.returncode == 0, full.stderr[-3000:]
     ranks = [json.loads((tmp_path / "full" / f"rank{r}.json").read_text()) for r in (0, 1)]
     rows = [[h for s in steps for h in s["rows"]] for steps in ranks]
     assert len(rows[0]) == len(rows[1]) == 6 * 4 and not set(rows[0]) & set(rows[1])
-    step2 = next((tmp_path / "ck").glob("*step=2*.ckpt"))
+    step2 = next((tmp_path / "keep").glob("*step=2.ckpt"))
     rest = _fit(tmp_path, tmp_path / "rest", ckpt_path=str(step2), extra=[*stream_args, *ddp])
     assert rest.returncode == 0, rest.stderr[-3000:]
     for r in (0, 1):
@@ -122,7 +157,7 @@ def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_valida
     one = subprocess.run([sys.executable, str(ROOT / "cli.py"), "validate", *BASE, *stream_args,
                           "--trainer.limit_val_batches", "1.0", "--trainer.default_root_dir", str(tmp_path / "v"),
                           "--trainer.callbacks", json.dumps([{**metrics, "init_args": {"out": str(tmp_path / "one")}}]),
-                          "--ckpt_path", str(tmp_path / "ck" / "last.ckpt")],
+                          "--ckpt_path", str(tmp_path / CKPT_DIR / "last.ckpt")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert one.returncode == 0, one.stderr[-3000:]
     single = json.loads((tmp_path / "one" / "val_rank0.json").read_text())
@@ -131,7 +166,7 @@ def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_valida
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
 def test_a_corrupt_checkpoint_is_refused_and_never_restarts_from_scratch(damage, uninterrupted, tmp_path):
-    src = next(Path(p) for p in sorted((tmp_path.parent).glob("full*/ck/last.ckpt")))
+    src = next(Path(p) for p in sorted((tmp_path.parent).glob(f"full*/{CKPT_DIR.as_posix()}/last.ckpt")))
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(src.read_bytes()[:5000] if damage == "truncated" else b"\\x00garbage" * 100)
     proc = _fit(tmp_path, tmp_path / "rec", ckpt_path=str(bad))
@@ -144,7 +179,7 @@ def test_a_corrupt_checkpoint_is_refused_and_never_restarts_from_scratch(damage,
 def test_a_checkpoint_that_could_run_code_is_refused_unless_trusted(uninterrupted, tmp_path):
     import torch
 
-    src = next(Path(p) for p in sorted((tmp_path.parent).glob("full*/ck/last.ckpt")))
+    src = next(Path(p) for p in sorted((tmp_path.parent).glob(f"full*/{CKPT_DIR.as_posix()}/last.ckpt")))
     ckpt = torch.load(src, weights_only=True)
     ckpt["extra"] = os.getcwd  # a function reference: weights_only loading refuses it
     bad = tmp_path / "pickled.ckpt"

@@ -28,6 +28,10 @@ class LitLM(L.LightningModule):
         compile: wrap the model in ``torch.compile``.
         eval_samples: validation and test average the next-token probabilities over this many SA
             permutations (variants without a permutation run once).
+        init_weights: a checkpoint (``.ckpt`` from ``cli.py fit``) whose weights start this new run; nothing
+            else of it is kept (step, optimizer, data position). Every parameter's name and shape must match,
+            so settings that change no shape may differ (window, SA <-> SWA <-> full <-> MoBA, backend).
+            ``--ckpt_path`` resumes a run instead; a resumed run ignores this.
     """
 
     def __init__(
@@ -43,6 +47,7 @@ class LitLM(L.LightningModule):
         max_tokens: int | None = None,
         compile: bool = False,
         eval_samples: int = 1,
+        init_weights: str | None = None,
     ):
         super().__init__()
         if warmup_tokens is not None and warmup_steps is not None:
@@ -58,6 +63,10 @@ class LitLM(L.LightningModule):
         self.hparams["arch"] = arch.to_dict()
         self.arch = arch
         self.net = build_model(arch)
+        if init_weights:
+            from .checkpoint import load_weights
+
+            load_weights(self.net, init_weights)
         self.compile = compile
         self.val_loss = MeanMetric()
         self.val_acc: MeanMetric | None = None  # labeled (synthetic) data: see setup()
@@ -218,8 +227,11 @@ class LitLM(L.LightningModule):
         return 6 * self.net.num_parameters(exclude_embedding=True) + 12 * cfg.n_layer * cfg.d_model * keys
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        logger = self.trainer.logger if self._trainer is not None else None
         checkpoint["sa_lightning"] = {"micro_step": self.micro_step, "tokens_seen": self.tokens_seen,
-                                      "arch": self.arch.to_dict()}
+                                      "arch": self.arch.to_dict(),
+                                      # a resumed fit logs into the same version (see sa_lightning/cli.py)
+                                      "log_version": getattr(logger, "version", None)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("sa_lightning", {})

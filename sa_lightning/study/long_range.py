@@ -65,7 +65,7 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
     args = ["fit", "--config", config,
             "--model.arch.variant", cell["variant"], "--model.arch.n_layer", str(cell["depth"]),
             "--model.arch.window", str(cell["window"]), "--seed_everything", str(cell["seed"]),
-            "--trainer.default_root_dir", str(folder), "--trainer.logger.init_args.save_dir", str(folder),
+            "--trainer.default_root_dir", str(folder),
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
     for key, value in (settings.get("fit_overrides") or {}).items():
         args += [f"--{key}", str(value)]
