@@ -21,7 +21,7 @@ there; its kernels run eagerly here, forward only (``test_attention_flex`` cover
 import pytest
 import torch
 
-from sa_lightning.attention import AttentionSpec, flex, get_variant, oracle, sample_permutation
+from sa_lightning.attention import AttentionSpec, banded, flex, get_variant, oracle, sample_permutation
 from sa_lightning.attention.permutation import gather_tokens, invert_permutation
 from tests.test_attention_exact import _qkv
 
@@ -34,6 +34,12 @@ LENGTHS = pytest.mark.parametrize("n", [24, 100], ids=["short", "banded"])
 #: (variant, backend): the variants that take ``backend`` run on both CPU backends
 KERNELS = [("full", "auto"), ("swa", "banded"), ("swa", "dense"), ("sa", "banded"), ("sa", "dense"),
            ("sa_swa", "banded"), ("sa_swa", "dense"), ("sa_swa_union", "auto"), ("moba", "auto")]
+
+
+@pytest.fixture(autouse=True)
+def _small_steps(monkeypatch):
+    """SA+SWA's one-pass kernel goes a few windows per step here, as it does at real sizes."""
+    monkeypatch.setattr(banded, "_STEP_SCORES", 1 << 12)
 
 
 def _mask(path, n, q, k, perm, batch, lengths):

@@ -6,6 +6,8 @@ the tokens' original positions.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -40,22 +42,27 @@ def default_block(span: int) -> int:
 
 
 def _blocked(n: int, blk: int, nb: int, before: int, after: int, q_pos: torch.Tensor | None,
-             k_pos: torch.Tensor | None, lengths: torch.Tensor | None, device, skip_recent: int = 0) -> torch.Tensor:
+             k_pos: torch.Tensor | None, lengths: torch.Tensor | None, device, skip_recent: int = 0,
+             lead: int | None = None, width: int | None = None) -> torch.Tensor:
     """(Bp, nb, blk, W) bool: True where query ``r`` of block ``i`` must not read window column ``u``.
 
-    Column ``u`` of block ``i`` is key slot ``i*blk - before + u``. Without positions (SWA) the band
-    is clipped at the sequence ends; with them (SA) the band is circular and a key is read only if
-    its original position ``k_pos`` is not after the query's ``q_pos``. ``lengths`` (B, 1) marks the
-    circular band of a row shorter than the band: offsets that wrap onto a slot already in the band
-    are dropped, so no key is read twice. ``skip_recent`` also drops keys with 0 <= q_pos - k_pos <
-    skip_recent: the SWA window that the union of SA and SWA reads in its other part.
+    Column ``u`` of block ``i`` is key slot ``i*blk - lead + u``; by default the window is exactly the
+    band's reach (lead = before, W = blk + before + after), a wider window (``lead``, ``width``) masks
+    its extra columns. Without positions (SWA) the band is clipped at the sequence ends; with them
+    (SA) the band is circular and a key is read only if its original position ``k_pos`` (the tokens of
+    slots -lead .. (nb-1)*blk - lead + W - 1) is not after the query's ``q_pos``. ``lengths`` (B, 1)
+    marks the circular band of a row shorter than the band: offsets that wrap onto a slot already in
+    the band are dropped, so no key is read twice. ``skip_recent`` also drops keys with
+    0 <= q_pos - k_pos < skip_recent: the SWA window that the union of SA and SWA reads in its other part.
     """
-    W = blk + before + after
+    lead = before if lead is None else lead
+    W = blk + before + after if width is None else width
     r = torch.arange(blk, device=device).view(blk, 1)
     u = torch.arange(W, device=device).view(1, W)
-    blocked = ((u < r) | (u > r + before + after)).expand(nb, blk, W)  # outside before >= s - t >= -after
+    offset = u - r - (lead - before)  # the key's place in the query's band: 0 .. before + after
+    blocked = ((offset < 0) | (offset > before + after)).expand(nb, blk, W)
     if q_pos is None:
-        t = torch.arange(nb, device=device).view(nb, 1) * blk - before + u
+        t = torch.arange(nb, device=device).view(nb, 1) * blk - lead + u
         return (blocked | ((t < 0) | (t >= n)).view(nb, 1, W)).unsqueeze(0)
     pad = nb * blk - n
     # Padded query slots get position -1 so they read nothing real; they are cropped anyway.
@@ -65,8 +72,51 @@ def _blocked(n: int, blk: int, nb: int, before: int, after: int, q_pos: torch.Te
     if skip_recent:
         blocked = blocked | (pos_q - pos_k < skip_recent)
     if lengths is not None:
-        blocked = blocked | ((u - r).view(1, 1, blk, W) >= lengths.view(-1, 1, 1, 1))
+        blocked = blocked | (offset.view(1, 1, blk, W) >= lengths.view(-1, 1, 1, 1))
     return blocked
+
+
+def _band_layout(n: int, blk: int, nb: int, before: int, after: int, perm: torch.Tensor | None,
+                 lengths: torch.Tensor | None, device, *, lead: int, rows: int, width: int, skip_recent: int = 0):
+    """Where one band's query slots and key rows come from, and its mask.
+
+    Returns (q_src (Bp, nb*blk), k_src (Bp, rows), blocked (Bp, nb, blk, width)): the token held by each
+    padded query slot and by each key row, key row ``j`` being slot ``j - lead``. Padding points at a real
+    token and is masked (keys) or cropped (queries). ``perm``, ``lengths`` as in ``banded_attention``.
+    """
+    q_slots = torch.arange(nb * blk, device=device)
+    k_slots = torch.arange(rows, device=device) - lead
+    if perm is None:
+        q_src = q_slots.clamp(max=n - 1).view(1, -1)
+        k_src = k_slots.clamp(0, n - 1).view(1, -1)
+        blocked = _blocked(n, blk, nb, before, after, None, None, None, device, lead=lead, width=width)
+        return q_src, k_src, blocked
+    if lengths is None and n < before + after + 1:
+        lengths = torch.full((1,), n, device=device)  # the band covers the row more than once
+    perm = perm.view(-1, n)
+    q_src = perm[:, q_slots.clamp(max=n - 1)]
+    if lengths is None:
+        k_src = perm[:, k_slots % n]
+    else:
+        lengths = lengths.view(-1, 1).clamp(min=1)
+        table = perm.expand(max(perm.shape[0], lengths.shape[0]), n)
+        k_src = table.gather(1, torch.remainder(k_slots.view(1, -1), lengths).expand(table.shape[0], -1))
+    # perm holds original positions, so the key rows' positions are the key indices themselves
+    blocked = _blocked(n, blk, nb, before, after, perm, k_src, lengths, device, skip_recent, lead=lead, width=width)
+    return q_src, k_src, blocked
+
+
+def _masked_softmax(scores: torch.Tensor, blocked: torch.Tensor, score_view) -> torch.Tensor:
+    """softmax over the last dim, in fp32 for half inputs, of scores with the ``blocked`` pairs masked."""
+    sdt = _softmax_dtype(scores.dtype)
+    scores = scores.to(sdt)
+    # Masking by adding a large negative bias is branch-free: masked_fill_ with SA's scattered
+    # causal mask runs 4-10x slower on CPU (branch misprediction). The bias is finite, so fully
+    # masked padding rows stay free of NaN; exp() of a masked entry underflows to exactly 0.
+    bias = blocked.to(sdt).mul_(torch.finfo(sdt).min / 2)
+    scores.view(score_view).add_(bias)
+    del bias
+    return torch.softmax(scores, dim=-1)
 
 
 class _BlockedSoftmaxAttention(torch.autograd.Function):
@@ -80,16 +130,7 @@ class _BlockedSoftmaxAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, blocked, score_view):
-        sdt = _softmax_dtype(q.dtype)
-        scores = torch.bmm(q, k.transpose(1, 2)).to(sdt)
-        # Masking by adding a large negative bias is branch-free: masked_fill_ with SA's scattered
-        # causal mask runs 4-10x slower on CPU (branch misprediction). The bias is finite, so fully
-        # masked padding rows stay free of NaN; exp() of a masked entry underflows to exactly 0.
-        bias = blocked.to(sdt).mul_(torch.finfo(sdt).min / 2)
-        scores.view(score_view).add_(bias)
-        del bias
-        probs = torch.softmax(scores, dim=-1)
-        del scores
+        probs = _masked_softmax(torch.bmm(q, k.transpose(1, 2)), blocked, score_view)
         out = torch.bmm(probs.to(v.dtype), v)
         ctx.save_for_backward(q, k, v, probs)
         return out
@@ -150,33 +191,15 @@ def banded_attention(
     """
     B, Hq, n, d = q.shape
     circular = perm is not None
-    if circular and lengths is None and n < before + after + 1:
-        lengths = torch.full((1,), n, device=q.device)  # the band covers the row more than once
+    if circular:
+        perm = perm.view(-1, n)
     blk = block or default_block(before + after + 1)
     nb = -(-n // blk)
     W = blk + before + after
     dev = q.device
 
-    # Token held by each padded query slot and key-window column; padding points at a real token and
-    # is masked (keys) or cropped (queries).
-    q_slots = torch.arange(nb * blk, device=dev)
-    k_slots = torch.arange(nb * blk + before + after, device=dev) - before
-    if circular:
-        perm = perm.view(-1, n)
-        q_src = perm[:, q_slots.clamp(max=n - 1)]
-        if lengths is None:
-            k_src = perm[:, k_slots % n]
-        else:
-            lengths = lengths.view(-1, 1).clamp(min=1)
-            rows = perm.expand(max(perm.shape[0], lengths.shape[0]), n)
-            k_src = rows.gather(1, torch.remainder(k_slots.view(1, -1), lengths).expand(rows.shape[0], -1))
-        # perm holds original positions, so the key windows' positions are the key indices themselves
-        blocked = _blocked(n, blk, nb, before, after, perm, k_src, lengths, dev, skip_recent)
-    else:
-        q_src = q_slots.clamp(max=n - 1).view(1, -1)
-        k_src = k_slots.clamp(0, n - 1).view(1, -1)
-        blocked = _blocked(n, blk, nb, before, after, None, None, None, dev)
-
+    q_src, k_src, blocked = _band_layout(n, blk, nb, before, after, perm, lengths, dev, lead=before,
+                                         rows=nb * blk + before + after, width=W, skip_recent=skip_recent)
     if not circular:
         inv = None
     elif inv is None:  # token i sits in slot inv[i]
@@ -287,6 +310,164 @@ def _softmax_with_lse(q, k, v, blocked, score_view):
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)
     out = torch.bmm(torch.exp(scores - lse).to(v.dtype), v)
     return out, lse
+
+
+@dataclass(frozen=True)
+class Band:
+    """One path of ``multi_band_attention``: query slot s reads key slots s-before .. s+after.
+
+    ``perm`` (1 or B, n), ``inv`` and ``lengths`` (B,) mean what they mean for ``banded_attention``;
+    without ``perm`` the slots are the tokens and the band is clipped at the sequence ends.
+    """
+
+    before: int
+    after: int
+    perm: torch.Tensor | None = None
+    inv: torch.Tensor | None = None
+    lengths: torch.Tensor | None = None
+
+
+def multi_band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bands: list[Band], *, scale: float,
+                         block: int | None = None) -> list[torch.Tensor]:
+    """Several bands over the same q, k, v in one pass: one output (B, Hq, n, d) per band, in token order.
+
+    Each band is exactly ``banded_attention`` with its arguments. All bands share one query block size
+    and one window width (the widest band's, in whole blocks; a narrower band masks its extra
+    columns), so that one gather lays out every band's queries, one lays out every band's keys (and
+    values) in slot order, and one softmax attention runs over all their windows at once: no key
+    window is ever copied (see ``_WindowAttention``). On CPU this costs a pair of bands about 1.4x
+    one ``banded_attention`` call, against 2x for two calls.
+    """
+    B, Hq, n, d = q.shape
+    Hkv = k.shape[1]
+    G, P, dev = Hq // Hkv, len(bands), q.device
+    blk = block or default_block(max(b.before + b.after + 1 for b in bands))
+    nb = -(-n // blk)
+    leads = [-(-b.before // blk) * blk for b in bands]  # each window starts on a block boundary
+    M = max(-(-(lead + blk + b.after) // blk) for lead, b in zip(leads, bands))  # window width in blocks
+    W, nbm = M * blk, nb + M - 1  # nbm: key blocks per band and head; queries get M - 1 spare blocks
+    layouts = [_band_layout(n, blk, nb, b.before, b.after, None if b.perm is None else b.perm.view(-1, n),
+                            b.lengths, dev, lead=lead, rows=nbm * blk, width=W) for b, lead in zip(bands, leads)]
+    # Token of every query row and key row, (B, P, nbm*blk); the spare query blocks point at token 0:
+    # their outputs are dropped, so their gradient is zero whatever they read.
+    q_tok = torch.stack([F.pad(qs, (0, (M - 1) * blk)).expand(B, -1) for qs, _, _ in layouts], 1)
+    k_tok = torch.stack([ks.expand(B, -1) for _, ks, _ in layouts], 1)
+    b_ix = torch.arange(B, device=dev).view(B, 1, 1, 1, 1, 1)
+    heads = torch.arange(Hq, device=dev).view(1, Hkv, 1, 1, G, 1)
+    # Batch of the attention below: (B, Hkv, P, nbm) windows of G*blk queries, one kv head each
+    q_rows = ((b_ix * Hq + heads) * n + q_tok.view(B, 1, P, nbm, 1, blk)).flatten()
+    kv_heads = torch.arange(Hkv, device=dev).view(1, Hkv, 1, 1)
+    k_rows = ((b_ix.view(B, 1, 1, 1) * Hkv + kv_heads) * n + k_tok.view(B, 1, P, nbm * blk)).flatten()
+    k_rows = F.pad(k_rows, (0, (M - 1) * blk))  # the last spare windows read past the end: any real row
+    qw = q.reshape(-1, d).index_select(0, q_rows).mul_(scale).view(-1, G * blk, d)
+    kb = k.reshape(-1, d).index_select(0, k_rows)
+    vb = v.reshape(-1, d).index_select(0, k_rows)
+    # Masks (Bm*P*(nb+1), blk, W): each band's real blocks, then one unmasked block for every spare window.
+    Bm = max(bl.shape[0] for _, _, bl in layouts)
+    blocked = torch.stack([F.pad(bl, (0, 0, 0, 0, 0, 1)).expand(Bm, -1, -1, -1) for _, _, bl in layouts], 1)
+    block_of = torch.arange(nbm, device=dev).clamp(max=nb)
+    mask_rows = (torch.arange(P, device=dev).view(1, 1, P, 1) * (nb + 1) + block_of
+                 + (b_ix.view(B, 1, 1, 1) if Bm > 1 else 0) * P * (nb + 1)).expand(B, Hkv, P, nbm).flatten()
+    out = _WindowAttention.apply(qw, kb, vb, blocked.view(-1, blk, W), mask_rows, blk)
+    # Each band's output rows back in token order: token t sits in slot inv[t] of its band.
+    o_rows = []
+    for p, band in enumerate(bands):
+        if band.perm is None:
+            slot = torch.arange(n, device=dev).view(1, n)
+        else:
+            slot = band.inv.view(-1, n) if band.inv is not None else _inverse(band.perm.view(-1, n))
+        slot = slot.view(-1, 1, 1, n)
+        win = ((b_ix.view(B, 1, 1, 1) * Hkv + heads.view(1, Hkv, G, 1) // G) * P + p) * nbm + slot // blk
+        o_rows.append((win * G + heads.view(1, Hkv, G, 1) % G) * blk + slot % blk)
+    ys = out.view(-1, d).index_select(0, torch.cat([r.expand(B, Hkv, G, n).flatten() for r in o_rows]))
+    return list(ys.view(P, B, Hq, n, d).unbind(0))
+
+
+def _inverse(perm: torch.Tensor) -> torch.Tensor:
+    from .permutation import invert_permutation
+
+    return invert_permutation(perm)
+
+
+def _windows(x: torch.Tensor, count: int, width: int, blk: int) -> torch.Tensor:
+    """(count, width, d) overlapping view of the rows of x (R, d): window i is rows i*blk .. i*blk + width - 1."""
+    d = x.shape[1]
+    return x.as_strided((count, width, d), (blk * d, d, 1), x.storage_offset())
+
+
+def _fold_windows(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, blk: int) -> None:
+    """Adds a_i^T b_i, the (width, d) gradient of window i, to blocks i .. i + width/blk - 1 of out
+    (count + width/blk - 1, blk, d): the gradient of ``_windows``. One batched matmul per block of
+    the window, accumulated in place, so no (count, width, d) tensor is built. a is (count, m, width),
+    b (count, m, d)."""
+    count, _, width = a.shape
+    for j in range(width // blk):
+        out[j:j + count].baddbmm_(a[:, :, j * blk:(j + 1) * blk].transpose(1, 2), b)
+
+
+#: Scores per step of ``_WindowAttention`` on CPU (2 MiB in fp32, about one core's L2): a step's
+#: scores, probabilities and their gradients stay in cache. 32 windows of 64 x 320 at d=64.
+_STEP_SCORES = 1 << 19
+
+
+def _steps(count: int, window_scores: int, device) -> list[tuple[int, int]]:
+    """Window ranges [s, e) processed one at a time: cache-sized on CPU, all at once elsewhere."""
+    step = max(1, _STEP_SCORES // window_scores) if device.type == "cpu" else count
+    return [(s, min(s + step, count)) for s in range(0, count, step)]
+
+
+class _WindowAttention(torch.autograd.Function):
+    """softmax(Q K^T, masked) V for windows of queries against overlapping windows of one key buffer.
+
+    Query window i (N, m, d), pre-scaled, reads rows i*blk .. i*blk + W - 1 of k and v (R, d), as a
+    strided view of the buffer: the windows are never copied, neither in forward nor as gradients.
+    ``blocked`` (Mb, blk, W) holds the masks and window i is masked by ``blocked[mask_rows[i]]``,
+    broadcast over its m / blk query heads. On CPU the windows go a few at a time (``_steps``), so that
+    each step's scores and their gradients stay in cache: that alone saves a third of the time.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, blocked, mask_rows, blk):
+        N, m, d = q.shape
+        W = blocked.shape[-1]
+        kw, vw = _windows(k, N, W, blk), _windows(v, N, W, blk)
+        sdt = _softmax_dtype(q.dtype)
+        # The additive mask once for all windows (see _masked_softmax); bool -> float is several
+        # times faster through uint8.
+        bias = blocked.view(torch.uint8).to(sdt).mul_(torch.finfo(sdt).min / 2)
+        out = q.new_empty(N, m, d)
+        probs, steps = [], _steps(N, m * W, q.device)
+        for s, e in steps:
+            scores = torch.bmm(q[s:e], kw[s:e].transpose(1, 2)).to(sdt)
+            scores.view(e - s, m // blk, blk, W).add_(bias.index_select(0, mask_rows[s:e]).unsqueeze(1))
+            p = torch.softmax(scores, dim=-1)
+            del scores
+            torch.bmm(p.to(v.dtype), vw[s:e], out=out[s:e])
+            probs.append(p)
+        ctx.blk, ctx.steps = blk, steps
+        ctx.save_for_backward(q, k, v, *probs)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, *probs = ctx.saved_tensors
+        blk, (N, _, d), W = ctx.blk, q.shape, probs[0].shape[-1]
+        kw, vw = _windows(k, N, W, blk), _windows(v, N, W, blk)
+        grad_out = grad_out.contiguous()
+        grad_q = torch.empty_like(q)
+        grad_k = k.new_zeros(k.shape[0] // blk, blk, d)
+        grad_v = v.new_zeros(v.shape[0] // blk, blk, d)
+        reach = W // blk - 1
+        for (s, e), p in zip(ctx.steps, probs):
+            go = grad_out[s:e]
+            grad_p = torch.bmm(go, vw[s:e].transpose(1, 2)).to(p.dtype)
+            grad_s = torch._softmax_backward_data(grad_p, p, -1, p.dtype).to(q.dtype)
+            del grad_p
+            torch.bmm(grad_s, kw[s:e], out=grad_q[s:e])
+            _fold_windows(grad_k[s:e + reach], grad_s, q[s:e], blk)
+            del grad_s
+            _fold_windows(grad_v[s:e + reach], p.to(v.dtype), go, blk)
+        return grad_q, grad_k.view(k.shape), grad_v.view(v.shape), None, None, None
 
 
 def dense_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,

@@ -14,8 +14,8 @@ import torch
 
 from . import masks
 from ._checks import check_positive
-from .functional import (full_attention, moba_attention, sa_swa_union_attention, sliding_window_attention,
-                         stochastic_attention)
+from .functional import (full_attention, moba_attention, sa_swa_attention, sa_swa_union_attention,
+                         sliding_window_attention, stochastic_attention)
 
 
 @dataclass(frozen=True)
@@ -98,10 +98,7 @@ register_variant(Variant(
 ))
 register_variant(Variant(
     "sa_swa", ("sa", "swa"),
-    lambda q, k, v, s, p, lens, inv: (
-        stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens, inv=inv),
-        sliding_window_attention(q, k, v, s.window, backend=s.backend),
-    ),
+    lambda q, k, v, s, p, lens, inv: sa_swa_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens, inv=inv),
     mask=lambda s, n, p: masks.union(masks.stochastic(_slot_of(p), s.window), masks.sliding_window(s.window)),
     uses_permutation=True,
 ))
