@@ -55,7 +55,7 @@ def test_resume_keeps_the_checkpoint_model_and_honours_evaluation_only_settings(
     permutations) is the user's, since it changes neither the weights nor the optimizer."""
     root, last = trained
     cli = run(["validate", *BASE, *QUIET, "--ckpt_path", "last", "--model.eval_samples", "3",
-               "--trainer.default_root_dir", str(root)], run=False)
+               "--trainer.default_root_dir", str(root)])
     assert cli.config.validate.ckpt_path == str(last)
     assert cli.model.hparams.eval_samples == 3 and cli.model.arch.window == 16 and cli.model.arch.variant == "sa_swa"
 
@@ -63,22 +63,21 @@ def test_resume_keeps_the_checkpoint_model_and_honours_evaluation_only_settings(
 def test_init_weights_starts_a_new_run_from_a_checkpoints_weights(trained, tmp_path):
     root, last = trained
     saved = torch.load(last, weights_only=True)["state_dict"]
-    cli = run(["fit", *BASE, *QUIET, "--model.init_weights", str(last), "--model.arch.window", "32",
-               "--trainer.max_steps", "1", "--trainer.default_root_dir", str(tmp_path)], run=False)
+    start = ["--model.init_weights", str(last), "--model.arch.window", "32", "--trainer.default_root_dir", str(tmp_path)]
+    cli = run([*BASE, *QUIET, *start], run=False)
     loaded = cli.model.state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in saved.items() if k.startswith("net."))
     assert cli.model.arch.window == 32
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    assert cli.trainer.global_step == 1  # a new run: step 0, new optimizer, first batch
-    # a resume of that run needs no init file: the checkpoint holds the weights
-    again = run(["fit", *BASE, *QUIET, "--model.init_weights", str(last), "--model.arch.window", "32",
-                 "--ckpt_path", "last", "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path)], run=False)
-    assert again.model.hparams.init_weights is None
+    first = run(["fit", *BASE, *QUIET, *start, "--trainer.max_steps", "1"])
+    assert first.trainer.global_step == 1 and first.model.micro_step == 1  # a new run: from step 0
+    # its resume (the same command, as a requeued job repeats it) needs no init file: the checkpoint has the weights
+    again = run(["fit", *BASE, *QUIET, *start, "--ckpt_path", "last", "--trainer.max_steps", "2"])
+    assert again.model.hparams.init_weights is None and again.trainer.global_step == 2
 
 
 @pytest.mark.parametrize("flag, value, needle", [
-    ("arch.d_model", "128", "does not fit this model: tok_emb.weight is (4096, 64) in the checkpoint and (4096, 128) here"),
-    ("arch.variant", "swa", "does not fit this model: blocks.0.gate.gates.attn.weight is missing there"),
+    ("arch.d_model", "128", "does not fit this model: embed.weight is (4096, 64) in the checkpoint and (4096, 128) here"),
+    ("arch.variant", "swa", "does not fit this model: blocks.0.attn.gate.gates.attn.weight is missing there; blocks.0.attn.gate.gates.sa.weight has no place here"),
 ])
 def test_init_weights_refuses_a_model_that_does_not_fit(flag, value, needle, trained, tmp_path):
     root, last = trained

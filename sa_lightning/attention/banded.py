@@ -365,10 +365,15 @@ def multi_band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band
     # Masks (Bm*P*(nb+1), blk, W): each band's real blocks, then one unmasked block for every spare window.
     Bm = max(bl.shape[0] for _, _, bl in layouts)
     blocked = torch.stack([F.pad(bl, (0, 0, 0, 0, 0, 1)).expand(Bm, -1, -1, -1) for _, _, bl in layouts], 1)
-    block_of = torch.arange(nbm, device=dev).clamp(max=nb)
-    mask_rows = (torch.arange(P, device=dev).view(1, 1, P, 1) * (nb + 1) + block_of
-                 + (b_ix.view(B, 1, 1, 1) if Bm > 1 else 0) * P * (nb + 1)).expand(B, Hkv, P, nbm).flatten()
-    out = _WindowAttention.apply(qw, kb, vb, blocked.view(-1, blk, W), mask_rows, blk)
+    def mask_row(b, p, j):  # the row of ``blocked`` that masks window j of band p in batch row b
+        return ((b if Bm > 1 else 0) * P + p) * (nb + 1) + j
+
+    mask_rows = mask_row(b_ix.view(B, 1, 1, 1), torch.arange(P, device=dev).view(1, 1, P, 1),
+                         torch.arange(nbm, device=dev).clamp(max=nb)).expand(B, Hkv, P, nbm).flatten()
+    # A step inside one band's real windows reads its masks as one slice; others gather them.
+    steps = [(s, e, mask_row(s // nbm // (Hkv * P), s // nbm % P, s % nbm) if e <= s // nbm * nbm + nb else None)
+             for s, e in _steps(B * Hkv * P, nb, nbm, G * blk * W, dev)]
+    out = _WindowAttention.apply(qw, kb, vb, blocked.view(-1, blk, W), mask_rows, blk, steps)
     # Each band's output rows back in token order: token t sits in slot inv[t] of its band.
     o_rows = []
     for p, band in enumerate(bands):
@@ -410,10 +415,24 @@ def _fold_windows(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, blk: int)
 _STEP_SCORES = 1 << 19
 
 
-def _steps(count: int, window_scores: int, device) -> list[tuple[int, int]]:
-    """Window ranges [s, e) processed one at a time: cache-sized on CPU, all at once elsewhere."""
-    step = max(1, _STEP_SCORES // window_scores) if device.type == "cpu" else count
-    return [(s, min(s + step, count)) for s in range(0, count, step)]
+def _steps(segments: int, real: int, stride: int, window_scores: int, device) -> list[tuple[int, int]]:
+    """Window ranges [s, e) that ``_WindowAttention`` computes, one at a time.
+
+    Windows come in ``segments`` runs of ``stride``, of which the first ``real`` hold queries. Elsewhere
+    than on CPU one range covers them all (spare windows included). On CPU each range holds about
+    ``_STEP_SCORES`` scores and skips the spare windows, except to merge runs too short to fill a step.
+    """
+    if device.type != "cpu":
+        return [(0, segments * stride)]
+    step, out = max(1, _STEP_SCORES // window_scores), []
+    for seg in range(segments):
+        for i in range(0, real, step):
+            s, e = seg * stride + i, seg * stride + min(i + step, real)
+            if i == 0 and out and e - out[-1][0] <= step:
+                out[-1] = (out[-1][0], e)
+            else:
+                out.append((s, e))
+    return out
 
 
 class _WindowAttention(torch.autograd.Function):
@@ -427,7 +446,7 @@ class _WindowAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, blocked, mask_rows, blk):
+    def forward(ctx, q, k, v, blocked, mask_rows, blk, steps):
         N, m, d = q.shape
         W = blocked.shape[-1]
         kw, vw = _windows(k, N, W, blk), _windows(v, N, W, blk)
@@ -435,11 +454,12 @@ class _WindowAttention(torch.autograd.Function):
         # The additive mask once for all windows (see _masked_softmax); bool -> float is several
         # times faster through uint8.
         bias = blocked.view(torch.uint8).to(sdt).mul_(torch.finfo(sdt).min / 2)
-        out = q.new_empty(N, m, d)
-        probs, steps = [], _steps(N, m * W, q.device)
-        for s, e in steps:
+        out = q.new_empty(N, m, d)  # rows of windows that no step computes are never read
+        probs = []
+        for s, e, row in steps:
             scores = torch.bmm(q[s:e], kw[s:e].transpose(1, 2)).to(sdt)
-            scores.view(e - s, m // blk, blk, W).add_(bias.index_select(0, mask_rows[s:e]).unsqueeze(1))
+            mask = bias[row:row + e - s] if row is not None else bias.index_select(0, mask_rows[s:e])
+            scores.view(e - s, m // blk, blk, W).add_(mask.unsqueeze(1))
             p = torch.softmax(scores, dim=-1)
             del scores
             torch.bmm(p.to(v.dtype), vw[s:e], out=out[s:e])
@@ -454,11 +474,11 @@ class _WindowAttention(torch.autograd.Function):
         blk, (N, _, d), W = ctx.blk, q.shape, probs[0].shape[-1]
         kw, vw = _windows(k, N, W, blk), _windows(v, N, W, blk)
         grad_out = grad_out.contiguous()
-        grad_q = torch.empty_like(q)
+        grad_q = torch.zeros_like(q) if sum(e - s for s, e, _ in ctx.steps) < N else torch.empty_like(q)
         grad_k = k.new_zeros(k.shape[0] // blk, blk, d)
         grad_v = v.new_zeros(v.shape[0] // blk, blk, d)
         reach = W // blk - 1
-        for (s, e), p in zip(ctx.steps, probs):
+        for (s, e, _), p in zip(ctx.steps, probs):
             go = grad_out[s:e]
             grad_p = torch.bmm(go, vw[s:e].transpose(1, 2)).to(p.dtype)
             grad_s = torch._softmax_backward_data(grad_p, p, -1, p.dtype).to(q.dtype)
@@ -467,7 +487,7 @@ class _WindowAttention(torch.autograd.Function):
             _fold_windows(grad_k[s:e + reach], grad_s, q[s:e], blk)
             del grad_s
             _fold_windows(grad_v[s:e + reach], p.to(v.dtype), go, blk)
-        return grad_q, grad_k.view(k.shape), grad_v.view(v.shape), None, None, None
+        return grad_q, grad_k.view(k.shape), grad_v.view(v.shape), None, None, None, None
 
 
 def dense_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,

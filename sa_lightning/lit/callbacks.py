@@ -63,6 +63,9 @@ class CheckpointAtEnd(Callback):
         if getattr(self, "_saved_step", None) != trainer.global_step:
             trainer.save_checkpoint(path)
             self._saved_step = trainer.global_step
+            # ModelCheckpoint (which Lightning runs after this) would take a last.ckpt it did not write for
+            # another run's and save its own as last-v1.ckpt when the final step is also a periodic one
+            trainer.checkpoint_callback.last_model_path = path
 
 
 class ExportHF(Callback):
