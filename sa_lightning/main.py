@@ -89,16 +89,24 @@ def main_with_clean_errors() -> None:
     one line (``error: ...``) instead of a traceback; set SA_LIGHTNING_TRACEBACK=1 to see the traceback anyway."""
     import os
 
-    from lightning.fabric.utilities.exceptions import MisconfigurationException
-
     try:
         main()
-    except (ValueError, FileNotFoundError, PermissionError, ConnectionError, KeyError,
-            MisconfigurationException) as err:
+    except (ValueError, FileNotFoundError, PermissionError, ConnectionError, KeyError, _misconfiguration()) as err:
         if os.environ.get("SA_LIGHTNING_TRACEBACK") == "1":
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         raise SystemExit(f"error: {_own_message(str(message))}") from None
+
+
+class _NeverRaised(Exception):
+    pass
+
+
+def _misconfiguration() -> type[Exception]:
+    """Lightning's MisconfigurationException (a bad trainer setting), if Lightning was imported; resolved only
+    after an error so that commands without Lightning do not pay its import."""
+    module = sys.modules.get("lightning.fabric.utilities.exceptions")
+    return getattr(module, "MisconfigurationException", _NeverRaised)
 
 
 def _own_message(message: str) -> str:

@@ -98,17 +98,22 @@ def test_sa_swa_paths_match_oracle(n, w):
     torch.testing.assert_close(y_swa, oracle.reference_attention(q, k, v, oracle.swa_mask(n, w)), atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("steps", ["cpu", "one"])
 @pytest.mark.parametrize("groups,hkv", [(1, 1), (2, 2)])
 @pytest.mark.parametrize("n,w,lens", [(1024, 256, None), (700, 64, None), (300, 16, (300, 120)), (64, 16, (64, 14)),
                                       (40, 8, (40, 3)), (16, 8, None)])
-def test_sa_swa_one_pass_matches_oracle(n, w, lens, groups, hkv, monkeypatch):
+def test_sa_swa_one_pass_matches_oracle(n, w, lens, groups, hkv, steps, monkeypatch):
     """Gated SA+SWA on the banded backend runs both bands in one pass: both paths' outputs and q/k/v
-    gradients match the oracle, with shared and per-row permutations, GQA and padded rows, over cache-sized steps
-    that end inside a band's windows and between bands. Rows shorter than two windows use the dense path."""
+    gradients match the oracle, with shared and per-row permutations, GQA and padded rows, whether the
+    windows go a few per step (CPU; steps end inside a band's windows) or all in one step with the spare
+    windows between bands (other devices). Rows shorter than two windows use the dense path."""
     from sa_lightning.attention import banded, functional
     from sa_lightning.attention.functional import sa_swa_attention
 
-    monkeypatch.setattr(banded, "_STEP_SCORES", 1 << 16)  # a few windows per step at w=256
+    if steps == "cpu":
+        monkeypatch.setattr(banded, "_STEP_SCORES", 1 << 16)  # a few windows per step at w=256
+    else:
+        monkeypatch.setattr(banded, "_steps", lambda segments, real, stride, *_: [(0, segments * stride)])
     calls = []
     real = functional.multi_band_attention
     monkeypatch.setattr(functional, "multi_band_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))

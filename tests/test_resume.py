@@ -107,7 +107,7 @@ def test_the_installed_command_is_cli_py():
     (script,) = [ep for ep in importlib.metadata.entry_points(group="console_scripts") if ep.name == "sa-lightning"]
     assert script.value == "sa_lightning.main:main_with_clean_errors"
     exe = shutil.which("sa-lightning") or str(Path(sys.executable).parent / "sa-lightning")
-    for args in (["--help"], ["bench", "nothing"], ["fit", "--config", "no_such.yaml"]):
+    for args in (["--help"], ["bench", "nothing"], ["study", "long-range", "--preset", "nope"]):
         ours = subprocess.run([exe, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
         theirs = run_cli(*args)
         assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout)

@@ -331,60 +331,86 @@ def multi_band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band
                          block: int | None = None) -> list[torch.Tensor]:
     """Several bands over the same q, k, v in one pass: one output (B, Hq, n, d) per band, in token order.
 
-    Each band is exactly ``banded_attention`` with its arguments. All bands share one query block size
-    and one window width (the widest band's, in whole blocks; a narrower band masks its extra
-    columns), so that one gather lays out every band's queries, one lays out every band's keys (and
-    values) in slot order, and one softmax attention runs over all their windows at once: no key
-    window is ever copied (see ``_WindowAttention``). On CPU this costs a pair of bands about 1.4x
-    one ``banded_attention`` call, against 2x for two calls.
+    Each band gives exactly what ``banded_attention`` gives with its arguments. The bands share one
+    query block size and one window width (the widest band's, in whole blocks; a narrower band masks
+    its extra columns), so one gather lays out every band's queries, one lays out every band's keys
+    (and one its values) in slot order, and one ``_WindowAttention`` runs over all their windows, which
+    it reads in place. On CPU a pair of bands costs about 1.5x one ``banded_attention`` call, not 2x.
     """
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
-    G, P, dev = Hq // Hkv, len(bands), q.device
     blk = block or default_block(max(b.before + b.after + 1 for b in bands))
     nb = -(-n // blk)
-    leads = [-(-b.before // blk) * blk for b in bands]  # each window starts on a block boundary
+    leads = [-(-b.before // blk) * blk for b in bands]  # every window starts on a block boundary
     M = max(-(-(lead + blk + b.after) // blk) for lead, b in zip(leads, bands))  # window width in blocks
-    W, nbm = M * blk, nb + M - 1  # nbm: key blocks per band and head; queries get M - 1 spare blocks
+    nbm = nb + M - 1  # windows per (batch row, kv head, band): nb with queries, then M - 1 spare ones
     layouts = [_band_layout(n, blk, nb, b.before, b.after, None if b.perm is None else b.perm.view(-1, n),
-                            b.lengths, dev, lead=lead, rows=nbm * blk, width=W) for b, lead in zip(bands, leads)]
-    # Token of every query row and key row, (B, P, nbm*blk); the spare query blocks point at token 0:
-    # their outputs are dropped, so their gradient is zero whatever they read.
-    q_tok = torch.stack([F.pad(qs, (0, (M - 1) * blk)).expand(B, -1) for qs, _, _ in layouts], 1)
+                            b.lengths, q.device, lead=lead, rows=nbm * blk, width=M * blk)
+               for b, lead in zip(bands, leads)]
+    qw, kb, vb = _window_rows(q, k, v, layouts, nbm, blk, scale)
+    blocked, mask_rows, steps = _mask_plan(layouts, B, Hkv, nbm, qw.shape[1] * M * blk, q.device)
+    out = _WindowAttention.apply(qw, kb, vb, blocked, mask_rows, blk, steps)
+    return _token_order(out, bands, B, Hq, Hkv, n, nbm, blk)
+
+
+def _window_rows(q, k, v, layouts, nbm: int, blk: int, scale: float):
+    """q, k and v laid out for ``_WindowAttention``, in (batch row, kv head, band) runs of nbm windows.
+
+    Returns queries (B*Hkv*P*nbm, G*blk, d), scaled, and keys and values (rows, d), where window i of
+    the whole layout reads key rows i*blk .. i*blk + W - 1. The spare query rows read token 0 and the
+    last spare windows read past the end (the padding rows): nothing reads their outputs, so their
+    gradient is zero.
+    """
+    B, Hq, n, d = q.shape
+    Hkv, P, dev = k.shape[1], len(layouts), q.device
+    G, spare = Hq // Hkv, nbm * blk - layouts[0][0].shape[1]
+    q_tok = torch.stack([F.pad(qs, (0, spare)).expand(B, -1) for qs, _, _ in layouts], 1)
     k_tok = torch.stack([ks.expand(B, -1) for _, ks, _ in layouts], 1)
-    b_ix = torch.arange(B, device=dev).view(B, 1, 1, 1, 1, 1)
-    heads = torch.arange(Hq, device=dev).view(1, Hkv, 1, 1, G, 1)
-    # Batch of the attention below: (B, Hkv, P, nbm) windows of G*blk queries, one kv head each
-    q_rows = ((b_ix * Hq + heads) * n + q_tok.view(B, 1, P, nbm, 1, blk)).flatten()
+    b = torch.arange(B, device=dev).view(B, 1, 1, 1)
+    heads = torch.arange(Hq, device=dev).view(1, Hkv, 1, 1, G, 1)  # query head h*G + g reads kv head h
+    q_rows = ((b.view(B, 1, 1, 1, 1, 1) * Hq + heads) * n + q_tok.view(B, 1, P, nbm, 1, blk)).flatten()
     kv_heads = torch.arange(Hkv, device=dev).view(1, Hkv, 1, 1)
-    k_rows = ((b_ix.view(B, 1, 1, 1) * Hkv + kv_heads) * n + k_tok.view(B, 1, P, nbm * blk)).flatten()
-    k_rows = F.pad(k_rows, (0, (M - 1) * blk))  # the last spare windows read past the end: any real row
+    k_rows = F.pad(((b * Hkv + kv_heads) * n + k_tok.view(B, 1, P, nbm * blk)).flatten(), (0, spare))
     qw = q.reshape(-1, d).index_select(0, q_rows).mul_(scale).view(-1, G * blk, d)
-    kb = k.reshape(-1, d).index_select(0, k_rows)
-    vb = v.reshape(-1, d).index_select(0, k_rows)
-    # Masks (Bm*P*(nb+1), blk, W): each band's real blocks, then one unmasked block for every spare window.
-    Bm = max(bl.shape[0] for _, _, bl in layouts)
+    return qw, k.reshape(-1, d).index_select(0, k_rows), v.reshape(-1, d).index_select(0, k_rows)
+
+
+def _mask_plan(layouts, B: int, Hkv: int, nbm: int, window_scores: int, device):
+    """The masks of every window, and the window ranges that ``_WindowAttention`` computes.
+
+    Returns ``blocked`` (Bm*P*(nb+1), blk, W), each band's nb block masks and then an unmasked one for
+    its spare windows; ``mask_rows``, the row of ``blocked`` for each window; and the steps (s, e, row),
+    where ``row`` is the mask of window s when the range's masks are consecutive rows, else None.
+    """
+    P, Bm, nb = len(layouts), max(bl.shape[0] for _, _, bl in layouts), layouts[0][2].shape[1]
     blocked = torch.stack([F.pad(bl, (0, 0, 0, 0, 0, 1)).expand(Bm, -1, -1, -1) for _, _, bl in layouts], 1)
-    def mask_row(b, p, j):  # the row of ``blocked`` that masks window j of band p in batch row b
+
+    def row(b, p, j):  # window j of band p in batch row b; ints or broadcastable tensors
         return ((b if Bm > 1 else 0) * P + p) * (nb + 1) + j
 
-    mask_rows = mask_row(b_ix.view(B, 1, 1, 1), torch.arange(P, device=dev).view(1, 1, P, 1),
-                         torch.arange(nbm, device=dev).clamp(max=nb)).expand(B, Hkv, P, nbm).flatten()
-    # A step inside one band's real windows reads its masks as one slice; others gather them.
-    steps = [(s, e, mask_row(s // nbm // (Hkv * P), s // nbm % P, s % nbm) if e <= s // nbm * nbm + nb else None)
-             for s, e in _steps(B * Hkv * P, nb, nbm, G * blk * W, dev)]
-    out = _WindowAttention.apply(qw, kb, vb, blocked.view(-1, blk, W), mask_rows, blk, steps)
-    # Each band's output rows back in token order: token t sits in slot inv[t] of its band.
-    o_rows = []
+    mask_rows = row(torch.arange(B, device=device).view(B, 1, 1, 1), torch.arange(P, device=device).view(1, 1, P, 1),
+                    torch.arange(nbm, device=device).clamp(max=nb)).expand(B, Hkv, P, nbm).flatten()
+    steps = [(s, e, row(s // nbm // (Hkv * P), s // nbm % P, s % nbm) if e <= s // nbm * nbm + nb else None)
+             for s, e in _steps(B * Hkv * P, nb, nbm, window_scores, device)]
+    return blocked.flatten(0, 2), mask_rows, steps
+
+
+def _token_order(out, bands, B: int, Hq: int, Hkv: int, n: int, nbm: int, blk: int) -> list[torch.Tensor]:
+    """Each band's output (B, Hq, n, d), read from the windows' rows in one gather: token t sits in
+    slot inv[t] of its band, which is row t % blk of window t // blk, among its query head's rows."""
+    d, dev, P, G = out.shape[-1], out.device, len(bands), Hq // Hkv
+    b = torch.arange(B, device=dev).view(B, 1, 1, 1)
+    h, g = torch.arange(Hkv, device=dev).view(1, Hkv, 1, 1), torch.arange(G, device=dev).view(1, 1, G, 1)
+    rows = []
     for p, band in enumerate(bands):
         if band.perm is None:
-            slot = torch.arange(n, device=dev).view(1, n)
+            slot = torch.arange(n, device=dev)
         else:
-            slot = band.inv.view(-1, n) if band.inv is not None else _inverse(band.perm.view(-1, n))
+            slot = band.inv if band.inv is not None else _inverse(band.perm.view(-1, n))
         slot = slot.view(-1, 1, 1, n)
-        win = ((b_ix.view(B, 1, 1, 1) * Hkv + heads.view(1, Hkv, G, 1) // G) * P + p) * nbm + slot // blk
-        o_rows.append((win * G + heads.view(1, Hkv, G, 1) % G) * blk + slot % blk)
-    ys = out.view(-1, d).index_select(0, torch.cat([r.expand(B, Hkv, G, n).flatten() for r in o_rows]))
+        window = ((b * Hkv + h) * P + p) * nbm + slot // blk
+        rows.append(((window * G + g) * blk + slot % blk).expand(B, Hkv, G, n).flatten())
+    ys = out.view(-1, d).index_select(0, torch.cat(rows))
     return list(ys.view(P, B, Hq, n, d).unbind(0))
 
 
@@ -418,21 +444,22 @@ _STEP_SCORES = 1 << 19
 def _steps(segments: int, real: int, stride: int, window_scores: int, device) -> list[tuple[int, int]]:
     """Window ranges [s, e) that ``_WindowAttention`` computes, one at a time.
 
-    Windows come in ``segments`` runs of ``stride``, of which the first ``real`` hold queries. Elsewhere
-    than on CPU one range covers them all (spare windows included). On CPU each range holds about
-    ``_STEP_SCORES`` scores and skips the spare windows, except to merge runs too short to fill a step.
+    Windows come in ``segments`` runs of ``stride``, of which the first ``real`` hold queries. On CPU a
+    range holds about ``_STEP_SCORES`` scores within one run, so the spare windows are skipped; elsewhere
+    one range covers them all, spare windows included.
     """
     if device.type != "cpu":
         return [(0, segments * stride)]
-    step, out = max(1, _STEP_SCORES // window_scores), []
-    for seg in range(segments):
-        for i in range(0, real, step):
-            s, e = seg * stride + i, seg * stride + min(i + step, real)
-            if i == 0 and out and e - out[-1][0] <= step:
-                out[-1] = (out[-1][0], e)
-            else:
-                out.append((s, e))
-    return out
+    step = max(1, _STEP_SCORES // window_scores)
+    return [(seg * stride + i, seg * stride + min(i + step, real)) for seg in range(segments)
+            for i in range(0, real, step)]
+
+
+def _gaps(steps, count: int) -> list[tuple[int, int]]:
+    """The ranges of [0, count) that no step covers (steps are in order and disjoint)."""
+    ends = [0] + [e for _, e, _ in steps]
+    starts = [s for s, _, _ in steps] + [count]
+    return [(e, s) for e, s in zip(ends, starts) if s > e]
 
 
 class _WindowAttention(torch.autograd.Function):
@@ -441,8 +468,10 @@ class _WindowAttention(torch.autograd.Function):
     Query window i (N, m, d), pre-scaled, reads rows i*blk .. i*blk + W - 1 of k and v (R, d), as a
     strided view of the buffer: the windows are never copied, neither in forward nor as gradients.
     ``blocked`` (Mb, blk, W) holds the masks and window i is masked by ``blocked[mask_rows[i]]``,
-    broadcast over its m / blk query heads. On CPU the windows go a few at a time (``_steps``), so that
-    each step's scores and their gradients stay in cache: that alone saves a third of the time.
+    broadcast over its m / blk query heads. ``steps`` (s, e, row) are the window ranges to compute, one
+    at a time (see ``_steps``): on CPU a few windows each, so that a step's scores and their gradients
+    stay in cache; ``row``, if not None, says that the range's masks are rows row .. row + e - s - 1.
+    Windows outside every range are skipped: their output is left unset and their gradient is zero.
     """
 
     @staticmethod
@@ -451,15 +480,15 @@ class _WindowAttention(torch.autograd.Function):
         W = blocked.shape[-1]
         kw, vw = _windows(k, N, W, blk), _windows(v, N, W, blk)
         sdt = _softmax_dtype(q.dtype)
-        # The additive mask once for all windows (see _masked_softmax); bool -> float is several
-        # times faster through uint8.
-        bias = blocked.view(torch.uint8).to(sdt).mul_(torch.finfo(sdt).min / 2)
         out = q.new_empty(N, m, d)  # rows of windows that no step computes are never read
         probs = []
         for s, e, row in steps:
             scores = torch.bmm(q[s:e], kw[s:e].transpose(1, 2)).to(sdt)
-            mask = bias[row:row + e - s] if row is not None else bias.index_select(0, mask_rows[s:e])
-            scores.view(e - s, m // blk, blk, W).add_(mask.unsqueeze(1))
+            mask = blocked[row:row + e - s] if row is not None else blocked.index_select(0, mask_rows[s:e])
+            # additive, as in _masked_softmax; bool -> float is several times faster through uint8
+            bias = mask.view(torch.uint8).to(sdt).mul_(torch.finfo(sdt).min / 2)
+            scores.view(e - s, m // blk, blk, W).add_(bias.unsqueeze(1))
+            del bias
             p = torch.softmax(scores, dim=-1)
             del scores
             torch.bmm(p.to(v.dtype), vw[s:e], out=out[s:e])
@@ -474,7 +503,9 @@ class _WindowAttention(torch.autograd.Function):
         blk, (N, _, d), W = ctx.blk, q.shape, probs[0].shape[-1]
         kw, vw = _windows(k, N, W, blk), _windows(v, N, W, blk)
         grad_out = grad_out.contiguous()
-        grad_q = torch.zeros_like(q) if sum(e - s for s, e, _ in ctx.steps) < N else torch.empty_like(q)
+        grad_q = torch.empty_like(q)
+        for s, e in _gaps(ctx.steps, N):  # the spare windows' queries still get a (zero) gradient
+            grad_q[s:e].zero_()
         grad_k = k.new_zeros(k.shape[0] // blk, blk, d)
         grad_v = v.new_zeros(v.shape[0] // blk, blk, d)
         reach = W // blk - 1
