@@ -94,7 +94,7 @@ def test_default_root_dir_alone_moves_logs_checkpoints_eval_tables_and_maps(tmp_
     fit = run_cli("fit", *BASE, *QUIET, "--trainer.default_root_dir", "elsewhere", cwd=cwd)
     assert fit.returncode == 0, fit.stderr[-3000:]
     test = run_cli("test", *BASE, *QUIET, "--trainer.default_root_dir", "elsewhere", "--ckpt_path", "last",
-                   "--data.val_blocks", "2", cwd=cwd)
+                   "--trainer.callbacks.init_args.test_limit", "8", cwd=cwd)  # ZeroShotEval, last in the list
     assert test.returncode == 0, test.stderr[-3000:]
     assert sorted(p.name for p in cwd.iterdir()) == ["elsewhere"]
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
