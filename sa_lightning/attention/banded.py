@@ -106,49 +106,6 @@ def _band_layout(n: int, blk: int, nb: int, before: int, after: int, perm: torch
     return q_src, k_src, blocked
 
 
-def _masked_softmax(scores: torch.Tensor, blocked: torch.Tensor, score_view) -> torch.Tensor:
-    """softmax over the last dim, in fp32 for half inputs, of scores with the ``blocked`` pairs masked."""
-    sdt = _softmax_dtype(scores.dtype)
-    scores = scores.to(sdt)
-    # Masking by adding a large negative bias is branch-free: masked_fill_ with SA's scattered
-    # causal mask runs 4-10x slower on CPU (branch misprediction). The bias is finite, so fully
-    # masked padding rows stay free of NaN; exp() of a masked entry underflows to exactly 0.
-    bias = blocked.to(sdt).mul_(torch.finfo(sdt).min / 2)
-    scores.view(score_view).add_(bias)
-    del bias
-    return torch.softmax(scores, dim=-1)
-
-
-class _BlockedSoftmaxAttention(torch.autograd.Function):
-    """softmax(Q K^T, masked) V over a batch of (query block, key window) pairs.
-
-    Written out so that backward is exactly four bmm and one softmax-backward over the window
-    scores, with no layout copies: this is what keeps SA and SWA at O(n*w) with a small constant.
-    q (N, M, d) is pre-scaled; k, v (N, W, d); ``blocked`` broadcasts against the scores viewed as
-    ``score_view`` and marks the pairs to mask.
-    """
-
-    @staticmethod
-    def forward(ctx, q, k, v, blocked, score_view):
-        probs = _masked_softmax(torch.bmm(q, k.transpose(1, 2)), blocked, score_view)
-        out = torch.bmm(probs.to(v.dtype), v)
-        ctx.save_for_backward(q, k, v, probs)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, probs = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        p = probs.to(v.dtype)
-        grad_v = torch.bmm(p.transpose(1, 2), grad_out)
-        grad_p = torch.bmm(grad_out, v.transpose(1, 2)).to(probs.dtype)
-        grad_s = torch._softmax_backward_data(grad_p, probs, -1, probs.dtype).to(q.dtype)
-        del grad_p
-        grad_q = torch.bmm(grad_s, k)
-        grad_k = torch.bmm(grad_s.transpose(1, 2), q)
-        return grad_q, grad_k, grad_v, None, None
-
-
 def _take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """x (B, H, n, d) gathered along n by index (1, L) or (B, L) -> (B, H, L, d); one copy."""
     B, H, n, d = x.shape
@@ -182,9 +139,11 @@ def banded_attention(
     read. Both cases run the same gathers and matmuls; only the indices and the mask differ. q is
     (B, Hq, n, d), k and v (B, Hkv, n, d); the output is in token order.
 
-    ``return_lse`` also returns the log-sum-exp of each query's scores (B, Hq, n), so that two
-    disjoint key sets can be merged into one softmax (``skip_recent`` makes SA's set disjoint from
-    SWA's); that path is differentiated by autograd instead of the hand-written backward.
+    Three paths, one semantics: training runs ``multi_band_attention``'s in-place window kernel with one
+    band (the one gated SA+SWA runs with two); forward-only work on CPU runs SDPA's fused kernel over each
+    block's window; ``return_lse`` also returns the log-sum-exp of each query's scores (B, Hq, n), so that
+    two disjoint key sets can be merged into one softmax (``skip_recent`` makes SA's set disjoint from
+    SWA's), and is differentiated by autograd.
 
     ``inv`` is ``perm``'s inverse (token -> slot), if the caller has it precomputed (the paper
     precomputes both sigma and sigma^-1 as index tensors); otherwise it is computed here.
@@ -193,6 +152,9 @@ def banded_attention(
     circular = perm is not None
     if circular:
         perm = perm.view(-1, n)
+    if not (return_lse or skip_recent or _fused_forward_applies(q, k, v)):
+        # training: the in-place window kernel (no window copies), the same one gated SA+SWA runs on
+        return multi_band_attention(q, k, v, [Band(before, after, perm, inv, lengths)], scale=scale, block=block)[0]
     blk = block or default_block(before + after + 1)
     nb = -(-n // blk)
     W = blk + before + after
@@ -210,14 +172,11 @@ def banded_attention(
         inv = inv.view(-1, n)
     if _fused_forward_applies(q, k, v):
         return _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, return_lse)
-    out, lse = _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse)
-    out = out[:, :, :n]
-    if return_lse:
-        lse = lse[:, :, :n]
+    out, lse = _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W)
+    out, lse = out[:, :, :n], lse[:, :, :n]
     if circular:  # back to token order
         out = _take_rows(out, inv)
-        if return_lse:
-            lse = _take_rows(lse.unsqueeze(-1), inv).squeeze(-1)
+        lse = _take_rows(lse.unsqueeze(-1), inv).squeeze(-1)
     return (out, lse) if return_lse else out
 
 
@@ -277,8 +236,9 @@ def _fused_window_forward(q, k, v, q_src, k_src, inv, blocked, scale, blk, W, re
     return (out, lse.transpose(1, 2)) if return_lse else out
 
 
-def _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W, return_lse):
-    """The differentiable path: every block's key window gathered contiguously, then four bmm."""
+def _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W):
+    """The differentiable path with log-sum-exp (the union's two key sets): every block's key window gathered
+    contiguously, then plain autograd ops. Returns out (B, Hq, nb*blk, d) and lse (B, Hq, nb*blk)."""
     B, Hq, _, d = q.shape
     Hkv = k.shape[1]
     G = Hq // Hkv
@@ -292,18 +252,14 @@ def _autograd_window_attention(q, k, v, q_src, k_src, blocked, scale, blk, W, re
         return _take_rows(x, w_src).view(B * Hkv * nb, W, d)
 
     qb = _fold_groups(_take_rows(q, q_src).mul_(scale), Hkv, nb, blk).reshape(B * Hkv * nb, G * blk, d)
-    view = (B, Hkv, nb, G, blk, W)
-    mask = blocked.view(-1, 1, nb, 1, blk, W)
-    if return_lse:
-        out, lse = _softmax_with_lse(qb, windows(k), windows(v), mask, view)
-        lse = _unfold_groups(lse.view(B, Hkv, nb, G * blk, 1), Hq, nb * blk).squeeze(-1)
-    else:
-        out, lse = _BlockedSoftmaxAttention.apply(qb, windows(k), windows(v), mask, view), None
+    out, lse = _softmax_with_lse(qb, windows(k), windows(v), blocked.view(-1, 1, nb, 1, blk, W),
+                                 (B, Hkv, nb, G, blk, W))
+    lse = _unfold_groups(lse.view(B, Hkv, nb, G * blk, 1), Hq, nb * blk).squeeze(-1)
     return _unfold_groups(out.view(B, Hkv, nb, G * blk, d), Hq, nb * blk), lse
 
 
 def _softmax_with_lse(q, k, v, blocked, score_view):
-    """As ``_BlockedSoftmaxAttention.forward``, plus the scores' log-sum-exp; plain autograd ops."""
+    """softmax(q k^T, masked) v over (query block, key window) pairs, plus the scores' log-sum-exp."""
     sdt = _softmax_dtype(q.dtype)
     scores = torch.bmm(q, k.transpose(1, 2)).to(sdt)
     scores = (scores.view(score_view) + blocked.to(sdt) * (torch.finfo(sdt).min / 2)).view(scores.shape)
@@ -335,7 +291,9 @@ def multi_band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band
     query block size and one window width (the widest band's, in whole blocks; a narrower band masks
     its extra columns), so one gather lays out every band's queries, one lays out every band's keys
     (and one its values) in slot order, and one ``_WindowAttention`` runs over all their windows, which
-    it reads in place. On CPU a pair of bands costs about 1.5x one ``banded_attention`` call, not 2x.
+    it reads in place. ``banded_attention`` trains through it with one band. Two bands cost about twice
+    one (1.96x at n=8192, w=256 on CPU; docs/benchmarks.md): each band's matmuls are its own, and the
+    shared gathers are a small part of the time.
     """
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
@@ -485,7 +443,10 @@ class _WindowAttention(torch.autograd.Function):
         for s, e, row in steps:
             scores = torch.bmm(q[s:e], kw[s:e].transpose(1, 2)).to(sdt)
             mask = blocked[row:row + e - s] if row is not None else blocked.index_select(0, mask_rows[s:e])
-            # additive, as in _masked_softmax; bool -> float is several times faster through uint8
+            # Masking by adding a large negative bias is branch-free: masked_fill_ with SA's scattered causal
+            # mask runs 4-10x slower on CPU (branch misprediction). The bias is finite, so fully masked
+            # padding rows stay free of NaN; exp() of a masked entry underflows to exactly 0. bool -> float
+            # is several times faster through uint8.
             bias = mask.view(torch.uint8).to(sdt).mul_(torch.finfo(sdt).min / 2)
             scores.view(e - s, m // blk, blk, W).add_(bias.unsqueeze(1))
             del bias
