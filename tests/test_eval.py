@@ -355,8 +355,8 @@ def test_a_group_task_is_reported_with_its_aggregate(checkpoint, tmp_path, monke
     (tmp_path / "group.yaml").write_text(
         "group: offline_pair\ntask:\n  - shakespeare_lastword\n  - shakespeare_choice\n"
         "aggregate_metric_list:\n  - metric: acc\n    aggregation: mean\n    weight_by_size: true\n")
-    manager = TaskManager(include_path=[str(offline.TASKS_DIR), str(tmp_path)])
-    monkeypatch.setattr(harness, "task_manager", lambda: manager)
+    manager = TaskManager(include_path=[str(offline.TASKS_DIR), str(tmp_path)], include_defaults=False)
+    monkeypatch.setattr(harness, "task_manager", lambda defaults=True: manager)
     model, info = load_checkpoint(checkpoint)
     results = harness.run_tasks(SALM(model, info["tokenizer"]), ["offline_pair"], limit=3)
     assert "acc" in results["offline_pair"] and "acc" in results["shakespeare_lastword"]

@@ -76,12 +76,19 @@ class _QuietCustomDataset(logging.Filter):
         return "Custom kwargs can be passed" not in record.getMessage()
 
 
-@functools.lru_cache(maxsize=1)
-def task_manager():
+@functools.lru_cache(maxsize=2)
+def task_manager(defaults: bool = True):
+    """lm-eval's task index with the shipped tasks added; ``defaults=False`` indexes the shipped tasks only,
+    which takes milliseconds where lm-eval's own thousands of task files take seconds at every start."""
     from lm_eval.tasks import TaskManager
 
     logging.getLogger("lm_eval.api.task").addFilter(_QuietCustomDataset())
-    return TaskManager(include_path=str(TASKS_DIR))
+    return TaskManager(include_path=str(TASKS_DIR), include_defaults=defaults)
+
+
+def _manager_for(names) -> "object":
+    """The cheapest task index that knows every name: the shipped tasks' own when that is all they are."""
+    return task_manager(defaults=not set(names) <= set(OFFLINE_TASKS))
 
 
 def resolve_tasks(names: str | list[str]) -> list[str]:
@@ -92,6 +99,9 @@ def resolve_tasks(names: str | list[str]) -> list[str]:
     for name in (part.strip() for item in names for part in str(item).split(",") if part.strip()):
         if name in TASK_SETS:
             out.extend(TASK_SETS[name])
+            continue
+        if name in OFFLINE_TASKS:
+            out.append(name)
             continue
         known = task_manager().all_tasks
         if name not in known:
@@ -106,7 +116,7 @@ def resolve_tasks(names: str | list[str]) -> list[str]:
 def _load(name: str) -> list:
     """The lm-eval Task objects of one name (this fetches their datasets); offline misses end in one sentence."""
     try:
-        return list(task_manager().load([name])["tasks"].values())
+        return list(_manager_for([name]).load([name])["tasks"].values())
     except Exception as err:  # datasets raises many types for "not reachable / not cached"
         if name in OFFLINE_TASKS:
             raise
@@ -129,13 +139,15 @@ def run_tasks(lm, tasks: list[str], *, limit: int | float | None = None, bootstr
     """Evaluate ``lm`` (an lm-eval ``LM``) on ``tasks``; returns ``{task: {metric: value}}``."""
     import lm_eval
 
-    groups = set(task_manager().all_groups)
+    names = resolve_tasks(tasks)
+    manager = _manager_for(names)
+    groups = set(manager.all_groups)
     specs = []
-    for name in resolve_tasks(tasks):
+    for name in names:
         loaded = _load(name)
         # a group (mmlu) goes by name so that lm-eval aggregates its subtasks; its datasets are cached by now
         specs.extend([name] if name in groups else loaded)
-    raw = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=task_manager(), limit=limit,
+    raw = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=manager, limit=limit,
                                   num_fewshot=num_fewshot, bootstrap_iters=bootstrap_iters, log_samples=False,
                                   random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                   fewshot_random_seed=seed, confirm_run_unsafe_code=confirm_run_unsafe_code)
