@@ -42,7 +42,9 @@ class SACLI(LightningCLI):
                                  "(a SLURM job's first start) instead of refusing")
 
     def parse_arguments(self, parser, args) -> None:
-        self._argv = [str(a) for a in (sys.argv[1:] if args is None else args)] if not isinstance(args, dict) else []
+        # the command line as given, to tell a model key the user named from one left at its default
+        argv = sys.argv[1:] if args is None else args
+        self._argv = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else []
         super().parse_arguments(parser, args)
 
     def before_instantiate_classes(self) -> None:

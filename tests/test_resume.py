@@ -1,7 +1,6 @@
 """What a user's command may change on resume, weights-only starts, one-flag output folders, the installed
 command and a missing GPU: each through the shipped configs/tiny.yaml reduced in size only."""
 import importlib.metadata
-import os
 import shutil
 import subprocess
 import sys
