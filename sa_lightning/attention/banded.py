@@ -42,21 +42,19 @@ def default_block(span: int) -> int:
 
 
 def _blocked(n: int, blk: int, nb: int, before: int, after: int, q_pos: torch.Tensor | None,
-             k_pos: torch.Tensor | None, lengths: torch.Tensor | None, device, skip_recent: int = 0,
-             lead: int | None = None, width: int | None = None) -> torch.Tensor:
+             k_pos: torch.Tensor | None, lengths: torch.Tensor | None, device, skip_recent: int = 0, *,
+             lead: int, width: int) -> torch.Tensor:
     """(Bp, nb, blk, W) bool: True where query ``r`` of block ``i`` must not read window column ``u``.
 
-    Column ``u`` of block ``i`` is key slot ``i*blk - lead + u``; by default the window is exactly the
-    band's reach (lead = before, W = blk + before + after), a wider window (``lead``, ``width``) masks
-    its extra columns. Without positions (SWA) the band is clipped at the sequence ends; with them
+    Column ``u`` of block ``i`` is key slot ``i*blk - lead + u``, for a window of ``width`` columns; the
+    band's own reach is lead = before, W = blk + before + after, and a wider window masks its extra columns. Without positions (SWA) the band is clipped at the sequence ends; with them
     (SA) the band is circular and a key is read only if its original position ``k_pos`` (the tokens of
     slots -lead .. (nb-1)*blk - lead + W - 1) is not after the query's ``q_pos``. ``lengths`` (B, 1)
     marks the circular band of a row shorter than the band: offsets that wrap onto a slot already in
     the band are dropped, so no key is read twice. ``skip_recent`` also drops keys with
     0 <= q_pos - k_pos < skip_recent: the SWA window that the union of SA and SWA reads in its other part.
     """
-    lead = before if lead is None else lead
-    W = blk + before + after if width is None else width
+    W = width
     r = torch.arange(blk, device=device).view(blk, 1)
     u = torch.arange(W, device=device).view(1, W)
     offset = u - r - (lead - before)  # the key's place in the query's band: 0 .. before + after
@@ -165,9 +163,7 @@ def banded_attention(
     if not circular:
         inv = None
     elif inv is None:  # token i sits in slot inv[i]
-        from .permutation import invert_permutation
-
-        inv = invert_permutation(perm)
+        inv = _inverse(perm)
     else:
         inv = inv.view(-1, n)
     if _fused_forward_applies(q, k, v):

@@ -26,6 +26,14 @@ def _backend(backend: str, q: torch.Tensor) -> str:
     return backend
 
 
+def _permutation_args(perm, inv, generator, lengths, B: int, n: int, device):
+    """SA's checked (perm, inv, lengths): a drawn permutation when ``perm`` is None (its inverse then unknown)."""
+    lengths = check_lengths(lengths, B, n, device)
+    if perm is None:
+        return sample_permutation(n, generator=generator, device=device), None, lengths
+    return check_perm(perm, B, n, device), inv, lengths
+
+
 def full_attention(q, k, v, *, scale=None):
     """Causal attention over all previous tokens (PyTorch SDPA)."""
     _, Hq, Hkv, _, d = check_qkv(q, k, v)
@@ -67,11 +75,7 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     check_positive("window", window)
-    lengths = check_lengths(lengths, B, n, q.device)
-    if perm is None:
-        perm, inv = sample_permutation(n, generator=generator, device=q.device), None
-    else:
-        perm = check_perm(perm, B, n, q.device)
+    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
     if backend == "flex" and lengths is not None:
@@ -111,11 +115,7 @@ def sa_swa_attention(q, k, v, window, perm=None, *, generator=None, scale=None, 
         y_sa = stochastic_attention(q, k, v, window, perm, generator=generator, scale=scale, backend=backend,
                                     lengths=lengths, inv=inv)
         return y_sa, sliding_window_attention(q, k, v, window, scale=scale, backend=backend)
-    lengths = check_lengths(lengths, B, n, q.device)
-    if perm is None:
-        perm, inv = sample_permutation(n, generator=generator, device=q.device), None
-    else:
-        perm = check_perm(perm, B, n, q.device)
+    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
     half = masks.sa_half_width(window)
     sa = Band(half, half, perm.view(-1, n), inv, lengths)
     y_sa, y_swa = multi_band_attention(q, k, v, [sa, Band(window - 1, 0)], scale=default_scale(d, scale))
@@ -132,11 +132,7 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     check_positive("window", window)
-    lengths = check_lengths(lengths, B, n, q.device)
-    if perm is None:
-        perm, inv = sample_permutation(n, generator=generator, device=q.device), None
-    else:
-        perm = check_perm(perm, B, n, q.device)
+    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
     scale = default_scale(d, scale)
     pos = perm if perm.dim() == 2 else perm.unsqueeze(0)
     if n < 2 * window:

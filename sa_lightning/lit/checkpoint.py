@@ -36,7 +36,7 @@ def read_checkpoint(path: str | Path, map_location="cpu", mmap: bool = False, we
 def load_weights(net: torch.nn.Module, path: str | Path) -> None:
     """Copy a ``cli.py fit`` checkpoint's model weights into ``net``, refusing in one sentence any parameter
     whose name or shape differs (nothing is loaded then)."""
-    state = read_checkpoint(path).get("state_dict") or {}
+    state = read_checkpoint(path, mmap=True).get("state_dict") or {}  # mapped: the optimizer state is never read
     weights = {k[len("net."):]: v for k, v in state.items() if k.startswith("net.")}
     own = net.state_dict()
     shapes = [(k, tuple(weights[k].shape), tuple(v.shape)) for k, v in own.items()
