@@ -75,7 +75,7 @@ class SACLI(LightningCLI):
         return kwargs
 
     def _parse_ckpt_path(self) -> None:
-        """Resolve ``last``, check the checkpoint, then let LightningCLI take its hyperparameters.
+        """Resolve ``last``, check the checkpoint, then take its hyperparameters as LightningCLI does.
 
         A truncated or corrupt ``ckpt_path`` stops the run in one sentence: never a traceback, never a silent
         fresh start. A model key the user set that differs from the checkpoint's stops it too (LightningCLI
@@ -101,8 +101,8 @@ class SACLI(LightningCLI):
         found = conflicts(user, defaults, saved, named_model_keys(self._argv))
         if found:
             raise ValueError(conflict_message(path, found))
-        super()._parse_ckpt_path()
-        cfg = self.config[subcommand]  # LightningCLI parsed the checkpoint's hyperparameters into a new config
+        self._apply_checkpoint_hparams(subcommand, ckpt)
+        cfg = self.config[subcommand]
         for key in USER_WINS_ON_RESUME:
             if key in user:
                 _set(cfg.model, key, user[key])
@@ -113,15 +113,29 @@ class SACLI(LightningCLI):
             _continue_logger_version(cfg.trainer, version)
         del ckpt
 
+    def _apply_checkpoint_hparams(self, subcommand: str, ckpt: dict) -> None:
+        """What ``LightningCLI._parse_ckpt_path`` does, from the checkpoint already mapped here: its model
+        hyperparameters replace the config's (the base class would read the whole file a second time)."""
+        hparams = dict(ckpt.get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        try:
+            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+        except SystemExit:
+            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+            raise
+
     def _resolve_last(self, cfg) -> str | None:
         """``--ckpt_path last``: the newest last/hpc checkpoint of this run folder, whatever logger version wrote
         it. None (a fresh start) only with ``--fresh_if_no_last true``; otherwise no checkpoint is refused."""
         from .lit.resume import find_last_checkpoint
 
         roots = _run_roots(cfg.trainer)
-        found = [p for p in map(find_last_checkpoint, roots) if p is not None]
-        if found:
-            path = max(found, key=lambda p: p.stat().st_mtime_ns)
+        path = find_last_checkpoint(*roots)
+        if path is not None:
             rank_zero_info(f"--ckpt_path last: resuming from {path}")
             return str(path)
         where = " or ".join(str(r) for r in roots)

@@ -15,16 +15,16 @@ LAST_PATTERNS = ("last.ckpt", "last-v*.ckpt", "hpc_ckpt_*.ckpt")
 #: model keys a resumed run takes from the user, not the checkpoint: they change neither the weights'
 #: meaning nor the optimizer's state (averaging over permutations, compilation, the kernel implementation)
 USER_WINS_ON_RESUME = ("eval_samples", "compile", "arch.backend")
-#: keys the CLI fills in itself (from the data and from seed_everything), with the flag that sets them
-DERIVED = {"arch.vocab_size": "the data's tokenizer", "arch.seed": "seed_everything"}
+#: linked from the data's tokenizer after parsing, so the parsed value says nothing about the user
+NOT_COMPARED = ("arch.vocab_size",)
+#: keys set through another flag, named by that flag in messages
+FLAG_OF = {"arch.seed": "seed_everything"}
 
 
-def find_last_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The most recently written last/hpc checkpoint under ``root`` (recursively), or None."""
-    root = Path(root)
-    if not root.is_dir():
-        return None
-    found = {p for pattern in LAST_PATTERNS for p in root.rglob(pattern) if p.is_file()}
+def find_last_checkpoint(*roots: str | os.PathLike) -> Path | None:
+    """The most recently written last/hpc checkpoint under any of ``roots`` (recursively), or None."""
+    found = {p for root in map(Path, roots) if root.is_dir()
+             for pattern in LAST_PATTERNS for p in root.rglob(pattern) if p.is_file()}
     return max(found, key=lambda p: (p.stat().st_mtime_ns, str(p))) if found else None
 
 
@@ -51,7 +51,7 @@ def conflicts(user: dict, defaults: dict, saved: dict, named: set[str]) -> list[
     default or is named on the command line) that the checkpoint holds with another value. All flat dicts."""
     found = []
     for key, value in user.items():
-        if key in DERIVED and key != "arch.seed" or key in USER_WINS_ON_RESUME or key not in saved:
+        if key in NOT_COMPARED or key in USER_WINS_ON_RESUME or key not in saved:
             continue
         user_set = key in named or not _same(value, defaults.get(key, object()))
         if user_set and not _same(value, saved[key]):
@@ -62,7 +62,7 @@ def conflicts(user: dict, defaults: dict, saved: dict, named: set[str]) -> list[
 def conflict_message(path, found: list[tuple[str, object, object]]) -> str:
     """One sentence: the clashing keys with both values, and the three ways out."""
     def flag(key):
-        return DERIVED[key] if key in DERIVED else f"model.{key}"
+        return FLAG_OF.get(key, f"model.{key}")
 
     ours = ", ".join(f"{flag(k)}={u!r}" for k, u, _ in found)
     theirs = ", ".join(f"{flag(k)}={s!r}" for k, _, s in found)
