@@ -130,3 +130,31 @@ def test_bench_train_times_every_variant_and_the_data_pipeline(tmp_path):
     assert all(r["tokens_per_s"] > 0 for r in rows) and next(r for r in rows if r["variant"] == "swa")["vs_swa"] == 1.0
     assert data["pack_tokens_per_s"] > 0 and data["read_tokens_per_s"] > 0
     assert "| sa_swa |" in (tmp_path / "train_cpu.md").read_text()
+
+
+def _script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("blk, tiles", [(32, 1), (32, 4), (64, 64)])
+def test_sa_band_work_counts_sas_own_mask(blk, tiles):
+    """docs/benchmarks.md's bound on a position-sorted SA kernel counts the oracle's mask, and its
+    layouts never compute fewer keys than the mask lets a query read."""
+    from sa_lightning.attention import masks
+    from sa_lightning.attention.permutation import invert_permutation
+
+    work = _script("sa_band_work")
+    n, w, seed = 512, 64, 0
+    row = work.count(n, w, blk, tiles, seed)
+    pos = torch.randperm(n, generator=torch.Generator().manual_seed(seed))  # the draw count() makes
+    allowed = masks.dense(masks.stochastic(invert_permutation(pos.view(1, n)), w), n)
+    assert row["valid"] == pytest.approx(allowed.sum().item() / n)
+    assert row["valid"] <= row["sorted, ragged"] <= row["sorted, batched"] <= blk + 2 * masks.sa_half_width(w)
+    assert row["in-place"] == work.in_place_width(masks.sa_half_width(w), masks.sa_half_width(w), blk)
+    if tiles == blk:  # one query per sub-tile reads every key of its block's range no later than itself
+        assert row["sorted, ragged"] < 0.75 * (blk + 2 * masks.sa_half_width(w))
