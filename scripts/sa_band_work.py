@@ -24,7 +24,6 @@ here). docs/benchmarks.md quotes its output.
 from __future__ import annotations
 
 import argparse
-import math
 
 import torch
 
