@@ -2,6 +2,7 @@
 
     python scripts/sa_band_work.py                  # n=8192, w=256: the issue-17 setting
     python scripts/sa_band_work.py --n 16384 --window 512 --seeds 4
+    python scripts/sa_band_work.py --matmuls        # also time the score matmul per sub-tile size
 
 SA's query in slot a reads the 2*ceil(w/2) - 1 slots around it, but only the keys earlier in the text:
 about half of them. A kernel that works in query blocks of consecutive slots computes every slot of the
@@ -15,18 +16,22 @@ needs. This script counts, per query, the key columns each layout computes (no t
 - ``in-place``: the window the in-place kernel computes today (``banded.multi_band_attention``);
 - ``sorted, ragged``: the staircase with every block its own widths (needs one matmul per block and
   sub-tile: on CPU, per-call overhead dominates at these sizes);
-- ``sorted, batched``: the staircase batched over blocks, each sub-tile padded to the widest block.
+- ``sorted, batched``: the staircase batched over blocks, each sub-tile padded to the widest block;
+- ``sorted, grouped``: the same, with each sub-tile's blocks sorted by width into ``--groups`` batches,
+  each padded to its own widest block.
 
-and the SA+SWA/SWA ratio each would give if time were proportional to computed key columns, the SWA band
-costing what it costs today (a lower bound: sorting, the extra gathers and the smaller matmuls are free
-here). docs/benchmarks.md quotes its output.
+and the SA+SWA/SWA ratio each would give if time were proportional to computed key columns, against SWA
+as the kernel computes it today (its default query block). That is a lower bound: the sorts, the extra
+gathers and the smaller matmuls' lower speed are free here. docs/benchmarks.md quotes its output.
 """
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 
+from sa_lightning.attention.banded import default_block
 from sa_lightning.attention.masks import sa_half_width
 
 
@@ -36,7 +41,7 @@ def in_place_width(before: int, after: int, blk: int) -> int:
     return -(-(lead + blk + after) // blk) * blk
 
 
-def count(n: int, window: int, blk: int, tiles: int, seed: int) -> dict[str, float]:
+def count(n: int, window: int, blk: int, tiles: int, seed: int, groups: int = 4) -> dict[str, float]:
     h = sa_half_width(window)
     pos = torch.randperm(n, generator=torch.Generator().manual_seed(seed))  # slot s holds token pos[s]
     nb = n // blk
@@ -48,9 +53,23 @@ def count(n: int, window: int, blk: int, tiles: int, seed: int) -> dict[str, flo
     valid = (in_window & (k_pos.unsqueeze(1) <= q_pos.unsqueeze(-1))).sum(-1).float().mean().item()
     last = q_pos.sort(-1).values.view(nb, tiles, blk // tiles)[:, :, -1]  # each sub-tile's latest query
     widths = (k_pos.unsqueeze(1) <= last.unsqueeze(-1)).sum(-1)  # (nb, tiles): keys no later than it
+    grouped = widths.sort(0).values.view(groups, nb // groups, tiles).max(1).values
     return {"valid": valid, "in-place": float(in_place_width(h, h, blk)),
             "sorted, ragged": widths.float().mean().item(),
-            "sorted, batched": widths.max(0).values.float().mean().item()}
+            "sorted, batched": widths.max(0).values.float().mean().item(),
+            "sorted, grouped": grouped.float().mean().item()}
+
+
+def tile_throughput(rows: int, width: int, d: int = 64, flops: float = 84e6, repeats: int = 300) -> float:
+    """GFLOP/s of one batched score matmul (batch, rows, d) @ (batch, d, width) at about ``flops`` per call."""
+    batch = max(1, round(flops / (2 * rows * d * width)))
+    q, k = torch.randn(batch, rows, d), torch.randn(batch, d, width)
+    for _ in range(20):
+        torch.bmm(q, k)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.bmm(q, k)
+    return 2 * batch * rows * d * width * repeats / (time.perf_counter() - start) / 1e9
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -59,23 +78,30 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--blocks", type=int, nargs="+", default=[32, 64, 128, 256])
     parser.add_argument("--tiles", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--matmuls", action="store_true", help="time the score matmul for each sub-tile size")
     args = parser.parse_args(argv)
     rows = []
     print(f"n={args.n}, w={args.window}: key columns computed per SA query; SA+SWA/SWA if time ~ columns")
-    print("| query block | sub-tiles | valid | in-place | sorted, ragged | sorted, batched | ratio, ragged | "
-          "ratio, batched |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"| query block | sub-tiles | valid | in-place | sorted, ragged | sorted, batched | sorted, {args.groups} groups "
+          "| ratio, ragged | ratio, batched | ratio, grouped |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    swa = in_place_width(args.window - 1, 0, default_block(args.window))
     for blk in args.blocks:
-        swa = in_place_width(args.window - 1, 0, blk)
         for tiles in (t for t in args.tiles if blk % t == 0):
-            runs = [count(args.n, args.window, blk, tiles, seed) for seed in range(args.seeds)]
+            runs = [count(args.n, args.window, blk, tiles, seed, args.groups) for seed in range(args.seeds)]
             row = {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]}
             row.update(block=blk, tiles=tiles, swa=swa)
             rows.append(row)
             print(f"| {blk} | {tiles} | {row['valid']:.0f} | {row['in-place']:.0f} | {row['sorted, ragged']:.0f} | "
-                  f"{row['sorted, batched']:.0f} | {1 + row['sorted, ragged'] / swa:.2f} | "
-                  f"{1 + row['sorted, batched'] / swa:.2f} |", flush=True)
+                  f"{row['sorted, batched']:.0f} | {row['sorted, grouped']:.0f} | {1 + row['sorted, ragged'] / swa:.2f} | "
+                  f"{1 + row['sorted, batched'] / swa:.2f} | {1 + row['sorted, grouped'] / swa:.2f} |", flush=True)
+    if args.matmuls:
+        today = in_place_width(args.window - 1, 0, default_block(args.window))
+        print(f"score matmul, fp32, {torch.get_num_threads()} threads: 64 queries x {today} keys (today) "
+              f"{tile_throughput(64, today):.0f} GFLOP/s; sub-tiles against 185 keys:",
+              ", ".join(f"{m} queries {tile_throughput(m, 185):.0f}" for m in (64, 32, 16, 8)), "GFLOP/s")
     return rows
 
 
