@@ -109,7 +109,9 @@ def test_the_installed_command_is_cli_py():
     for args in (["--help"], ["bench", "nothing"], ["study", "long-range", "--preset", "nope"]):
         ours = subprocess.run([exe, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
         theirs = run_cli(*args)
-        assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout)
+        # a traceback here that cannot import sa_lightning means the installed command belongs to another
+        # checkout (or a deleted one): run `pip install -e .` in this one
+        assert (ours.returncode, ours.stdout) == (theirs.returncode, theirs.stdout), ours.stderr[-1500:]
         assert ours.stderr.strip().splitlines()[-1:] == theirs.stderr.strip().splitlines()[-1:]
 
 
