@@ -31,14 +31,8 @@ import time
 
 import torch
 
-from sa_lightning.attention.banded import default_block
+from sa_lightning.attention.banded import band_window, default_block
 from sa_lightning.attention.masks import sa_half_width
-
-
-def in_place_width(before: int, after: int, blk: int) -> int:
-    """Key columns per query window of the in-place kernel (windows start on block boundaries)."""
-    lead = -(-before // blk) * blk
-    return -(-(lead + blk + after) // blk) * blk
 
 
 def count(n: int, window: int, blk: int, tiles: int, seed: int, groups: int = 4) -> dict[str, float]:
@@ -53,8 +47,8 @@ def count(n: int, window: int, blk: int, tiles: int, seed: int, groups: int = 4)
     valid = (in_window & (k_pos.unsqueeze(1) <= q_pos.unsqueeze(-1))).sum(-1).float().mean().item()
     last = q_pos.sort(-1).values.view(nb, tiles, blk // tiles)[:, :, -1]  # each sub-tile's latest query
     widths = (k_pos.unsqueeze(1) <= last.unsqueeze(-1)).sum(-1)  # (nb, tiles): keys no later than it
-    grouped = widths.sort(0).values.view(groups, nb // groups, tiles).max(1).values
-    return {"valid": valid, "in-place": float(in_place_width(h, h, blk)),
+    grouped = torch.stack([g.max(0).values for g in widths.sort(0).values.tensor_split(groups)])
+    return {"valid": valid, "in-place": float(band_window(h, h, blk)[1]),
             "sorted, ragged": widths.float().mean().item(),
             "sorted, batched": widths.max(0).values.float().mean().item(),
             "sorted, grouped": grouped.float().mean().item()}
@@ -82,12 +76,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--matmuls", action="store_true", help="time the score matmul for each sub-tile size")
     args = parser.parse_args(argv)
+    if any(args.n % blk for blk in args.blocks):
+        parser.error(f"every --blocks size must divide --n {args.n}")
+    swa = band_window(args.window - 1, 0, default_block(args.window))[1]  # today's SWA window, in key columns
     rows = []
     print(f"n={args.n}, w={args.window}: key columns computed per SA query; SA+SWA/SWA if time ~ columns")
     print(f"| query block | sub-tiles | valid | in-place | sorted, ragged | sorted, batched | sorted, {args.groups} groups "
           "| ratio, ragged | ratio, batched | ratio, grouped |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    swa = in_place_width(args.window - 1, 0, default_block(args.window))
     for blk in args.blocks:
         for tiles in (t for t in args.tiles if blk % t == 0):
             runs = [count(args.n, args.window, blk, tiles, seed, args.groups) for seed in range(args.seeds)]
@@ -98,9 +94,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f"{row['sorted, batched']:.0f} | {row['sorted, grouped']:.0f} | {1 + row['sorted, ragged'] / swa:.2f} | "
                   f"{1 + row['sorted, batched'] / swa:.2f} | {1 + row['sorted, grouped'] / swa:.2f} |", flush=True)
     if args.matmuls:
-        today = in_place_width(args.window - 1, 0, default_block(args.window))
-        print(f"score matmul, fp32, {torch.get_num_threads()} threads: 64 queries x {today} keys (today) "
-              f"{tile_throughput(64, today):.0f} GFLOP/s; sub-tiles against 185 keys:",
+        print(f"score matmul, fp32, {torch.get_num_threads()} threads: 64 queries x {swa} keys (today) "
+              f"{tile_throughput(64, swa):.0f} GFLOP/s; sub-tiles against 185 keys:",
               ", ".join(f"{m} queries {tile_throughput(m, 185):.0f}" for m in (64, 32, 16, 8)), "GFLOP/s")
     return rows
 

@@ -295,8 +295,8 @@ def multi_band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band
     Hkv = k.shape[1]
     blk = block or default_block(max(b.before + b.after + 1 for b in bands))
     nb = -(-n // blk)
-    leads = [-(-b.before // blk) * blk for b in bands]  # every window starts on a block boundary
-    M = max(-(-(lead + blk + b.after) // blk) for lead, b in zip(leads, bands))  # window width in blocks
+    leads, widths = zip(*(band_window(b.before, b.after, blk) for b in bands))
+    M = max(widths) // blk  # window width in blocks
     nbm = nb + M - 1  # windows per (batch row, kv head, band): nb with queries, then M - 1 spare ones
     layouts = [_band_layout(n, blk, nb, b.before, b.after, None if b.perm is None else b.perm.view(-1, n),
                             b.lengths, q.device, lead=lead, rows=nbm * blk, width=M * blk)
@@ -305,6 +305,13 @@ def multi_band_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, band
     blocked, mask_rows, steps = _mask_plan(layouts, B, Hkv, nbm, qw.shape[1] * M * blk, q.device)
     out = _WindowAttention.apply(qw, kb, vb, blocked, mask_rows, blk, steps)
     return _token_order(out, bands, B, Hq, Hkv, n, nbm, blk)
+
+
+def band_window(before: int, after: int, blk: int) -> tuple[int, int]:
+    """(lead, width) of a query block's key window for a band: the window starts ``lead`` slots before
+    the block, on a block boundary, and is ``width`` slots wide, a whole number of blocks."""
+    lead = -(-before // blk) * blk
+    return lead, -(-(lead + blk + after) // blk) * blk
 
 
 def _window_rows(q, k, v, layouts, nbm: int, blk: int, scale: float):
