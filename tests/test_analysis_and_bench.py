@@ -154,6 +154,7 @@ def test_sa_band_work_counts_sas_own_mask(blk, tiles):
     pos = torch.randperm(n, generator=torch.Generator().manual_seed(seed))  # the draw count() makes
     allowed = masks.dense(masks.stochastic(invert_permutation(pos.view(1, n)), w), n)
     assert row["valid"] == pytest.approx(allowed.sum().item() / n)
-    assert row["valid"] <= row["sorted, ragged"] <= row["sorted, batched"] <= blk + 2 * masks.sa_half_width(w)
+    assert row["valid"] <= row["sorted, ragged"] <= row["sorted, grouped"] <= row["sorted, batched"] \
+        <= blk + 2 * masks.sa_half_width(w)
     if tiles == blk:  # one query per sub-tile reads every key of its block's range no later than itself
         assert row["sorted, ragged"] < 0.75 * (blk + 2 * masks.sa_half_width(w))
