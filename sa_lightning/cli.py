@@ -111,7 +111,6 @@ class SACLI(LightningCLI):
         version = (ckpt.get("sa_lightning") or {}).get("log_version")
         if subcommand == "fit" and version is not None:
             _continue_logger_version(cfg.trainer, version)
-        del ckpt
 
     def _apply_checkpoint_hparams(self, subcommand: str, ckpt: dict) -> None:
         """What ``LightningCLI._parse_ckpt_path`` does, from the checkpoint already mapped here: its model
@@ -175,21 +174,26 @@ def _run_roots(trainer) -> list[str]:
     """Where a run's checkpoints live: ``default_root_dir`` (Lightning's ``lightning_logs`` under the working
     directory without one) and any ModelCheckpoint ``dirpath`` the config fixes."""
     roots = [trainer.get("default_root_dir") or os.path.join(os.getcwd(), "lightning_logs")]
-    callbacks = trainer.get("callbacks") or []
-    for cb in callbacks if isinstance(callbacks, list) else [callbacks]:
-        args = cb.get("init_args") if hasattr(cb, "get") else None
-        if args is not None and "ModelCheckpoint" in str(cb.get("class_path")) and args.get("dirpath"):
+    for cb, args in _configured(trainer.get("callbacks")):
+        if "ModelCheckpoint" in str(cb.get("class_path")) and args.get("dirpath"):
             roots.append(str(args.get("dirpath")))
     return list(dict.fromkeys(map(str, roots)))
 
 
 def _continue_logger_version(trainer, version) -> None:
     """Log a resumed fit into the checkpoint's logger version: TensorBoard shows one run that goes on."""
-    loggers = trainer.get("logger")
-    for logger in loggers if isinstance(loggers, list) else [loggers]:
-        args = logger.get("init_args") if hasattr(logger, "get") else None
-        if args is not None and "version" in args and args.get("version") is None:
+    for _, args in _configured(trainer.get("logger")):
+        if "version" in args and args.get("version") is None:
             args["version"] = version
+
+
+def _configured(value):
+    """(entry, its init_args) for each class given as class_path/init_args in a trainer setting that holds
+    one such entry or a list of them (``callbacks``, ``logger``); other values (None, True) give none."""
+    for entry in value if isinstance(value, list) else [value]:
+        args = entry.get("init_args") if hasattr(entry, "get") else None
+        if args is not None:
+            yield entry, args
 
 
 def _check_accelerator(accelerator) -> None:
