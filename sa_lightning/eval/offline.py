@@ -21,6 +21,9 @@ from pathlib import Path
 TASKS_DIR = Path(__file__).parent / "tasks"
 DATA_DIR = TASKS_DIR / "data"
 TASK_NAMES = ("shakespeare_rolling", "shakespeare_lastword", "shakespeare_choice")
+#: The shipped pass-key retrieval tasks (``tasks/passkey.py``) and their context length in tokens, which a
+#: caller checks against a model's window before loading it (each YAML's ``metadata.context_length``).
+CONTEXT_LENGTHS = {"passkey_512": 512, "passkey_1k": 1024, "passkey_2k": 2048, "passkey_4k": 4096}
 SEED = 1606
 CONTEXT_CHARS = 600
 ITEMS = 400

@@ -17,6 +17,10 @@ padding mask (B, kv_len) instead of an n x n one.
   function ``SALM`` uses. A forward pre-hook on the base model reads ``input_ids`` and the padding mask
   once per forward; a rerun reproduces every sigma, and batching or padding never changes it.
   ``sa_mode="deterministic"`` fixes one sigma per (seed, layer, length) instead.
+- ``sink=k`` (beyond the paper; 0 by default) also shows every query the first k tokens of its row in the
+  swa, sa and sa_swa modes, as StreamingLLM's attention sinks; positions count the row's valid tokens.
+- ``BUDGET`` counts, at every prefill, the keys the masks let each valid query read (and the queries): the
+  equal-budget axis of the sweep. Decoding is dense over the cache in every mode and is not counted.
 """
 from __future__ import annotations
 
@@ -32,12 +36,15 @@ import torch.nn.functional as F
 
 from ..attention import AttentionSpec, get_variant
 from ..attention.permutation import SA_MODES, gather_tokens, invert_permutation, row_key, row_permutations
+from ..attention.sinks import keys_per_query
 
 NAME = "sa_lightning"
 #: patcher mode -> registry variant. ``sa_swa`` is training-free: one softmax over the union of both masks.
 MODES = {"full": "full", "swa": "swa", "sa": "sa", "sa_swa": "sa_swa_union", "moba": "moba"}
 #: how many attention calls took each path; tests read it to check that decoding stays dense
 CALLS: Counter = Counter()
+#: "keys" and "queries" summed over every prefill call (all layers, valid queries only); reset it, run, read it
+BUDGET: Counter = Counter()
 _SPECS: dict[int, tuple[object, "PatchSpec"]] = {}
 #: id(config) -> each row's sigma key for the forward pass under way (set by the base model's pre-hook)
 _ROW_KEYS: dict[int, list[tuple]] = {}
@@ -47,7 +54,8 @@ _ROW_KEYS: dict[int, list[tuple]] = {}
 class PatchSpec:
     """mode: full | swa | sa | sa_swa | moba. window: w for swa/sa/sa_swa. block_size, top_k: MoBA
     (effective window block_size * top_k). seed: SA permutations. backend: as the attention core.
-    sa_mode: ``stochastic`` (each input its own sigma, the default) or ``deterministic``."""
+    sa_mode: ``stochastic`` (each input its own sigma, the default) or ``deterministic``.
+    sink: the first ``sink`` tokens of each row stay visible to every query (swa, sa, sa_swa; 0: the paper)."""
 
     mode: str
     window: int | None = None
@@ -56,6 +64,7 @@ class PatchSpec:
     seed: int = 0
     backend: str = "auto"
     sa_mode: str = "stochastic"
+    sink: int = 0
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -71,6 +80,10 @@ class PatchSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+        if isinstance(self.sink, bool) or not isinstance(self.sink, int) or self.sink < 0:
+            raise ValueError(f"sink must be an integer >= 0 (0 keeps the paper's masks), got {self.sink!r}.")
+        if self.sink and self.mode not in ("swa", "sa", "sa_swa"):
+            raise ValueError(f"sink applies to the modes swa, sa and sa_swa, not {self.mode!r}.")
 
     @property
     def effective_window(self) -> int | None:
@@ -78,7 +91,7 @@ class PatchSpec:
 
     def attention_spec(self) -> AttentionSpec:
         return AttentionSpec(variant=MODES[self.mode], window=self.window or 1, block_size=self.block_size,
-                             top_k=self.top_k, backend=self.backend)
+                             top_k=self.top_k, backend=self.backend, sink=self.sink)
 
 
 # ---- the two registered functions --------------------------------------------------------------
@@ -105,6 +118,8 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     scale = d ** -0.5 if scaling is None else float(scaling)
     if q_len != kv_len or spec.mode == "full":
         CALLS["dense"] += 1
+        if q_len == kv_len:  # full-mode prefill: every valid query reads its causal prefix
+            _count(spec, kv_len, None, None if attention_mask is None else attention_mask.sum(-1), query.shape[0])
         out = _dense(query, key, value, attention_mask, scale, sliding_window)
     else:
         CALLS["prefill"] += 1
@@ -150,9 +165,18 @@ def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale, keys: list[tupl
         perm = row_permutations(rows, n, seed=spec.seed, layer=layer, mode=spec.sa_mode,
                                 keys=keys if spec.sa_mode == "stochastic" else None, device=q.device)
     (y,) = variant(q, k, v, spec.attention_spec(), perm, lengths)
+    _count(spec, n, perm, lengths, B)
     if order is not None:
         y = gather_tokens(y, invert_permutation(order)) * valid.view(B, 1, n, 1).to(y.dtype)
     return y
+
+
+def _count(spec: PatchSpec, n: int, perm, lengths, batch: int) -> None:
+    """Add this call's keys and valid queries to ``BUDGET``, from the masks the kernel just used."""
+    keys, queries = keys_per_query(MODES[spec.mode], n, window=spec.window or 1, perm=perm, lengths=lengths,
+                                   block_size=spec.block_size, top_k=spec.top_k, sink=spec.sink, batch=batch)
+    BUDGET["keys"] += keys
+    BUDGET["queries"] += queries
 
 
 # ---- each row's identity, read once per forward --------------------------------------------------
@@ -212,9 +236,10 @@ def _check_patchable(model) -> None:
 
 
 def patch(model, mode: str | PatchSpec = "sa", window: int | None = None, *, block_size: int = 64, top_k: int = 2,
-          seed: int = 0, backend: str = "auto", sa_mode: str = "stochastic"):
+          seed: int = 0, backend: str = "auto", sa_mode: str = "stochastic", sink: int = 0):
     """Make ``model``'s prefill use ``mode``; returns the model. Patching again replaces the spec."""
-    spec = mode if isinstance(mode, PatchSpec) else PatchSpec(mode, window, block_size, top_k, seed, backend, sa_mode)
+    spec = mode if isinstance(mode, PatchSpec) else PatchSpec(mode, window, block_size, top_k, seed, backend, sa_mode,
+                                                              sink)
     _check_patchable(model)
     limit = getattr(model.config, "max_position_embeddings", None)
     if spec.mode == "moba" and limit and spec.effective_window > limit:

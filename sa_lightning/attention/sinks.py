@@ -1,0 +1,174 @@
+"""Attention sinks (StreamingLLM, beyond the paper) and the keys-per-query budget of a mask.
+
+**Sinks.** With ``sink = k``, query i also reads the first k tokens of its row: key j is visible when the
+variant's own mask allows it, or when j < k and j <= i. The variant runs its own O(n*w) kernel and returns
+its log-sum-exp; the sink keys it did not already read are scored apart, (n x k), and merged into the same
+softmax by log-sum-exp, so no key counts twice and nothing n x n is built.
+
+**Budget.** :func:`keys_per_query` counts, from the same masks the kernels use, how many keys the queries
+of an input attend: the x-axis of the equal-budget comparison (SA∪SWA at w reads more keys than SWA at w).
+
+Rows follow the kernels' padding convention: row b's valid tokens come first, ``lengths[b]`` of them.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import masks
+from .banded import _softmax_dtype, banded_attention
+from .permutation import invert_permutation
+
+#: the variants that take sinks (training-free: the gated two-path sa_swa is not among them)
+SINK_VARIANTS = ("swa", "sa", "sa_swa_union")
+
+
+def variant_mask(variant: str, window: int, pos: torch.Tensor | None, lengths: torch.Tensor | None, B: int,
+                 n: int) -> masks.MaskMod:
+    """The mask function in original positions that ``variant``'s kernel computes (``pos`` a (1|B, n) perm)."""
+    if variant == "full":
+        return masks.causal
+    if variant == "swa":
+        return masks.sliding_window(window)
+    slot = invert_permutation(pos).expand(B, n)
+    sa = masks.stochastic(slot, window, lengths)
+    if variant == "sa":
+        return sa
+    if variant == "sa_swa_union":
+        return masks.union(sa, masks.sliding_window(window))
+    raise ValueError(f"no single mask for variant {variant!r}.")
+
+
+def with_sink(mask: masks.MaskMod, sink: int) -> masks.MaskMod:
+    """``mask`` plus the first ``sink`` keys of the row, causally."""
+    if sink <= 0:
+        return mask
+
+    def out(b, h, q_idx, kv_idx):
+        return mask(b, h, q_idx, kv_idx) | ((kv_idx < sink) & (kv_idx <= q_idx))
+
+    return out
+
+
+def _dense_with_lse(q, k, v, mask: torch.Tensor, scale: float):
+    """Masked attention and its log-sum-exp with an explicit (B|1, 1, n, n) mask (short rows only)."""
+    acc = _softmax_dtype(q.dtype)
+    kk, vv = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+    scores = (q.to(acc) @ kk.to(acc).transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
+    return (probs @ vv.to(acc)).to(q.dtype), lse
+
+
+def _main_with_lse(q, k, v, variant, window, pos, lengths, inv, scale):
+    """The variant's own output and log-sum-exp: the banded kernel, or the dense path for rows under 2w."""
+    B, _, n, _ = q.shape
+    if n < 2 * window:
+        mask = masks.dense(variant_mask(variant, window, pos, lengths, B, n), n, batch=B, device=q.device)
+        return _dense_with_lse(q, k, v, mask, scale)
+    half = masks.sa_half_width(window)
+    if variant == "swa":
+        return banded_attention(q, k, v, before=window - 1, after=0, scale=scale, return_lse=True)
+    if variant == "sa":
+        return banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale,
+                                return_lse=True, inv=inv)
+    from .functional import sa_swa_union_attention
+
+    return sa_swa_union_attention(q, k, v, window, pos, scale=scale, lengths=lengths, inv=inv, return_lse=True)
+
+
+def sink_attention(q, k, v, variant: str, window: int, sink: int, perm=None, *, lengths=None, inv=None,
+                   scale: float | None = None) -> torch.Tensor:
+    """``variant`` (swa | sa | sa_swa_union) at ``window`` with the first ``sink`` keys of each row added.
+    ``perm``, ``lengths`` and ``inv`` as for ``stochastic_attention`` (SA's variants need ``perm``)."""
+    if variant not in SINK_VARIANTS:
+        raise ValueError(f"sinks apply to {', '.join(SINK_VARIANTS)}, not {variant!r}.")
+    if isinstance(sink, bool) or not isinstance(sink, int) or sink < 0:
+        raise ValueError(f"sink must be an integer >= 0, got {sink!r}.")
+    B, Hq, n, d = q.shape
+    scale = d ** -0.5 if scale is None else scale
+    pos = None if perm is None else (perm if perm.dim() == 2 else perm.unsqueeze(0))
+    y, lse = _main_with_lse(q, k, v, variant, window, pos, lengths, inv, scale)
+    s = min(sink, n)
+    if s == 0:
+        return y
+    # the sink keys each query does not already read: (B|1, 1, n, s)
+    b = torch.arange(B if pos is not None and (pos.shape[0] > 1 or lengths is not None) else 1,
+                     device=q.device).view(-1, 1, 1, 1)
+    qi = torch.arange(n, device=q.device).view(1, 1, n, 1)
+    kj = torch.arange(s, device=q.device).view(1, 1, 1, s)
+    extra = (kj <= qi) & ~variant_mask(variant, window, pos, lengths, max(B, 1), n)(b, 0, qi, kj)
+    acc = _softmax_dtype(q.dtype)
+    groups = Hq // k.shape[1]
+    ks, vs = (t[:, :, :s].repeat_interleave(groups, dim=1).to(acc) for t in (k, v))
+    scores = ((q.to(acc) @ ks.transpose(-1, -2)) * scale).masked_fill(~extra, float("-inf"))
+    lse_s = torch.logsumexp(scores, dim=-1)
+    y_s = torch.exp(scores - torch.where(torch.isinf(lse_s), 0.0, lse_s).unsqueeze(-1)) @ vs
+    top = torch.maximum(lse.to(acc), lse_s)
+    a, a_s = torch.exp(lse.to(acc) - top).unsqueeze(-1), torch.exp(lse_s - top).unsqueeze(-1)
+    return ((a * y.to(acc) + a_s * y_s) / (a + a_s)).to(q.dtype)
+
+
+# ---- the budget: keys each query attends ---------------------------------------------------------
+def _sa_band_counts(pos: torch.Tensor, length: int, window: int, swa_too: bool) -> torch.Tensor:
+    """Per token of one row (valid tokens in slots 0..length-1, ``pos`` its gather index): how many keys
+    SA's mask (or SA's ∪ SWA's) lets it read. O(length * w)."""
+    half = masks.sa_half_width(window)
+    tok = torch.arange(length, device=pos.device)
+    if 2 * half + 1 >= length:  # the band holds every slot: SA is causal full attention
+        return tok + 1
+    p = pos[:length]
+    offsets = torch.arange(-half, half + 1, device=pos.device)
+    keys = p[(torch.arange(length, device=pos.device).view(-1, 1) + offsets) % length]  # (L, 2h+1) tokens
+    query = p.view(-1, 1)
+    seen = keys <= query
+    if swa_too:  # band keys outside the SWA window, plus the window itself
+        seen = seen & (query - keys >= window)
+        counts_by_slot = seen.sum(-1) + torch.clamp(query.view(-1) + 1, max=window)
+    else:
+        counts_by_slot = seen.sum(-1)
+    out = torch.empty_like(counts_by_slot)
+    out[p] = counts_by_slot  # slot order -> token order
+    return out
+
+
+def keys_per_query(variant: str, n: int, *, window: int = 1, perm: torch.Tensor | None = None,
+                   lengths: torch.Tensor | None = None, block_size: int = 64, top_k: int = 2,
+                   sink: int = 0, batch: int = 1) -> tuple[int, int]:
+    """(keys attended, queries) summed over the valid queries of a (batch, n) input, counted from the
+    variant's mask: causal ``full``, ``swa``, ``sa`` and ``sa_swa_union`` (from ``perm``), and ``moba``
+    (own block plus top_k - 1 past blocks, whichever the gate picks: the count does not depend on it).
+    ``sink`` adds the first ``sink`` keys that the mask does not already hold."""
+    rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]
+    pos = None if perm is None else (perm if perm.dim() == 2 else perm.unsqueeze(0))
+    keys = queries = 0
+    for b, length in enumerate(rows):
+        tok = torch.arange(length)
+        if variant == "full":
+            counts = tok + 1
+        elif variant == "swa":
+            counts = torch.clamp(tok + 1, max=window)
+        elif variant in ("sa", "sa_swa_union"):
+            counts = _sa_band_counts(pos[b if pos.shape[0] > 1 else 0].cpu(), length, window,
+                                     variant == "sa_swa_union")
+        elif variant == "moba":
+            counts = tok % block_size + 1 + block_size * torch.clamp(tok // block_size, max=top_k - 1)
+        else:
+            raise ValueError(f"no key count for variant {variant!r}.")
+        keys += int(counts.sum())
+        queries += length
+        if sink > 0 and variant in SINK_VARIANTS:
+            keys += _extra_sink_keys(variant, window, sink, pos, b, length)
+    return keys, queries
+
+
+def _extra_sink_keys(variant, window, sink, pos, b, length) -> int:
+    """Sink keys (j < sink, j <= i) that the variant's own mask does not already hold, over one row."""
+    s = min(sink, length)
+    row = None if pos is None else pos[b if pos.shape[0] > 1 else 0].cpu().view(1, -1)
+    lengths = None if row is None else torch.tensor([length])
+    mask = variant_mask(variant, window, row, lengths, 1, row.shape[-1] if row is not None else length)
+    qi = torch.arange(length).view(1, 1, -1, 1)
+    kj = torch.arange(s).view(1, 1, 1, -1)
+    zero = torch.zeros(1, 1, 1, 1, dtype=torch.long)
+    return int(((kj <= qi) & ~mask(zero, 0, qi, kj)).sum())

@@ -1,0 +1,111 @@
+"""Long-text perplexity by token position: does a patched model still use what lies far back?
+
+Each document is exactly ``length`` tokens of one held-out play of the embedded corpus (its scenes in order,
+cut without overlap), run in **one** forward pass, so every token sees the attention pattern of the whole
+document: SA's permutation is drawn over all ``length`` tokens, as in a real long prompt. (Scoring each
+bucket as a shorter prefix would draw SA over fewer tokens, and so a denser mask, than the document has.)
+The loss of each predicted token is then put in a bucket by its distance from the start: 1-63, 64-127,
+128-255, ... so the columns say how perplexity falls, or stops falling, as more context lies behind a token.
+
+This is not an lm-eval task: lm-eval returns one log-likelihood per request, never per position. Names are
+``position_ppl_<length>`` (``position_ppl_2k``, ``position_ppl_4k``, ``position_ppl_1024``).
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import math
+import re
+
+import torch
+
+PATTERN = re.compile(r"^position_ppl_(\d+)(k?)$")
+
+
+def is_position_task(name: str) -> bool:
+    return bool(PATTERN.match(str(name)))
+
+
+def context_length(name: str) -> int:
+    """``position_ppl_2k`` -> 2048, ``position_ppl_1500`` -> 1500."""
+    number, kilo = PATTERN.match(name).groups()
+    return int(number) * (1024 if kilo else 1)
+
+
+def buckets(length: int, first: int = 64) -> list[tuple[int, int]]:
+    """Distance-from-start buckets [lo, hi) of the predicted tokens: [1, first), then doubling up to ``length``."""
+    edges = [1, first]
+    while edges[-1] * 2 < length:
+        edges.append(edges[-1] * 2)
+    edges.append(length)
+    return [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]
+
+
+def bucket_name(lo: int, hi: int) -> str:
+    return f"ppl@{lo}-{hi - 1}"
+
+
+@functools.lru_cache(maxsize=4)
+def _plays() -> tuple[str, ...]:
+    """The held-out plays, each its scenes joined in order (a long real document apiece)."""
+    from ..data.corpus import EMBEDDED_DIR
+
+    texts: dict[str, list[str]] = {}
+    with gzip.open(EMBEDDED_DIR / "shakespeare_validation.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            texts.setdefault(row["play"], []).append(row["text"])
+    return tuple("\n\n".join(scenes) for _, scenes in sorted(texts.items()))
+
+
+_TOKENIZED: dict[int, tuple[object, list[list[int]]]] = {}
+
+
+def _play_tokens(tokenizer) -> list[list[int]]:
+    """The plays' tokens, once per tokenizer object (a sweep scores the same documents in every cell)."""
+    held = _TOKENIZED.get(id(tokenizer))
+    if held is None or held[0] is not tokenizer:
+        held = (tokenizer, [tokenizer(text, add_special_tokens=False)["input_ids"] for text in _plays()])
+        _TOKENIZED[id(tokenizer)] = held
+    return held[1]
+
+
+def documents(tokenizer, length: int, limit: int | None = None) -> list[list[int]]:
+    """Token lists of exactly ``length`` tokens (a BOS first when the tokenizer has one), cut without overlap
+    from each play in turn, so that any prefix of the list spreads over the plays."""
+    bos = [tokenizer.bos_token_id] if getattr(tokenizer, "bos_token_id", None) is not None else []
+    per_play = []
+    for ids in _play_tokens(tokenizer):
+        body = length - len(bos)
+        per_play.append([bos + ids[i:i + body] for i in range(0, len(ids) - body + 1, body)])
+    docs = [doc for group in zip(*per_play) for doc in group]  # play A, B, C, A, B, C, ...
+    if not docs:
+        raise ValueError(f"the held-out plays hold no document of {length} tokens for this tokenizer.")
+    return docs[:limit] if limit else docs
+
+
+def position_perplexity(model, tokenizer, length: int, *, limit: int | None = None,
+                        progress: bool = False) -> dict[str, float]:
+    """``{"ppl": all predicted tokens, "ppl@lo-hi": per bucket, "docs": count}`` over ``documents(...)``,
+    one forward per document (batch 1: no padding, the whole document in one pass)."""
+    docs = documents(tokenizer, length, limit)
+    device = next(model.parameters()).device
+    bins = buckets(length)
+    sums = torch.zeros(len(bins), dtype=torch.float64)
+    counts = torch.zeros(len(bins), dtype=torch.float64)
+    for i, doc in enumerate(docs, 1):
+        ids = torch.tensor([doc], device=device)
+        with torch.no_grad():
+            logits = model(ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[0, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none").double().cpu()
+        for b, (lo, hi) in enumerate(bins):  # token t is predicted at distance t from the start
+            part = nll[lo - 1:hi - 1]
+            sums[b] += part.sum()
+            counts[b] += part.numel()
+        if progress:
+            print(f"  position_ppl_{length}: document {i}/{len(docs)}", flush=True)
+    out = {bucket_name(lo, hi): math.exp(float(s / c)) for (lo, hi), s, c in zip(bins, sums, counts)}
+    out["ppl"] = math.exp(float(sums.sum() / counts.sum()))
+    out["docs"] = float(len(docs))
+    return out
