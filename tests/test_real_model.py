@@ -252,3 +252,19 @@ def test_smollm2_answers_and_finds_a_pass_key_under_full_attention(smollm2):
     with patched(model, "full"):
         out = model.generate(**ids, max_new_tokens=6, do_sample=False)
     assert "58213" in tok.decode(out[0, ids["input_ids"].shape[1]:])
+
+
+def test_the_lm_eval_model_takes_a_gguf_name_through_the_one_loading_path(llama, llama_folder, monkeypatch):
+    """``sa_lightning_hf`` with ``pretrained=smollm2`` (or a .gguf path): model and tokenizer come from
+    ``models.sources`` (HFLM would not pass ``gguf_file`` to the tokenizer), then HFLM takes them as objects."""
+    from sa_lightning.inference.lm import PatchedHFLM
+
+    tok = sources.load_tokenizer(sources.ModelSource(str(llama_folder)))
+    seen = []
+    monkeypatch.setattr(sources, "resolve", lambda name: sources.ModelSource("/models", "m.gguf"))
+    monkeypatch.setattr(sources, "load_causal_lm", lambda source, *a, **k: seen.append(source) or llama)
+    monkeypatch.setattr(sources, "load_tokenizer", lambda source, *a, **k: tok)
+    lm = PatchedHFLM("smollm2", mode="sa", window=8, batch_size=2)
+    assert seen == [sources.ModelSource("/models", "m.gguf")] and lm.model is llama and lm.tokenizer is tok
+    assert patcher.spec_of(llama.config).mode == "sa"
+    unpatch(llama)

@@ -6,7 +6,9 @@ there; SA does read them (its permuted window wraps around the whole padded row)
 would then change with the batch size. ``PatchedHFLM`` records each row's real length as HFLM
 batches it and passes the matching ``attention_mask``, so the patcher permutes only real tokens.
 
-Registered as ``sa_lightning_hf``: ``model_args="pretrained=Qwen/Qwen3-8B,mode=sa,window=256"``.
+Registered as ``sa_lightning_hf``: ``model_args="pretrained=Qwen/Qwen3-8B,mode=sa,window=256"``; ``pretrained``
+may also be a ``.gguf`` file or ``smollm2`` once fetched (``models.sources``), which load through the
+project's one ``from_pretrained`` path (HFLM itself would not hand ``gguf_file`` to the tokenizer).
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ class PatchedHFLM(HFLM):
         spec = PatchSpec(mode, None if window in (None, "None") else int(window), int(block_size), int(top_k),
                          int(seed))
         kwargs.setdefault("trust_remote_code", False)
+        if isinstance(pretrained, str):
+            pretrained, kwargs = _gguf_loaded(pretrained, kwargs)
         super().__init__(pretrained=pretrained, **kwargs)
         self.spec = spec
         self._row_lengths: list[int] | None = None
@@ -58,3 +62,15 @@ class PatchedHFLM(HFLM):
         with torch.no_grad(), torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
                                              enabled=self.mixed_precision_dtype is not None):
             return self.model(inps, attention_mask=mask).logits
+
+
+def _gguf_loaded(pretrained: str, kwargs: dict):
+    """A GGUF source loaded here (model and tokenizer), for HFLM to take as objects; any other name unchanged."""
+    from ..models.sources import load_causal_lm, load_tokenizer, resolve
+
+    source = resolve(pretrained)
+    if not source.gguf_file:
+        return pretrained, kwargs
+    model = load_causal_lm(source, kwargs.pop("dtype", "float32"), trust_remote_code=kwargs["trust_remote_code"])
+    kwargs.setdefault("tokenizer", load_tokenizer(source))
+    return model, kwargs

@@ -47,7 +47,8 @@ class SweepConfig:
         windows: w for swa, sa and sa_swa. moba_block_sizes, moba_top_k: MoBA rows at w_eff = c * k.
         sinks: attention sinks for swa, sa and sa_swa rows (0: the paper's masks; k: the first k tokens of a row
             stay visible to every query, StreamingLLM's sinks).
-        seeds: SA permutation seeds (SA rows average over them). limit: documents per task; task_limits
+        seeds: SA permutation seeds; the rows of ``seed_modes`` (default sa and sa_swa) average over them, the
+            other modes run the first seed only (their masks draw nothing). limit: documents per task; task_limits
             overrides it per task. presets: named sets of overrides, picked by ``--preset NAME``.
         sa_mode: ``stochastic`` (the paper's §3.3: every input draws its own sigma from the seed, the layer
             and its tokens) or ``deterministic`` (one sigma per seed, layer and length).
@@ -69,6 +70,7 @@ class SweepConfig:
     moba_top_k: int = 2
     sinks: list[int] = field(default_factory=lambda: [0])
     seeds: list[int] = field(default_factory=lambda: [0])
+    seed_modes: list[str] = field(default_factory=lambda: ["sa", "sa_swa"])
     sa_mode: str = "stochastic"
     limit: float | None = None
     task_limits: dict[str, float] | None = None
@@ -126,7 +128,7 @@ def cells(cfg: SweepConfig) -> list[Cell]:
             settings = [(c * cfg.moba_top_k, PatchSpec("moba", None, c, cfg.moba_top_k)) for c in cfg.moba_block_sizes]
         else:
             settings = [(w, PatchSpec(mode, w, sink=k)) for w in cfg.windows for k in cfg.sinks]
-        seeds = cfg.seeds if mode in ("sa", "sa_swa") else cfg.seeds[:1]
+        seeds = cfg.seeds if mode in cfg.seed_modes else cfg.seeds[:1]
         for w_eff, spec in settings:
             for seed in seeds:
                 for task in cfg.tasks:
