@@ -136,18 +136,36 @@ def test_sinks_count_the_rows_own_tokens_under_left_and_right_padding(llama, mod
 
 @torch.no_grad()
 def test_the_patchers_budget_counts_every_layers_mask(llama):
-    from sa_lightning.attention.sinks import keys_per_query
+    """Closed forms for full, SWA and MoBA; SA and SA+SWA on a padded batch against the oracle's masks for the
+    very permutations the patcher drew (deterministic mode, so the test can draw them again)."""
+    from sa_lightning.attention.oracle import sa_mask, sa_swa_union_mask
+    from sa_lightning.attention.permutation import row_permutations
 
     ids = torch.randint(0, 500, (1, 100), generator=torch.Generator().manual_seed(0))
     layers = llama.config.num_hidden_layers
-    for spec, expect in ((patcher.PatchSpec("full"), 100 * 101 // 2),
-                         (patcher.PatchSpec("swa", 16), keys_per_query("swa", 100, window=16)[0]),
-                         (patcher.PatchSpec("swa", 16, sink=4), keys_per_query("swa", 100, window=16, sink=4)[0]),
-                         (patcher.PatchSpec("moba", None, 8, 2), keys_per_query("moba", 100, block_size=8)[0])):
+    swa16 = 16 * 17 // 2 + 84 * 16  # queries 0..15 read i + 1 keys, the other 84 read 16
+    moba = sum(i % 8 + 1 + 8 * min(i // 8, 1) for i in range(100))
+    for spec, expect in ((patcher.PatchSpec("full"), 100 * 101 // 2), (patcher.PatchSpec("swa", 16), swa16),
+                         (patcher.PatchSpec("swa", 16, sink=4), swa16 + sum(min(4, max(0, i - 15)) for i in range(100))),
+                         (patcher.PatchSpec("moba", None, 8, 2), moba)):
         patch(llama, spec)
-        patcher.BUDGET.clear()
-        llama(ids)
-        assert patcher.BUDGET == {"keys": layers * expect, "queries": layers * 100}, spec
+        llama(ids)  # outside counting_keys(): nothing is counted
+        with patcher.counting_keys() as counted:
+            llama(ids)
+        assert counted == {"keys": layers * expect, "queries": layers * 100}, spec
+    lengths = torch.tensor([100, 61])
+    ids = torch.randint(0, 500, (2, 100), generator=torch.Generator().manual_seed(1))
+    mask = (torch.arange(100).view(1, -1) < lengths.view(-1, 1)).long()
+    for mode, oracle in (("sa", sa_mask), ("sa_swa", sa_swa_union_mask)):
+        patch(llama, mode, 16, sa_mode="deterministic", seed=3)
+        with patcher.counting_keys() as counted:
+            llama(ids, attention_mask=mask)
+        expect = 0
+        for layer in range(layers):
+            perm = row_permutations(lengths.tolist(), 100, seed=3, layer=layer, mode="deterministic")
+            m = oracle(perm, 16, 2, lengths)[:, 0]  # (B, n, n)
+            expect += int((m & mask.bool().view(2, 1, 100) & mask.bool().view(2, 100, 1)).sum())
+        assert counted == {"keys": expect, "queries": layers * 161}, mode
     unpatch(llama)
 
 

@@ -2,11 +2,13 @@
 import pytest
 import torch
 
-from sa_lightning.attention import AttentionSpec, get_variant, masks, sample_permutation
-from sa_lightning.attention.oracle import moba_mask, reference_attention
-from sa_lightning.attention.sinks import keys_per_query, variant_mask, with_sink
+from sa_lightning.attention import AttentionSpec, get_variant, sample_permutation
+from sa_lightning.attention.oracle import (full_mask, moba_mask, reference_attention, sa_mask, sa_swa_union_mask,
+                                           swa_mask)
+from sa_lightning.attention.sinks import keys_per_query
 
-CASES = [(48, 8, 4), (48, 32, 4), (130, 16, 3), (37, 5, 0), (64, 8, 80)]  # (n, w, sink): banded, dense, w>n/2, no sink, sink>n
+# (n, w, sink): the banded kernel, the dense path (n < 2w), an odd window, sink 1, a sink longer than the rows
+CASES = [(48, 8, 4), (48, 32, 4), (130, 16, 3), (37, 5, 1), (64, 8, 80)]
 
 
 def _qkv(B, n, seed=0):
@@ -17,8 +19,13 @@ def _qkv(B, n, seed=0):
 
 
 def _oracle_mask(variant, w, sink, perm, lengths, B, n):
-    """The oracle's mask: the variant's own, plus sinks, minus padded keys: (B, 1, n, n)."""
-    mask = masks.dense(with_sink(variant_mask(variant, w, perm, lengths, B, n), sink), n, batch=B)
+    """The oracle's own mask of the variant, plus the sinks as DESIGN.md defines them (j < sink and j <= i),
+    minus padded keys: (B, 1, n, n)."""
+    own = {"full": lambda: full_mask(n), "swa": lambda: swa_mask(n, w),
+           "sa": lambda: sa_mask(perm, w, B, lengths), "sa_swa_union": lambda: sa_swa_union_mask(perm, w, B, lengths)}
+    mask = own[variant]().view(-1, 1, n, n).expand(B, 1, n, n)
+    i, j = torch.arange(n).view(-1, 1), torch.arange(n).view(1, -1)
+    mask = mask | ((j < sink) & (j <= i)).view(1, 1, n, n)
     valid = torch.arange(n).view(1, -1) < lengths.view(-1, 1)
     return mask & valid.view(B, 1, 1, n), valid
 

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from . import masks
 from ._checks import check_lengths, check_perm, check_positive, check_qkv, default_scale
-from .banded import Band, _fused_forward_applies, banded_attention, dense_masked_attention, multi_band_attention
+from .banded import (Band, _fused_forward_applies, banded_attention, dense_masked_attention, merge_partials,
+                     multi_band_attention)
 from .moba import moba_kernel
 from .permutation import gather_tokens, invert_permutation, sample_permutation
 
@@ -139,20 +140,14 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
     if n < 2 * window:
         slot = invert_permutation(pos).expand(B, n)
         mask = masks.union(masks.stochastic(slot, window, lengths), masks.sliding_window(window))
-        if return_lse:
-            from .sinks import _dense_with_lse
-
-            return _dense_with_lse(q, k, v, masks.dense(mask, n, batch=B, device=q.device), scale)
-        return dense_masked_attention(q, k, v, masks.dense(mask, n, batch=B, device=q.device), scale=scale)
+        return dense_masked_attention(q, k, v, masks.dense(mask, n, batch=B, device=q.device), scale=scale,
+                                      return_lse=return_lse)
     half = masks.sa_half_width(window)
     y_swa, lse_swa = banded_attention(q, k, v, before=window - 1, after=0, scale=scale, return_lse=True)
     y_sa, lse_sa = banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale,
                                     skip_recent=window, return_lse=True, inv=inv)
-    top = torch.maximum(lse_swa, lse_sa)
-    a_swa, a_sa = torch.exp(lse_swa - top).unsqueeze(-1), torch.exp(lse_sa - top).unsqueeze(-1)
-    acc = torch.promote_types(q.dtype, torch.float32)  # merge half inputs in fp32, float64 in float64
-    y = ((a_swa * y_swa.to(acc) + a_sa * y_sa.to(acc)) / (a_swa + a_sa)).to(q.dtype)
-    return (y, top + torch.log((a_swa + a_sa).squeeze(-1))) if return_lse else y
+    y, lse = merge_partials(y_swa, lse_swa, y_sa, lse_sa)  # half inputs merge in fp32, float64 in float64
+    return (y, lse) if return_lse else y
 
 
 def moba_attention(q, k, v, block_size, top_k, *, scale=None):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import masks
-from .banded import _softmax_dtype, banded_attention
+from .banded import banded_attention, dense_masked_attention, merge_partials
 from .permutation import invert_permutation
 
 #: the variants that take sinks (training-free: the gated two-path sa_swa is not among them)
@@ -49,23 +49,12 @@ def with_sink(mask: masks.MaskMod, sink: int) -> masks.MaskMod:
     return out
 
 
-def _dense_with_lse(q, k, v, mask: torch.Tensor, scale: float):
-    """Masked attention and its log-sum-exp with an explicit (B|1, 1, n, n) mask (short rows only)."""
-    acc = _softmax_dtype(q.dtype)
-    kk, vv = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-    scores = (q.to(acc) @ kk.to(acc).transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~mask, float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
-    return (probs @ vv.to(acc)).to(q.dtype), lse
-
-
 def _main_with_lse(q, k, v, variant, window, pos, lengths, inv, scale):
     """The variant's own output and log-sum-exp: the banded kernel, or the dense path for rows under 2w."""
     B, _, n, _ = q.shape
     if n < 2 * window:
         mask = masks.dense(variant_mask(variant, window, pos, lengths, B, n), n, batch=B, device=q.device)
-        return _dense_with_lse(q, k, v, mask, scale)
+        return dense_masked_attention(q, k, v, mask, scale=scale, return_lse=True)
     half = masks.sa_half_width(window)
     if variant == "swa":
         return banded_attention(q, k, v, before=window - 1, after=0, scale=scale, return_lse=True)
@@ -98,38 +87,30 @@ def sink_attention(q, k, v, variant: str, window: int, sink: int, perm=None, *, 
     qi = torch.arange(n, device=q.device).view(1, 1, n, 1)
     kj = torch.arange(s, device=q.device).view(1, 1, 1, s)
     extra = (kj <= qi) & ~variant_mask(variant, window, pos, lengths, max(B, 1), n)(b, 0, qi, kj)
-    acc = _softmax_dtype(q.dtype)
-    groups = Hq // k.shape[1]
-    ks, vs = (t[:, :, :s].repeat_interleave(groups, dim=1).to(acc) for t in (k, v))
-    scores = ((q.to(acc) @ ks.transpose(-1, -2)) * scale).masked_fill(~extra, float("-inf"))
-    lse_s = torch.logsumexp(scores, dim=-1)
-    y_s = torch.exp(scores - torch.where(torch.isinf(lse_s), 0.0, lse_s).unsqueeze(-1)) @ vs
-    top = torch.maximum(lse.to(acc), lse_s)
-    a, a_s = torch.exp(lse.to(acc) - top).unsqueeze(-1), torch.exp(lse_s - top).unsqueeze(-1)
-    return ((a * y.to(acc) + a_s * y_s) / (a + a_s)).to(q.dtype)
+    y_s, lse_s = dense_masked_attention(q, k[:, :, :s], v[:, :, :s], extra, scale=scale, return_lse=True)
+    return merge_partials(y, lse, y_s, lse_s)[0]
 
 
 # ---- the budget: keys each query attends ---------------------------------------------------------
-def _sa_band_counts(pos: torch.Tensor, length: int, window: int, swa_too: bool) -> torch.Tensor:
-    """Per token of one row (valid tokens in slots 0..length-1, ``pos`` its gather index): how many keys
-    SA's mask (or SA's ∪ SWA's) lets it read. O(length * w)."""
+def _causal_keys(length: int, window: int | None = None) -> int:
+    """Sum over queries i < length of min(i + 1, window): causal full attention, or SWA at ``window``."""
+    if window is None or length <= window:
+        return length * (length + 1) // 2
+    return window * (window + 1) // 2 + (length - window) * window
+
+
+def _union_keys(pos: torch.Tensor, length: int, window: int) -> int:
+    """Keys of SA ∪ SWA over one row (valid tokens in slots 0..length-1, ``pos`` its gather index): SWA's
+    window, plus the SA band's causal keys that lie outside it. O(length * w), on ``pos``'s device."""
     half = masks.sa_half_width(window)
-    tok = torch.arange(length, device=pos.device)
-    if 2 * half + 1 >= length:  # the band holds every slot: SA is causal full attention
-        return tok + 1
+    if 2 * half + 1 >= length:  # the band holds every slot: causal full attention
+        return _causal_keys(length)
     p = pos[:length]
-    offsets = torch.arange(-half, half + 1, device=pos.device)
-    keys = p[(torch.arange(length, device=pos.device).view(-1, 1) + offsets) % length]  # (L, 2h+1) tokens
+    offsets = torch.arange(-half, half + 1, device=p.device)
+    keys = p[(torch.arange(length, device=p.device).view(-1, 1) + offsets) % length]  # (L, 2h+1) tokens
     query = p.view(-1, 1)
-    seen = keys <= query
-    if swa_too:  # band keys outside the SWA window, plus the window itself
-        seen = seen & (query - keys >= window)
-        counts_by_slot = seen.sum(-1) + torch.clamp(query.view(-1) + 1, max=window)
-    else:
-        counts_by_slot = seen.sum(-1)
-    out = torch.empty_like(counts_by_slot)
-    out[p] = counts_by_slot  # slot order -> token order
-    return out
+    beyond = (keys <= query) & (query - keys >= window)
+    return _causal_keys(length, window) + int(beyond.sum())
 
 
 def keys_per_query(variant: str, n: int, *, window: int = 1, perm: torch.Tensor | None = None,
@@ -138,37 +119,42 @@ def keys_per_query(variant: str, n: int, *, window: int = 1, perm: torch.Tensor 
     """(keys attended, queries) summed over the valid queries of a (batch, n) input, counted from the
     variant's mask: causal ``full``, ``swa``, ``sa`` and ``sa_swa_union`` (from ``perm``), and ``moba``
     (own block plus top_k - 1 past blocks, whichever the gate picks: the count does not depend on it).
-    ``sink`` adds the first ``sink`` keys that the mask does not already hold."""
+    ``sink`` adds the first ``sink`` keys that the mask does not already hold.
+
+    Closed forms where the mask allows one: SA's band holds each unordered pair of slots within w/2 once,
+    and exactly one of the two tokens is the earlier, so a row of L tokens reads L * (h + 1) keys whatever
+    the permutation (h = ceil(w/2) - 1). Only the union and the sinks depend on ``perm``."""
     rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]
     pos = None if perm is None else (perm if perm.dim() == 2 else perm.unsqueeze(0))
-    keys = queries = 0
+    half = masks.sa_half_width(window)
+    keys = 0
     for b, length in enumerate(rows):
-        tok = torch.arange(length)
         if variant == "full":
-            counts = tok + 1
+            keys += _causal_keys(length)
         elif variant == "swa":
-            counts = torch.clamp(tok + 1, max=window)
-        elif variant in ("sa", "sa_swa_union"):
-            counts = _sa_band_counts(pos[b if pos.shape[0] > 1 else 0].cpu(), length, window,
-                                     variant == "sa_swa_union")
+            keys += _causal_keys(length, window)
+        elif variant == "sa":
+            keys += _causal_keys(length) if 2 * half + 1 >= length else length * (half + 1)
+        elif variant == "sa_swa_union":
+            keys += _union_keys(pos[b if pos.shape[0] > 1 else 0], length, window)
         elif variant == "moba":
-            counts = tok % block_size + 1 + block_size * torch.clamp(tok // block_size, max=top_k - 1)
+            tok = torch.arange(length)
+            keys += int((tok % block_size + 1 + block_size * torch.clamp(tok // block_size, max=top_k - 1)).sum())
         else:
             raise ValueError(f"no key count for variant {variant!r}.")
-        keys += int(counts.sum())
-        queries += length
         if sink > 0 and variant in SINK_VARIANTS:
             keys += _extra_sink_keys(variant, window, sink, pos, b, length)
-    return keys, queries
+    return keys, sum(rows)
 
 
 def _extra_sink_keys(variant, window, sink, pos, b, length) -> int:
     """Sink keys (j < sink, j <= i) that the variant's own mask does not already hold, over one row."""
     s = min(sink, length)
-    row = None if pos is None else pos[b if pos.shape[0] > 1 else 0].cpu().view(1, -1)
-    lengths = None if row is None else torch.tensor([length])
+    row = None if pos is None else pos[b if pos.shape[0] > 1 else 0].view(1, -1)
+    device = None if row is None else row.device
+    lengths = None if row is None else torch.tensor([length], device=device)
     mask = variant_mask(variant, window, row, lengths, 1, row.shape[-1] if row is not None else length)
-    qi = torch.arange(length).view(1, 1, -1, 1)
-    kj = torch.arange(s).view(1, 1, 1, -1)
-    zero = torch.zeros(1, 1, 1, 1, dtype=torch.long)
+    qi = torch.arange(length, device=device).view(1, 1, -1, 1)
+    kj = torch.arange(s, device=device).view(1, 1, 1, -1)
+    zero = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
     return int(((kj <= qi) & ~mask(zero, 0, qi, kj)).sum())

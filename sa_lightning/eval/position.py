@@ -71,9 +71,10 @@ def _play_tokens(tokenizer) -> list[list[int]]:
     return held[1]
 
 
-def documents(tokenizer, length: int, limit: int | None = None) -> list[list[int]]:
+def documents(tokenizer, length: int, limit: float | None = None) -> list[list[int]]:
     """Token lists of exactly ``length`` tokens (a BOS first when the tokenizer has one), cut without overlap
-    from each play in turn, so that any prefix of the list spreads over the plays."""
+    from each play in turn, so that any prefix of the list spreads over the plays. ``limit`` is a count, or
+    below 1 a fraction of the documents (as lm-eval's ``--limit``)."""
     bos = [tokenizer.bos_token_id] if getattr(tokenizer, "bos_token_id", None) is not None else []
     per_play = []
     for ids in _play_tokens(tokenizer):
@@ -82,10 +83,12 @@ def documents(tokenizer, length: int, limit: int | None = None) -> list[list[int
     docs = [doc for group in zip(*per_play) for doc in group]  # play A, B, C, A, B, C, ...
     if not docs:
         raise ValueError(f"the held-out plays hold no document of {length} tokens for this tokenizer.")
-    return docs[:limit] if limit else docs
+    if limit is not None and 0 < limit < 1:
+        limit = max(1, int(len(docs) * limit))
+    return docs[:int(limit)] if limit else docs
 
 
-def position_perplexity(model, tokenizer, length: int, *, limit: int | None = None,
+def position_perplexity(model, tokenizer, length: int, *, limit: float | None = None,
                         progress: bool = False) -> dict[str, float]:
     """``{"ppl": all predicted tokens, "ppl@lo-hi": per bucket, "docs": count}`` over ``documents(...)``,
     one forward per document (batch 1: no padding, the whole document in one pass)."""

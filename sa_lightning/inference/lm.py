@@ -21,13 +21,14 @@ from .patcher import PatchSpec, patch
 
 @register_model("sa_lightning_hf")
 class PatchedHFLM(HFLM):
-    """Args: HFLM's (``pretrained`` a hub id, a local path or a loaded model; ``trust_remote_code``
-    stays False unless given), plus the patch: ``mode``, ``window``, ``block_size``, ``top_k``, ``seed``."""
+    """Args: HFLM's (``pretrained`` a hub id, a local path, a .gguf file, ``smollm2`` or a loaded model;
+    ``trust_remote_code`` stays False unless given), plus the patch: ``mode``, ``window``, ``block_size``,
+    ``top_k``, ``seed``, ``sink``."""
 
     def __init__(self, pretrained, mode: str = "full", window: int | None = None, block_size: int = 64,
-                 top_k: int = 2, seed: int = 0, **kwargs):
+                 top_k: int = 2, seed: int = 0, sink: int = 0, **kwargs):
         spec = PatchSpec(mode, None if window in (None, "None") else int(window), int(block_size), int(top_k),
-                         int(seed))
+                         int(seed), sink=int(sink))
         kwargs.setdefault("trust_remote_code", False)
         if isinstance(pretrained, str):
             pretrained, kwargs = _gguf_loaded(pretrained, kwargs)
@@ -71,6 +72,8 @@ def _gguf_loaded(pretrained: str, kwargs: dict):
     source = resolve(pretrained)
     if not source.gguf_file:
         return pretrained, kwargs
-    model = load_causal_lm(source, kwargs.pop("dtype", "float32"), trust_remote_code=kwargs["trust_remote_code"])
+    # HFLM ignores device and dtype for a model handed in as an object, so they are applied here
+    model = load_causal_lm(source, kwargs.pop("dtype", "auto"), device_map=kwargs.get("device"),
+                           trust_remote_code=kwargs["trust_remote_code"])
     kwargs.setdefault("tokenizer", load_tokenizer(source))
     return model, kwargs

@@ -19,8 +19,10 @@ padding mask (B, kv_len) instead of an n x n one.
   ``sa_mode="deterministic"`` fixes one sigma per (seed, layer, length) instead.
 - ``sink=k`` (beyond the paper; 0 by default) also shows every query the first k tokens of its row in the
   swa, sa and sa_swa modes, as StreamingLLM's attention sinks; positions count the row's valid tokens.
-- ``BUDGET`` counts, at every prefill, the keys the masks let each valid query read (and the queries): the
-  equal-budget axis of the sweep. Decoding is dense over the cache in every mode and is not counted.
+- Inside ``counting_keys()``, every prefill adds to ``BUDGET`` the keys its masks let each valid query read
+  (and the queries): the equal-budget axis of the sweep. Outside it nothing is counted, so a plain patched
+  model (a benchmark, the Qwen3 backbone in training) pays nothing. Decoding is dense in every mode and
+  is never counted.
 """
 from __future__ import annotations
 
@@ -43,8 +45,9 @@ NAME = "sa_lightning"
 MODES = {"full": "full", "swa": "swa", "sa": "sa", "sa_swa": "sa_swa_union", "moba": "moba"}
 #: how many attention calls took each path; tests read it to check that decoding stays dense
 CALLS: Counter = Counter()
-#: "keys" and "queries" summed over every prefill call (all layers, valid queries only); reset it, run, read it
+#: "keys" and "queries" summed over the prefill calls (all layers, valid queries) run inside ``counting_keys()``
 BUDGET: Counter = Counter()
+_COUNTING = [False]
 _SPECS: dict[int, tuple[object, "PatchSpec"]] = {}
 #: id(config) -> each row's sigma key for the forward pass under way (set by the base model's pre-hook)
 _ROW_KEYS: dict[int, list[tuple]] = {}
@@ -171,8 +174,22 @@ def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale, keys: list[tupl
     return y
 
 
+@contextlib.contextmanager
+def counting_keys():
+    """``with counting_keys() as budget: model(...)``: ``budget`` (``BUDGET``, cleared on entry) then holds the
+    keys and valid queries of every prefill call run inside, counted from the masks the kernels used."""
+    BUDGET.clear()
+    _COUNTING[0] = True
+    try:
+        yield BUDGET
+    finally:
+        _COUNTING[0] = False
+
+
 def _count(spec: PatchSpec, n: int, perm, lengths, batch: int) -> None:
     """Add this call's keys and valid queries to ``BUDGET``, from the masks the kernel just used."""
+    if not _COUNTING[0]:
+        return
     keys, queries = keys_per_query(MODES[spec.mode], n, window=spec.window or 1, perm=perm, lengths=lengths,
                                    block_size=spec.block_size, top_k=spec.top_k, sink=spec.sink, batch=batch)
     BUDGET["keys"] += keys

@@ -19,7 +19,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
@@ -213,27 +213,29 @@ def _done(path: Path, cell: Cell) -> bool:
     if not path.exists():
         return False
     try:
-        return json.loads(path.read_text()).get("spec") == asdict(cell.spec)
+        stored = json.loads(path.read_text()).get("spec")
     except ValueError:
         return False
+    # a field added to PatchSpec later (sink) reads as its default in cells written before it existed
+    defaults = {f.name: f.default for f in fields(PatchSpec)}
+    return isinstance(stored, dict) and {**defaults, **stored} == asdict(cell.spec)
 
 
 def run_cell(lm, cell: Cell, cfg: SweepConfig, metadata: dict) -> tuple[dict, float | None]:
     """Run one cell on the patched model; returns its metrics and the keys each query attended."""
     from ..eval.harness import run_tasks
     from ..eval.position import position_perplexity
-    from .patcher import BUDGET
+    from .patcher import counting_keys
 
     limit = (cfg.task_limits or {}).get(cell.task, cfg.limit)
-    BUDGET.clear()
-    if is_position_task(cell.task):
-        metrics = position_perplexity(lm.model, lm.tokenizer, context_length(cell.task),
-                                      limit=int(limit) if limit else None)
-    else:
-        results = run_tasks(lm, [cell.task], limit=limit, seed=1234, num_fewshot=cfg.num_fewshot,
-                            confirm_run_unsafe_code=cfg.confirm_run_unsafe_code, metadata=metadata)
-        metrics = results.get(cell.task, {})
-    budget = BUDGET["keys"] / BUDGET["queries"] if BUDGET["queries"] else None
+    with counting_keys() as counted:
+        if is_position_task(cell.task):
+            metrics = position_perplexity(lm.model, lm.tokenizer, context_length(cell.task), limit=limit)
+        else:
+            results = run_tasks(lm, [cell.task], limit=limit, seed=1234, num_fewshot=cfg.num_fewshot,
+                                confirm_run_unsafe_code=cfg.confirm_run_unsafe_code, metadata=metadata)
+            metrics = results.get(cell.task, {})
+    budget = counted["keys"] / counted["queries"] if counted["queries"] else None
     return metrics, budget
 
 
@@ -282,7 +284,7 @@ def run(cfg: SweepConfig) -> dict:
 def collect(cfg: SweepConfig, out: Path) -> list[dict]:
     """One row per (mode, w_eff, sink): each task's metric averaged over seeds (accuracies in %), ``avg`` the
     mean of the accuracy tasks (perplexities stay out of it), ``kpq`` the keys per query averaged over the
-    row's tasks, ``kpq:<task>`` each task's own, and ``pos:<task>`` the perplexity by position of a
+    same accuracy tasks (so ``avg`` and ``kpq`` describe one set of inputs), ``kpq:<task>`` each task's own, and ``pos:<task>`` the perplexity by position of a
     ``position_ppl_*`` task."""
     records = [json.loads((out / "cells" / f"{c.key}.json").read_text()) for c in cells(cfg)
                if (out / "cells" / f"{c.key}.json").exists()]
@@ -308,12 +310,16 @@ def collect(cfg: SweepConfig, out: Path) -> list[dict]:
         budgets = {t: statistics.fmean(v) for t, v in row["kpq"].items()}
         entry = {"mode": row["mode"], "w_eff": row["w_eff"], "sink": row["sink"], **scores,
                  "avg": statistics.fmean(done) if done and len(done) == len(accuracy) else None,
-                 "kpq": statistics.fmean(budgets.values()) if budgets else None}
+                 "kpq": _mean([budgets[t] for t in accuracy if t in budgets])}
         entry.update({f"kpq:{t}": b for t, b in budgets.items()})
         for task, by_bucket in row["pos"].items():
             entry[f"pos:{task}"] = {name: statistics.fmean(v) for name, v in by_bucket.items()}
         table.append(entry)
     return table
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
 
 
 def mode_label(mode: str, sink: int = 0) -> str:

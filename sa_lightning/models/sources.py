@@ -90,7 +90,8 @@ def gguf_architecture(path: Path) -> str:
     try:
         from gguf import GGUFReader
     except ImportError:
-        raise ImportError("loading a GGUF file needs the gguf package: pip install -e \".[gguf]\"") from None
+        raise ValueError(f"model {str(path)!r} is a GGUF file, which needs the gguf package: "
+                         "pip install -e \".[gguf]\" (or pip install gguf).") from None
     try:
         field = GGUFReader(str(path)).fields["general.architecture"]
     except (KeyError, ValueError, OSError) as err:
