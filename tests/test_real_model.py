@@ -232,6 +232,10 @@ def test_an_unknown_preset_names_the_ones_there_are(tmp_path):
     cfg = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "quick",
                        "--windows", "[64]"])
     assert cfg.windows == [64] and cfg.seeds == [0]  # a flag beats the preset; the preset beats the file
+    assert cfg.out == "outputs/sweep/smollm2_135m_quick"
+    cfg = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "quick",
+                       "--task_limits.passkey_512", "7"])  # a nested flag updates the preset's dict
+    assert cfg.task_limits == {"passkey_512": 7, "position_ppl_1k": 1, "shakespeare_choice": 4}
 
 
 # ---- the real file ------------------------------------------------------------------------------------

@@ -91,6 +91,8 @@ class SweepConfig:
             raise ValueError(f"sweep moba_top_k must be >= 1, got {self.moba_top_k}.")
         if not self.seeds:
             raise ValueError("sweep seeds must name at least one seed.")
+        for mode in self.seed_modes:
+            PatchSpec(mode, 1)  # a misspelt seed mode fails like a misspelt mode
         for sink in self.sinks:
             PatchSpec("swa", 1, sink=sink)  # a negative or non-integer sink fails here, in one sentence
         PatchSpec("full", sa_mode=self.sa_mode)  # an unknown sa_mode fails here
@@ -492,18 +494,23 @@ def load_config(argv: list[str] | None = None) -> SweepConfig:
     parser.add_argument("--preset", type=str | None, default=None,
                         help="apply the config's presets[NAME] (flags given on the command line still win)")
     parser.add_class_arguments(SweepConfig, nested_key=None, fail_untyped=False)
+    argv = list(sys.argv[2:] if argv is None else argv)
     args = vars(parser.parse_args(argv))
-    values = {k: v for k, v in args.items() if k in SweepConfig.__dataclass_fields__}
     if args.get("preset"):
-        presets = values.get("presets") or {}
+        presets = args.get("presets") or {}
         if args["preset"] not in presets:
             raise ValueError(f"unknown preset {args['preset']!r}; this config has "
                              f"{', '.join(presets) or 'no presets'}.")
-        given = {a.split("=", 1)[0][2:] for a in (argv if argv is not None else sys.argv[2:]) if a.startswith("--")}
         unknown = set(presets[args["preset"]]) - set(SweepConfig.__dataclass_fields__)
         if unknown:
             raise ValueError(f"preset {args['preset']!r} sets unknown field(s) {', '.join(sorted(unknown))}.")
-        values.update({k: v for k, v in presets[args["preset"]].items() if k not in given})
+        # the preset goes in as flags right after the config file: over the file, under the user's own flags
+        flags = [part for key, value in presets[args["preset"]].items()
+                 for part in (f"--{key}", value if isinstance(value, str) else json.dumps(value))]
+        cut = max((i + (1 if a.startswith("--config=") else 2) for i, a in enumerate(argv)
+                   if a == "--config" or a.startswith("--config=")), default=0)
+        args = vars(parser.parse_args(argv[:cut] + flags + argv[cut:]))
+    values = {k: v for k, v in args.items() if k in SweepConfig.__dataclass_fields__}
     return SweepConfig(**values)
 
 
