@@ -205,9 +205,9 @@ def test_sweep_writes_every_cell_resumes_and_draws(local_model, tmp_path, capsys
     assert {(r["mode"], r["w_eff"]) for r in result["rows"]} == {
         ("full", None), *((m, w) for m in ("swa", "sa", "sa_swa") for w in (8, 32)), ("moba", 8), ("moba", 32)}
     table = (tmp_path / "table.md").read_text()
-    assert table.splitlines()[0] == "| w_eff | Mode | LW | Avg. |" and "| all | Full |" in table
+    assert table.splitlines()[0] == "| w_eff | Mode | keys/q | LW | Avg. |" and "| all | Full |" in table
     assert (tmp_path / "average.png").stat().st_size > 5000 and (tmp_path / "tasks.png").exists()
-    assert "mode,w_eff,shakespeare_lastword,avg" in (tmp_path / "results.csv").read_text()
+    assert (tmp_path / "results.csv").read_text().startswith("mode,w_eff,sink,shakespeare_lastword,avg,kpq")
     (tmp_path / "cells" / "sa_w8_s1_shakespeare_lastword.json").unlink()
     capsys.readouterr()
     main(args)
