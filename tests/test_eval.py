@@ -14,7 +14,7 @@ from sa_lightning.eval.harness import OFFLINE, TABLE1, load_tasks, resolve_tasks
 from sa_lightning.eval.lm import SALM
 from sa_lightning.eval.table import markdown_table
 from sa_lightning.models import ModelConfig, Transformer
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -283,7 +283,7 @@ def test_bad_checkpoints_fail_in_one_sentence(content, message, tmp_path):
 
 
 def test_missing_checkpoint_in_the_cli_is_one_line(tmp_path):
-    proc = run_cli("evaluate", "--ckpt", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out"))
+    proc = run_cli_here("evaluate", "--ckpt", str(tmp_path / "nope.ckpt"), "--out", str(tmp_path / "out"))
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint '{tmp_path / 'nope.ckpt'}' does not exist")
 
@@ -296,7 +296,7 @@ def test_truncated_checkpoint_is_refused(checkpoint, tmp_path):
 
 
 def test_unknown_task_in_the_cli_fails_before_scoring(checkpoint, tmp_path):
-    proc = run_cli("evaluate", "--ckpt", str(checkpoint), "--tasks", "hellaswg", "--out", str(tmp_path))
+    proc = run_cli_here("evaluate", "--ckpt", str(checkpoint), "--tasks", "hellaswg", "--out", str(tmp_path))
     assert proc.returncode != 0
     assert "error: unknown task 'hellaswg'" in proc.stderr and "hellaswag" in proc.stderr.strip().splitlines()[-1]
 

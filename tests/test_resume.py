@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sa_lightning.cli import run
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/small.yaml")]
@@ -80,8 +80,8 @@ def test_init_weights_starts_a_new_run_from_a_checkpoints_weights(trained, tmp_p
 ])
 def test_init_weights_refuses_a_model_that_does_not_fit(flag, value, needle, trained, tmp_path):
     root, last = trained
-    proc = run_cli("fit", *BASE, *QUIET, "--model.init_weights", str(last), f"--model.{flag}", value,
-                   "--trainer.default_root_dir", str(tmp_path))
+    proc = run_cli_here("fit", *BASE, *QUIET, "--model.init_weights", str(last), f"--model.{flag}", value,
+                        "--trainer.default_root_dir", str(tmp_path))
     line = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and line.startswith("error: model.init_weights") and needle in line, proc.stderr[-2000:]
 
@@ -118,7 +118,8 @@ def test_the_installed_command_is_cli_py():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 @pytest.mark.parametrize("trainer", [[], ["--trainer", str(ROOT / "configs/trainer/ddp_4gpu.yaml")]])
 def test_a_gpu_accelerator_without_a_gpu_is_one_line(trainer, tmp_path):
-    proc = run_cli("fit", *BASE, *trainer, "--trainer.accelerator", "gpu", "--trainer.default_root_dir", str(tmp_path))
+    proc = run_cli_here("fit", *BASE, *trainer, "--trainer.accelerator", "gpu", "--trainer.default_root_dir",
+                        str(tmp_path))
     line = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert line.startswith("error: trainer.accelerator is 'gpu' but this machine has no CUDA GPU") and \

@@ -7,7 +7,7 @@ import torch
 
 from sa_lightning.attention import VARIANTS
 from sa_lightning.cli import run
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -91,7 +91,7 @@ def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data_and_evaluates_on_rank_
     (["--data.train", '{"kind": "hub", "path": "DKYoon/SlimPajama-6B"}'], "needs the network"),
 ])
 def test_bad_input_fails_in_one_line_before_training(args, message, tmp_path):
-    proc = run_cli("fit", *BASE, "--trainer.default_root_dir", str(tmp_path), *args)
+    proc = run_cli_here("fit", *BASE, "--trainer.default_root_dir", str(tmp_path), *args)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert message in last, proc.stderr[-2000:]

@@ -248,9 +248,8 @@ def run(cfg: SweepConfig) -> dict:
     from .patcher import patch
 
     source = resolve(cfg.model)  # a missing or unpatchable GGUF fails here, in one sentence
-    harness_tasks = [t for t in cfg.tasks if not is_position_task(t)]
-    cfg.tasks = [t if is_position_task(t) else r for t in cfg.tasks
-                 for r in (resolve_tasks([t]) if not is_position_task(t) else [t])]
+    # lm-eval names (task sets such as table1 expand); position_ppl_* is ours and stays as it is
+    cfg.tasks = [name for t in cfg.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
     todo = cells(cfg)
     out = Path(cfg.out)
     (out / "cells").mkdir(parents=True, exist_ok=True)
@@ -259,9 +258,10 @@ def run(cfg: SweepConfig) -> dict:
     print(f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run", flush=True)
     if pending:
         check_before_loading(cfg, source, cfg.tasks)
+        # the pass-key tasks size their prompts in the tokens of this tokenizer (lm-eval hands it to their loader)
         metadata = {"tokenizer": cfg.tokenizer or source.path, **({} if cfg.tokenizer else source.kwargs)}
         lm_tasks = sorted({c.task for c in pending if not is_position_task(c.task)})
-        if harness_tasks and lm_tasks:
+        if lm_tasks:
             load_tasks(lm_tasks, metadata=metadata)  # unreachable datasets fail before the model loads
         model, tokenizer = load_model(cfg, source)
         lm = PatchedHFLM(model, tokenizer=tokenizer, batch_size=cfg.batch_size, max_length=cfg.max_length,
