@@ -13,6 +13,12 @@ def check_positive(name: str, value: int) -> int:
     return value
 
 
+def check_nonnegative(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}.")
+    return value
+
+
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int]:
     """Check the (B, Hq, n, d) / (B, Hkv, n, d) contract; return (B, Hq, Hkv, n, d)."""
     for name, t in (("q", q), ("k", k), ("v", v)):

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from . import masks
-from ._checks import check_positive
+from ._checks import check_nonnegative, check_positive
 from .sinks import SINK_VARIANTS, sink_attention, with_sink
 from .functional import (full_attention, moba_attention, sa_swa_attention, sa_swa_union_attention,
                          sliding_window_attention, stochastic_attention)
@@ -36,8 +36,7 @@ class AttentionSpec:
         check_positive("window", self.window)
         check_positive("block_size", self.block_size)
         check_positive("top_k", self.top_k)
-        if isinstance(self.sink, bool) or not isinstance(self.sink, int) or self.sink < 0:
-            raise ValueError(f"sink must be an integer >= 0, got {self.sink!r}.")
+        check_nonnegative("sink", self.sink)
         if self.sink and self.variant not in SINK_VARIANTS:
             raise ValueError(f"sink applies to the variants {', '.join(SINK_VARIANTS)}, not {self.variant!r}.")
 

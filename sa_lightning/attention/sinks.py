@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import masks
+from ._checks import check_nonnegative
 from .banded import banded_attention, dense_masked_attention, merge_partials
 from .permutation import invert_permutation
 
@@ -72,8 +73,7 @@ def sink_attention(q, k, v, variant: str, window: int, sink: int, perm=None, *, 
     ``perm``, ``lengths`` and ``inv`` as for ``stochastic_attention`` (SA's variants need ``perm``)."""
     if variant not in SINK_VARIANTS:
         raise ValueError(f"sinks apply to {', '.join(SINK_VARIANTS)}, not {variant!r}.")
-    if isinstance(sink, bool) or not isinstance(sink, int) or sink < 0:
-        raise ValueError(f"sink must be an integer >= 0, got {sink!r}.")
+    check_nonnegative("sink", sink)
     B, Hq, n, d = q.shape
     scale = d ** -0.5 if scale is None else scale
     pos = None if perm is None else (perm if perm.dim() == 2 else perm.unsqueeze(0))
@@ -81,12 +81,11 @@ def sink_attention(q, k, v, variant: str, window: int, sink: int, perm=None, *, 
     s = min(sink, n)
     if s == 0:
         return y
-    # the sink keys each query does not already read: (B|1, 1, n, s)
-    b = torch.arange(B if pos is not None and (pos.shape[0] > 1 or lengths is not None) else 1,
-                     device=q.device).view(-1, 1, 1, 1)
+    # the sink keys each query does not already read: (B, 1, n, s)
+    b = torch.arange(B, device=q.device).view(-1, 1, 1, 1)
     qi = torch.arange(n, device=q.device).view(1, 1, n, 1)
     kj = torch.arange(s, device=q.device).view(1, 1, 1, s)
-    extra = (kj <= qi) & ~variant_mask(variant, window, pos, lengths, max(B, 1), n)(b, 0, qi, kj)
+    extra = (kj <= qi) & ~variant_mask(variant, window, pos, lengths, B, n)(b, 0, qi, kj)
     y_s, lse_s = dense_masked_attention(q, k[:, :, :s], v[:, :, :s], extra, scale=scale, return_lse=True)
     return merge_partials(y, lse, y_s, lse_s)[0]
 

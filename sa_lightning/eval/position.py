@@ -46,7 +46,7 @@ def bucket_name(lo: int, hi: int) -> str:
     return f"ppl@{lo}-{hi - 1}"
 
 
-@functools.lru_cache(maxsize=4)
+@functools.cache
 def _plays() -> tuple[str, ...]:
     """The held-out plays, each its scenes joined in order (a long real document apiece)."""
     from ..data.corpus import EMBEDDED_DIR

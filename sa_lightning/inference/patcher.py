@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from ..attention import AttentionSpec, get_variant
 from ..attention.permutation import SA_MODES, gather_tokens, invert_permutation, row_key, row_permutations
+from ..attention._checks import check_nonnegative
 from ..attention.sinks import keys_per_query
 
 NAME = "sa_lightning"
@@ -83,8 +84,7 @@ class PatchSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-        if isinstance(self.sink, bool) or not isinstance(self.sink, int) or self.sink < 0:
-            raise ValueError(f"sink must be an integer >= 0 (0 keeps the paper's masks), got {self.sink!r}.")
+        check_nonnegative("sink", self.sink)
         if self.sink and self.mode not in ("swa", "sa", "sa_swa"):
             raise ValueError(f"sink applies to the modes swa, sa and sa_swa, not {self.mode!r}.")
 
@@ -121,7 +121,7 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     scale = d ** -0.5 if scaling is None else float(scaling)
     if q_len != kv_len or spec.mode == "full":
         CALLS["dense"] += 1
-        if q_len == kv_len:  # full-mode prefill: every valid query reads its causal prefix
+        if q_len == kv_len and _COUNTING[0]:  # full-mode prefill: every valid query reads its causal prefix
             _count(spec, kv_len, None, None if attention_mask is None else attention_mask.sum(-1), query.shape[0])
         out = _dense(query, key, value, attention_mask, scale, sliding_window)
     else:
