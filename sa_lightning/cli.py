@@ -7,8 +7,8 @@ the model, and ``model.max_tokens`` (the paper gives its budget in tokens) becom
 synthetic recall tasks' ``sa_lightning.data.SyntheticDataModule``); a ``data`` section without
 ``class_path`` is ``LMDataModule``'s arguments, as in every text config.
 
-Resuming (see ``lit/resume.py``): ``--ckpt_path last`` is the newest last/hpc checkpoint under
-``trainer.default_root_dir``, and refuses when there is none unless ``--fresh_if_no_last true``; a
+Resuming (see ``lit/resume.py``): ``--ckpt_path last`` is the newest readable checkpoint under
+``trainer.default_root_dir`` (last.ckpt, SLURM's hpc_ckpt, or a periodic one), and refuses when there is none unless ``--fresh_if_no_last true``; a
 model setting that differs from the checkpoint's is refused, never silently replaced by it.
 """
 from __future__ import annotations
@@ -51,6 +51,7 @@ class SACLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         if subcommand:
             _check_accelerator(self.config[subcommand].trainer.get("accelerator"))
+            _check_writable(_run_roots(self.config[subcommand].trainer)[0])
 
     def before_fit(self) -> None:
         self._steps_from_tokens()
@@ -128,23 +129,32 @@ class SACLI(LightningCLI):
             raise
 
     def _resolve_last(self, cfg) -> str | None:
-        """``--ckpt_path last``: the newest last/hpc checkpoint of this run folder, whatever logger version wrote
-        it. None (a fresh start) only with ``--fresh_if_no_last true``; otherwise no checkpoint is refused."""
+        """``--ckpt_path last``: the newest readable checkpoint of this run folder, whatever logger version
+        wrote it; newer files that cannot be read are skipped with one line each. None (a fresh start) only
+        with ``--fresh_if_no_last true``; otherwise no checkpoint is refused."""
+        from .lit.checkpoint import read_checkpoint
         from .lit.resume import find_last_checkpoint
 
         roots = _run_roots(cfg.trainer)
-        path = find_last_checkpoint(*roots)
+        path, skipped = find_last_checkpoint(*roots, readable=lambda p: read_checkpoint(p, mmap=True))
+        for bad, _ in skipped:
+            rank_zero_info(f"--ckpt_path last: skipping {bad}, which cannot be read (truncated or corrupt); "
+                           "taking the newest checkpoint that can")
         if path is not None:
             rank_zero_info(f"--ckpt_path last: resuming from {path}")
             return str(path)
         where = " or ".join(str(r) for r in roots)
+        if skipped:
+            raise ValueError(f"--ckpt_path last found {len(skipped)} checkpoint(s) under {where} and none can be read "
+                             f"(the newest, {str(skipped[0][0])!r}, is truncated or corrupt), so nothing was trained; "
+                             "pass an intact checkpoint file, or --trainer.default_root_dir of a new run folder.")
         if cfg.get("fresh_if_no_last"):
             rank_zero_info(f"--ckpt_path last: no checkpoint under {where} yet; starting a new run (--fresh_if_no_last)")
             return None
-        raise ValueError(f"--ckpt_path last found no last.ckpt or hpc_ckpt under {where} (trainer.default_root_dir), "
-                         "so nothing was trained; pass the run's --trainer.default_root_dir or a checkpoint file, or add "
-                         "--fresh_if_no_last true to start a new run when there is none yet (as a SLURM job's first "
-                         "start needs).")
+        raise ValueError(f"--ckpt_path last found no last.ckpt, hpc_ckpt or other .ckpt file under {where} "
+                         "(trainer.default_root_dir), so nothing was trained; pass the run's --trainer.default_root_dir "
+                         "or a checkpoint file, or add --fresh_if_no_last true to start a new run when there is none "
+                         "yet (as a SLURM job's first start needs).")
 
     def _steps_from_tokens(self) -> None:
         max_tokens = self.model.hparams.max_tokens
@@ -196,6 +206,25 @@ def _configured(value):
             yield entry, args
 
 
+def _check_writable(folder: str) -> None:
+    """The run folder must take files (logs, config.yaml, checkpoints) before anything starts: a read-only
+    disk, a file in the way, or a full disk stop the run in one sentence instead of a traceback later."""
+    from pathlib import Path
+
+    from .utils.atomic import describe_os_error
+
+    probe = Path(folder) / f".sa_lightning_probe.{os.getpid()}"
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"0" * 4096)
+        probe.unlink()
+    except OSError as err:
+        if err.filename is None:
+            err.filename = str(probe)
+        raise ValueError(f"trainer.default_root_dir {folder!r} cannot hold the run: {describe_os_error(err, 'folder')}; nothing "
+                         "was trained; pass a writable folder with --trainer.default_root_dir.") from None
+
+
 def _check_accelerator(accelerator) -> None:
     """``--trainer.accelerator gpu`` on a machine without CUDA: one sentence instead of Lightning's traceback."""
     if isinstance(accelerator, str) and accelerator.lower() in ("gpu", "cuda"):
@@ -217,5 +246,7 @@ def run(args: list[str] | None = None, run: bool = True) -> SACLI:
         parser_kwargs={"parser_mode": "omegaconf+"},  # ${...} interpolation after the command line
         # a requeued job writes into the same run folder: overwrite instead of failing on config.yaml
         save_config_kwargs={"overwrite": True},
-        trainer_defaults={"use_distributed_sampler": False},  # the data modules shard exactly by themselves
+        # the data modules shard exactly by themselves; checkpoints are atomic even in a config of the user's own
+        trainer_defaults={"use_distributed_sampler": False,
+                          "plugins": [{"class_path": "sa_lightning.lit.AtomicCheckpointIO"}]},
     )

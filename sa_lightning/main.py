@@ -96,11 +96,22 @@ def main_with_clean_errors() -> None:
 
     try:
         main()
-    except (ValueError, FileNotFoundError, PermissionError, ConnectionError, KeyError, _misconfiguration()) as err:
+    except (ValueError, OSError, ConnectionError, KeyError, _misconfiguration()) as err:
         if os.environ.get("SA_LIGHTNING_TRACEBACK") == "1":
             raise
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        raise SystemExit(f"error: {_own_message(str(message))}") from None
+        raise SystemExit(f"error: {_own_message(_os_message(err) or str(message))}") from None
+
+
+def _os_message(err: BaseException) -> str | None:
+    """An ``OSError`` raised by the system (not one of our own sentences): what failed and on which path,
+    e.g. ``[Errno 28] No space left on device: 'runs/x/y.json'`` becomes one sentence naming the path."""
+    if not isinstance(err, OSError) or type(err).__str__ is not OSError.__str__ or err.strerror is None:
+        return None
+    where = f": {str(err.filename)!r}" if err.filename is not None else ""
+    also = f" and {str(err.filename2)!r}" if getattr(err, "filename2", None) is not None else ""
+    return (f"{err.strerror}{where}{also} ({type(err).__name__}); fix that path (a folder that exists and can be "
+            "written, free space, a file where a file is expected) and run again (SA_LIGHTNING_TRACEBACK=1 shows where).")
 
 
 class _NeverRaised(Exception):

@@ -128,3 +128,39 @@ class DumpMetrics(L.Callback):
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         with open(os.path.join(self.out, f"val_rank{trainer.global_rank}.json"), "w") as f:
             json.dump({"step": trainer.global_step, **metrics}, f)
+
+
+class KillDuringSave(L.Callback):
+    """``kill -9`` of this process in the middle of writing a checkpoint: the ``nth`` save at optimizer step
+    ``step`` (ModelCheckpoint saves ``stepN.ckpt``, then ``last.ckpt``). A watcher thread, started as the save
+    begins, kills the process as soon as a file in the checkpoint folder appears with bytes in it or changes
+    size, whichever writer (Lightning's or ours) is in use."""
+
+    def __init__(self, step: int, nth: int = 1):
+        self.step, self.nth, self.count = step, nth, 0
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        import signal
+        import threading
+
+        if trainer.global_step != self.step:
+            return
+        self.count += 1
+        if self.count != self.nth:
+            return
+        RecordBatches.flush_all(trainer)
+        folder = trainer.checkpoint_callback.dirpath
+        os.makedirs(folder, exist_ok=True)
+        before = {e.name: e.stat().st_size for e in os.scandir(folder)}
+
+        def watch():
+            while True:
+                for entry in os.scandir(folder):
+                    try:
+                        size = entry.stat().st_size
+                    except FileNotFoundError:
+                        continue
+                    if (entry.name not in before and size > 0) or (entry.name in before and size != before[entry.name]):
+                        os.kill(os.getpid(), signal.SIGKILL)
+
+        threading.Thread(target=watch, daemon=True).start()

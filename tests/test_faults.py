@@ -19,7 +19,7 @@ BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tes
 CKPT_DIR = Path("tb") / "version_0" / "checkpoints"  # where the shipped config's first run keeps its checkpoints
 
 
-def _fit(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()):
+def _fit(root: Path, record: Path, *callbacks, ckpt_path=None, extra=(), env=None):
     appended = [{"class_path": "tests.helpers.RecordBatches", "init_args": {"out": str(record)}}, *callbacks]
     args = [sys.executable, str(ROOT / "cli.py"), "fit", *BASE, "--trainer.default_root_dir", str(root),
             "--trainer.enable_progress_bar", "false", *extra]
@@ -27,7 +27,7 @@ def _fit(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()):
     if ckpt_path:
         args += ["--ckpt_path", ckpt_path]
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +85,68 @@ def _resume_matches(sig, saved_step, uninterrupted, tmp_path, extra=(), referenc
 
 # SIGUSR1 takes the same save path as SIGTERM; its SLURM use (save, requeue, resume) is
 # tests/test_cluster.py::test_sigusr1_under_slurm_saves_requeues_and_the_requeued_job_resumes_exactly
-@pytest.mark.parametrize("sig, saved_step", [("SIGTERM", 3), ("SIGKILL", 2)])
-def test_interrupted_training_resumes_with_the_same_batches_and_losses(sig, saved_step, uninterrupted_run, tmp_path):
-    """SIGTERM/SIGUSR1 save last.ckpt at the signal's step; kill -9 falls back to the periodic step-2 one."""
+def test_sigterm_saves_at_its_step_and_the_resume_continues_with_the_same_batches_and_losses(uninterrupted_run,
+                                                                                           tmp_path):
     root, steps = uninterrupted_run
-    _resume_matches(sig, saved_step, steps, tmp_path, reference=root)
+    _resume_matches("SIGTERM", 3, steps, tmp_path, reference=root)
+
+
+def test_ctrl_c_saves_like_sigterm(tmp_path):
+    """The first Ctrl-C (SIGINT) ends the batch, saves last.ckpt and stops, as SIGTERM does (whose resume is
+    checked above); before, a KeyboardInterrupt stopped the run and saved nothing."""
+    import torch
+
+    first = _fit(tmp_path, tmp_path / "first", {"class_path": "tests.helpers.SignalAt",
+                                                 "init_args": {"step": 3, "signal": "SIGINT"}})
+    out = first.stdout + first.stderr
+    assert "Ctrl-C: saving last.ckpt after this batch" in out and \
+        f"saved {tmp_path / CKPT_DIR / 'last.ckpt'} at step 3" in out, out[-3000:]
+    assert torch.load(tmp_path / CKPT_DIR / "last.ckpt", weights_only=True, map_location="cpu")["global_step"] == 3
+
+
+def _other_file_system(near: Path) -> Path:
+    """A temporary folder on another file system than ``near`` (the cluster case: /tmp local, runs shared)."""
+    import tempfile
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or shm.stat().st_dev == near.stat().st_dev:
+        pytest.skip("needs /dev/shm on another file system than the test's run folder")
+    return Path(tempfile.mkdtemp(dir=shm, prefix="sa_lightning_tmpdir_"))
+
+
+@pytest.mark.parametrize("nth, saved_step", [(1, 2), (2, 4)])
+def test_kill_9_during_a_save_with_tmpdir_on_another_file_system_loses_nothing(nth, saved_step, uninterrupted,
+                                                                               tmp_path):
+    """kill -9 while step 4's checkpoint (nth=1: step4.ckpt) or last.ckpt (nth=2) is being written, with
+    TMPDIR on another file system: nothing checkpoint-sized is left there, and ``--ckpt_path last`` resumes
+    exactly from the newest intact checkpoint. For nth=2 the test then truncates last.ckpt and makes it the
+    newest file, as Lightning's copy from TMPDIR into place left it when killed: the resume skips it, says
+    so, and takes step4.ckpt."""
+    import shutil
+
+    tmpdir = _other_file_system(tmp_path)
+    folder = tmp_path / CKPT_DIR
+    try:
+        first = _fit(tmp_path, tmp_path / "first", {"class_path": "tests.helpers.KillDuringSave",
+                                                     "init_args": {"step": 4, "nth": nth}}, env={"TMPDIR": str(tmpdir)})
+        assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+        assert list(folder.glob(".*.partial*")), "the kill did not land while a checkpoint was being written"
+        assert not [p for p in tmpdir.rglob("*") if p.is_file() and p.stat().st_size > 100_000]
+        if nth == 2:
+            last = folder / "last.ckpt"
+            last.write_bytes(last.read_bytes()[:5000])
+        rest = _fit(tmp_path, tmp_path / "rest", ckpt_path="last", env={"TMPDIR": str(tmpdir)})
+        assert rest.returncode == 0, rest.stderr[-3000:]
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    out = rest.stdout + rest.stderr
+    assert f"--ckpt_path last: resuming from {folder / ('last.ckpt' if nth == 1 else 'step4.ckpt')}" in out, out[-3000:]
+    assert (f"--ckpt_path last: skipping {folder / 'last.ckpt'}, which cannot be read" in out) == (nth == 2)
+    resumed = json.loads((tmp_path / "rest" / "rank0.json").read_text())
+    assert [s["rows"] for s in resumed] == [s["rows"] for s in uninterrupted[saved_step:]]
+    assert [s["loss"] for s in resumed] == pytest.approx([s["loss"] for s in uninterrupted[saved_step:]],
+                                                          rel=1e-6, abs=1e-6)
+    assert not list(folder.glob(".*.partial*"))  # the resumed run's first save removed the killed one's
 
 
 def test_ckpt_path_last_refuses_an_empty_run_folder_unless_told_to_start_fresh(tmp_path):

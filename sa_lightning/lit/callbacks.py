@@ -91,16 +91,19 @@ class ExportHF(Callback):
 
 
 class SaveOnSignal(Callback):
-    """On SIGTERM (preemption) or SIGUSR1 (SLURM's ``--signal=SIGUSR1@90``), finish the current batch,
-    write ``last.ckpt`` next to ModelCheckpoint's files, and stop; ``--ckpt_path last`` resumes exactly.
+    """On SIGTERM (preemption), SIGUSR1 (SLURM's ``--signal=SIGUSR1@90``) or Ctrl-C (SIGINT), finish the
+    current batch, write ``last.ckpt`` next to ModelCheckpoint's files, and stop; ``--ckpt_path last``
+    resumes exactly.
 
     Lightning turns SIGTERM into a ``SIGTERMException`` at the end of the batch on every rank; this
     callback saves in ``on_exception``, so all ranks reach ``save_checkpoint``'s barrier. SIGUSR1 is
     routed the same way unless Lightning's SLURM auto-requeue already handles it (then Lightning saves
-    its own ``hpc_ckpt`` and requeues).
+    its own ``hpc_ckpt`` and requeues). The first Ctrl-C is routed the same way too; a second one stops at
+    once, without saving, as Ctrl-C does elsewhere. Handlers the user installed are left alone, and the
+    previous handlers come back when fit ends.
     """
 
-    def __init__(self, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1")):
+    def __init__(self, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1", "SIGINT")):
         import signal
 
         for name in signals:
@@ -108,23 +111,38 @@ class SaveOnSignal(Callback):
                 raise ValueError(f"SaveOnSignal: unknown signal {name!r}.")
         self.signals = tuple(signals)
         self.saved: str | None = None
+        self._restore: dict = {}
 
     def on_fit_start(self, trainer, pl_module) -> None:
         import signal
 
         from lightning.fabric.plugins.environments import SLURMEnvironment
 
+        connector = trainer._signal_connector
+        if "SIGINT" in self.signals and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            def interrupt(signum, frame):
+                connector.received_sigterm = True  # the same clean stop as SIGTERM
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
+                os.write(2, b"\nCtrl-C: saving last.ckpt after this batch, then stopping (Ctrl-C again: stop now, "
+                            b"without saving)\n")
+
+            self._restore[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
         environment = trainer._accelerator_connector.cluster_environment
         if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
             return  # Lightning saves hpc_ckpt and requeues on SLURM's signal itself
         if "SIGUSR1" in self.signals and hasattr(signal, "SIGUSR1") and \
                 signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
-            connector = trainer._signal_connector
-
             def usr1(signum, frame):
                 connector.received_sigterm = True  # the same clean stop as SIGTERM
 
-            signal.signal(signal.SIGUSR1, usr1)
+            self._restore[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, usr1)
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        import signal
+
+        for signum, handler in self._restore.items():
+            signal.signal(signum, handler)
+        self._restore = {}
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         from lightning.pytorch.utilities.exceptions import SIGTERMException

@@ -1,12 +1,39 @@
-"""One check that a checkpoint file can be read, shared by training resumes and evaluation, and the
-weights-only start of a new run (``model.init_weights``)."""
+"""Checkpoint files: written atomically (``AtomicCheckpointIO``), and one check that a file can be read,
+shared by training resumes and evaluation, and the weights-only start of a new run (``model.init_weights``)."""
 from __future__ import annotations
 
+import os
 import pickle
 import zipfile
 from pathlib import Path
 
 import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from ..utils.atomic import remove_stale_partials, replacing
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's ``TorchCheckpointIO`` with a save that is atomic on every local file system.
+
+    Lightning's own save writes the file under the system's temporary folder and moves it into place; when
+    the run folder is on another file system (a cluster's shared disk) that move is a copy into the
+    existing ``last.ckpt``, so a ``kill -9`` mid-copy truncates it and leaves an orphan in ``/tmp``. Here
+    the checkpoint is written to a hidden ``.<name>.<pid>.partial.ckpt`` beside its target, flushed to
+    disk (``fsync``) and renamed into place with ``os.replace``: the target is always the old file or
+    the new one. Partial files of killed processes are removed at the next save into that folder; a
+    full disk removes its own and says so in one sentence (``WriteError``), the earlier checkpoints intact.
+    Remote paths (``s3://`` ...) keep Lightning's fsspec transaction.
+    Every shipped config sets it: ``trainer.plugins: [sa_lightning.lit.AtomicCheckpointIO]``.
+    """
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        if storage_options is not None or ("://" in str(path) and not str(path).startswith("file://")):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(str(path).removeprefix("file://"))
+        remove_stale_partials(path.parent)
+        with replacing(path, "checkpoint", fsync=True) as tmp, open(tmp, "wb") as fh:
+            torch.save(checkpoint, fh)  # through a Python file: a full disk is an OSError, not torch's RuntimeError
 
 
 def read_checkpoint(path: str | Path, map_location="cpu", mmap: bool = False, weights_only: bool = True) -> dict:
@@ -15,6 +42,11 @@ def read_checkpoint(path: str | Path, map_location="cpu", mmap: bool = False, we
     ``mmap=True`` maps the tensors instead of reading them: a cheap check before a long run starts.
     """
     path = Path(path)
+    if path.is_dir():
+        found = sorted(path.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime_ns)
+        newest = f" (the newest in it is {str(found[-1])!r})" if found else " (it holds no .ckpt file)"
+        raise ValueError(f"checkpoint {str(path)!r} is a folder, not a checkpoint file{newest}; pass a .ckpt file, "
+                         "or --ckpt_path last with --trainer.default_root_dir set to the run's folder.")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist; pass a .ckpt file that `cli.py fit` wrote "
                                 "(for example runs/tiny/tb/version_0/checkpoints/last.ckpt).")

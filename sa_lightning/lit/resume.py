@@ -1,8 +1,10 @@
 """What a resumed run may and may not change.
 
-- ``--ckpt_path last`` means the newest ``last.ckpt`` (or SLURM ``hpc_ckpt``) anywhere under
-  ``trainer.default_root_dir``, whatever logger version wrote it; the resumed run logs into that
-  version, so TensorBoard shows one continuing run.
+- ``--ckpt_path last`` means the newest checkpoint that can be read anywhere under
+  ``trainer.default_root_dir`` (``last.ckpt``, SLURM's ``hpc_ckpt``, or a periodic ``stepN.ckpt``),
+  whatever logger version wrote it; a newer file that cannot be read (a save cut short on a file system
+  without atomic renames, a copy gone wrong) is skipped with one line. The resumed run logs into the
+  checkpoint's version, so TensorBoard shows one continuing run.
 - A model setting the user gave that differs from the checkpoint's is refused, never dropped.
 """
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: files that ``--ckpt_path last`` may mean: ModelCheckpoint's last (and its -vN copies), SLURM's requeue file
+#: files preferred by ``--ckpt_path last`` among equally new ones: ModelCheckpoint's last (and its -vN
+#: copies), SLURM's requeue file; any other ``*.ckpt`` (the periodic ``stepN.ckpt``) is a fallback
 LAST_PATTERNS = ("last.ckpt", "last-v*.ckpt", "hpc_ckpt_*.ckpt")
 #: model keys a resumed run takes from the user, not the checkpoint: they change neither the weights'
 #: meaning nor the optimizer's state (averaging over permutations, compilation, the kernel implementation)
@@ -21,11 +24,33 @@ NOT_COMPARED = ("arch.vocab_size",)
 FLAG_OF = {"arch.seed": "seed_everything"}
 
 
-def find_last_checkpoint(*roots: str | os.PathLike) -> Path | None:
-    """The most recently written last/hpc checkpoint under any of ``roots`` (recursively), or None."""
-    found = {p for root in map(Path, roots) if root.is_dir()
-             for pattern in LAST_PATTERNS for p in root.rglob(pattern) if p.is_file()}
-    return max(found, key=lambda p: (p.stat().st_mtime_ns, str(p))) if found else None
+def checkpoint_candidates(*roots: str | os.PathLike) -> list[Path]:
+    """Every checkpoint file under ``roots`` (recursively), newest first; among equally new files the
+    last/hpc ones first. Hidden files (``AtomicCheckpointIO``'s partial writes) are never candidates."""
+    found = {p for root in map(Path, roots) if root.is_dir() for p in root.rglob("*.ckpt")
+             if p.is_file() and not p.name.startswith(".")}
+
+    def newest_first(p: Path):
+        return (-p.stat().st_mtime_ns, not any(p.match(pattern) for pattern in LAST_PATTERNS), str(p))
+
+    return sorted(found, key=newest_first)
+
+
+def find_last_checkpoint(*roots: str | os.PathLike, readable=None) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the newest checkpoint under ``roots`` that ``readable`` accepts, [(newer file skipped, why)]).
+
+    ``readable(path)`` raises ``ValueError`` for a file that cannot be read; None accepts every file.
+    """
+    skipped = []
+    for path in checkpoint_candidates(*roots):
+        try:
+            if readable is not None:
+                readable(path)
+        except ValueError as err:
+            skipped.append((path, str(err)))
+            continue
+        return path, skipped
+    return None, skipped
 
 
 def flatten(tree, prefix: str = "") -> dict:

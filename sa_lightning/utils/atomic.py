@@ -1,0 +1,134 @@
+"""Files that are either whole or absent: every result, table, figure and checkpoint the project writes.
+
+A file is written under a hidden temporary name in its own folder (``.<name>.<pid>.partial``), flushed
+to disk, then renamed onto its final name with ``os.replace``. On one file system that rename is atomic:
+a reader, or a run killed at any instant, sees the old file or the new one, never a truncated mix. The
+temporary file never leaves the target's folder, so nothing is left in ``/tmp`` and no copy across file
+systems ever overwrites a good file in place (what a move from ``/tmp`` onto a cluster's shared disk does).
+
+An ``OSError`` while writing (a full disk, a read-only or missing folder) removes the partial file and is
+raised again as a ``WriteError``: one sentence that names the file and says the old one is intact.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from pathlib import Path
+from typing import Iterator
+
+PARTIAL = ".partial"
+
+
+class WriteError(OSError):
+    """An ``OSError`` whose message is one sentence naming the file (what ``cli.py`` prints as ``error: ...``)."""
+
+    def __init__(self, errno_: int | None, sentence: str, filename: str | None = None):
+        super().__init__(errno_, sentence, filename)
+        self.sentence = sentence
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+def partial_path(path: str | os.PathLike) -> Path:
+    """The hidden name ``path`` is written under before it is renamed into place (one per process); it keeps
+    ``path``'s suffix, so writers that read the format from it (``savefig``) work unchanged."""
+    path = Path(path)
+    return path.with_name(f".{path.stem}.{os.getpid()}{PARTIAL}{path.suffix}")
+
+
+def describe_os_error(err: OSError, what: str = "file") -> str:
+    """``No space left on device`` etc. with the path: the part of a sentence every write error shares."""
+    reason = err.strerror or type(err).__name__
+    where = err.filename if err.filename is not None else "?"
+    return f"the {what} {str(where)!r} could not be written ({reason})"
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable; some file systems (and all of Windows) cannot open a folder: skip."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stale_partials(folder: str | os.PathLike) -> list[Path]:
+    """Delete ``.<name>.<pid>.partial`` files in ``folder`` left by a process that no longer runs (a
+    ``kill -9`` mid-write). Files of a live process are kept: it may be writing them now."""
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for p in folder.glob(f".*{PARTIAL}*"):
+        pid = p.name.rsplit(PARTIAL, 1)[0].rsplit(".", 1)[-1]
+        if not pid.isdigit() or (int(pid) != os.getpid() and _alive(int(pid))):
+            continue
+        with contextlib.suppress(OSError):
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike, what: str = "file", fsync: bool = False) -> Iterator[Path]:
+    """Yield a temporary path (``partial_path``) to write ``path``'s new content to; on success it replaces
+    ``path`` at once.
+
+    On any error the temporary file is removed and ``path`` keeps its old content; an
+    ``OSError`` becomes a one-sentence ``WriteError``. ``fsync=True`` flushes the file and the rename to
+    disk (checkpoints: a power cut then leaves the old file or the new one, too).
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise WriteError(err.errno, f"{describe_os_error(err, 'folder')} for {str(path)!r}; pass a folder that "
+                         "can be created and written.", err.filename) from None
+    tmp = partial_path(path)
+    try:
+        yield tmp
+        if fsync:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        if fsync:
+            _fsync_folder(path.parent)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(err, OSError) and not isinstance(err, WriteError):
+            err.filename = str(path) if err.filename in (None, str(tmp)) else err.filename
+            full = " (the disk is full)" if err.errno == errno.ENOSPC else ""
+            raise WriteError(err.errno, f"{describe_os_error(err, what)}{full}; nothing was replaced, the previous "
+                             f"{what} there (if any) is intact; free space or pass a writable folder, then run "
+                             "again.", str(path)) from None
+        raise
+
+
+def write_text(path: str | os.PathLike, text: str, what: str = "file") -> None:
+    """``Path(path).write_text(text)``, atomically."""
+    with replacing(path, what) as tmp:
+        tmp.write_text(text)
+
+
+def savefig(fig, path: str | os.PathLike, **kwargs) -> None:
+    """``fig.savefig(path, **kwargs)``, atomically (the format comes from ``path``'s suffix)."""
+    with replacing(path, "figure") as tmp:
+        fig.savefig(tmp, **kwargs)
