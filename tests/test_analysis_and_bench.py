@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sa_lightning.analysis import mechanism
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,16 +110,29 @@ def test_bench_full_window_is_the_swa_kernel_with_w_equal_to_n():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["bench", "attention", "--window", "0"], "--window must be >= 1"),
+    (["bench", "attention", "--window", "0"], "--window: must be >= 1, got 0"),
+    (["bench", "prefill", "--lengths", "512", "0"], "--lengths: must be >= 1, got 0"),
     (["bench", "attention", "--heads", "3", "--kv-heads", "2"], "divisible"),
     (["bench", "nope"], "bench' takes a benchmark: attention, train, eval, prefill or data"),
     (["analyze", "coverage", "--n", "0"], "--n must be >= 1"),
+    (["study", "long-range", "--config", str(Path(__file__).parents[1] / "configs/study/long_range.yaml"),
+      "--windows", "16", "0"], "windows must be integers >= 1, got 0 in [16, 0]; nothing was trained."),
     (["fly"], "unknown command"),
 ])
 def test_cli_bad_input_is_one_clear_line(args, needle, tmp_path):
     res = run_cli(*args, cwd=tmp_path)
     assert res.returncode != 0 and needle in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_a_bad_length_is_refused_before_earlier_results_are_touched(tmp_path):
+    """``bench attention --lengths -5`` once overwrote the folder's results with NaN rows, then failed."""
+    earlier = {tmp_path / f"attention_cpu.{ext}": f"earlier {ext}" for ext in ("csv", "md", "png")}
+    for path, text in earlier.items():
+        path.write_text(text)
+    res = run_cli_here("bench", "attention", "--lengths", "64", "-5", "--out", str(tmp_path))
+    assert res.returncode != 0 and "argument --lengths: must be >= 1, got -5" in res.stderr
+    assert {p: p.read_text() for p in earlier} == earlier and sorted(tmp_path.iterdir()) == sorted(earlier)
 
 
 def test_bench_train_times_every_variant_and_the_data_pipeline(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sa_lightning.data.synthetic import IGNORE, RecallTask, SyntheticDataModule, bucket_names, default_buckets
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_cli_here
 
 MQAR = RecallTask("mqar", seq_len=128, num_pairs=8, num_queries=8, num_keys=16, num_values=16, num_filler=8)
 PASSKEY = RecallTask("passkey", seq_len=128, num_keys=16, num_values=16, num_filler=8)
@@ -146,10 +146,15 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     assert (out / "accuracy_vs_distance.png").stat().st_size > 1000
     assert "| passkey | 1 | 8 | 7 | sa |" in (out / "table.md").read_text()
     assert "| passkey | sa | 8 |" in (out / "reach.md").read_text()
-    cell = json.loads((out / "cells" / "passkey_sa_L1_w8_s0.json").read_text())
+    path = out / "cells" / "passkey_sa_L1_w8_s0.json"
+    cell = json.loads(path.read_text())
     assert cell["steps"] == 4
+    path.write_text(path.read_text()[:200])  # what a kill mid-write left before cells were written atomically
     again = run_cli(*args)
-    assert again.returncode == 0 and "done before" in again.stdout
+    assert again.returncode == 0 and f"{path} is damaged (cut short?); running that cell again" in again.stdout
+    assert json.loads(path.read_text())["steps"] == 4
+    skipped = run_cli_here(*args)
+    assert skipped.returncode == 0 and "done before" in skipped.stdout
 
 
 def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_path):

@@ -21,6 +21,7 @@ import torch
 from ..attention import AttentionSpec, get_variant, layer_generator, masks, sample_permutation
 from ..attention.oracle import moba_mask
 from ..models.transformer import Transformer, apply_rope
+from ..utils.atomic import savefig
 
 TITLES = {"full": "Full Attention", "swa": "SWA", "sa": "Stochastic Attention", "sa_swa": "SA + SWA", "moba": "MoBA"}
 
@@ -194,6 +195,6 @@ def main(argv: list[str] | None = None) -> Path:
                                seed=args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "attention_maps.png"
-    fig.savefig(path, dpi=160)
+    savefig(fig, path, dpi=160)
     print(f"wrote {path}")
     return path

@@ -23,6 +23,7 @@ import torch
 from ..attention import AttentionSpec, get_variant, masks
 from ..utils.tables import write_csv
 from .attention_maps import layer_gates, layer_qk, variant_maps
+from ..utils.atomic import savefig
 
 PATHS = ("sa", "swa")
 REACH_BINS = 10
@@ -236,6 +237,6 @@ def main(argv: list[str] | None = None) -> Path:
     title = (f"SA+SWA gates, {info['path']} (step {info['step']}), w={model.cfg.window}, "
              f"{len(sequences)} held-out sequences of {tokens} tokens")
     fig = draw(data, buckets, title)
-    fig.savefig(args.out / "gates.png", dpi=150)
+    savefig(fig, args.out / "gates.png", dpi=150)
     print(f"wrote {args.out / 'gates.csv'}, {args.out / 'gates_by_distance.csv'} and {args.out / 'gates.png'}")
     return args.out / "gates.csv"

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..utils.tables import write_csv
 from . import graphs, mechanism
+from ..utils.atomic import savefig
 
 COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "moba": "#F39C12"}
 
@@ -26,7 +27,7 @@ def _save(fig, ax, path: Path, legend_size: int | None = None) -> None:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=legend_size)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    savefig(fig, path, dpi=150)
 
 
 def run_coverage(args) -> Path:
@@ -150,7 +151,7 @@ def run_connectome(args) -> Path:
     fig.suptitle(f"Attention adjacency, union of {args.layers} layers (n={args.n}, w={args.window}, {convention})",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(args.out / "connectome.png", dpi=110)  # n x n noise compresses badly: keep the file small
+    savefig(fig, args.out / "connectome.png", dpi=110)  # n x n noise compresses badly: keep the file small
     return args.out / "connectome.csv"
 
 
@@ -214,7 +215,7 @@ def run_spectrum(args) -> Path:
             ax.legend(fontsize=8)
     fig.suptitle(f"Uniform-attention mixing operator (n={args.n}, w={args.window}, {convention})", fontsize=10)
     fig.tight_layout()
-    fig.savefig(args.out / "spectrum.png", dpi=150)
+    savefig(fig, args.out / "spectrum.png", dpi=150)
     print(f"wrote {args.out / 'spectrum_eigenvalues.csv'}")
     return args.out / "spectrum.csv"
 
@@ -252,7 +253,7 @@ def run_small_world(args) -> Path:
     fig.suptitle(f"Small world: high C / C_rand with L ≈ L_rand (n={args.n}, w={args.window}, {convention})",
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(args.out / "small_world.png", dpi=150)
+    savefig(fig, args.out / "small_world.png", dpi=150)
     return args.out / "small_world.csv"
 
 

@@ -29,8 +29,9 @@ import torch
 
 from ..attention import AttentionSpec, get_variant, invert_permutation, sample_permutation
 from ..utils.tables import write_csv
-from .machine import describe, sync
+from .machine import describe, positive_int, sync
 from .memory import peak_bytes
+from ..utils.atomic import savefig, write_text
 
 PRESETS = {
     # Small enough for a 2-core CPU in under three minutes.
@@ -240,24 +241,24 @@ def plot(rows, path: Path, args) -> None:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    savefig(fig, path, dpi=150)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="cli.py bench attention")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--batch", type=int)
-    parser.add_argument("--heads", type=int)
-    parser.add_argument("--kv-heads", type=int)
-    parser.add_argument("--dim", type=int)
-    parser.add_argument("--window", type=int)
-    parser.add_argument("--lengths", type=int, nargs="+")
+    parser.add_argument("--batch", type=positive_int)
+    parser.add_argument("--heads", type=positive_int)
+    parser.add_argument("--kv-heads", type=positive_int)
+    parser.add_argument("--dim", type=positive_int)
+    parser.add_argument("--window", type=positive_int)
+    parser.add_argument("--lengths", type=positive_int, nargs="+")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device")
-    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--repeats", type=positive_int)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, "sa_flex"],
                         help="full is SDPA; full_window is the SWA kernel and backend with w = n (the paper's full)")
-    parser.add_argument("--moba-top-k", type=int, default=2, help="MoBA k; its block is window // k")
+    parser.add_argument("--moba-top-k", type=positive_int, default=2, help="MoBA k; its block is window // k")
     parser.add_argument("--backend", default="auto", help="attention backend for swa/sa/sa_swa")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
     parser.add_argument("--forward-only", action="store_true", help="time the forward pass alone")
@@ -274,21 +275,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for key, value in PRESETS[args.preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    for name in ("batch", "heads", "kv_heads", "dim", "window", "repeats"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"error: --{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}.")
     if args.heads % args.kv_heads:
         raise SystemExit(f"error: --heads {args.heads} must be divisible by --kv-heads {args.kv_heads}.")
     if args.child_result:  # one length for the parent process: rows only
         rows = run(args)
-        Path(args.child_result).write_text(json.dumps(rows))
+        write_text(Path(args.child_result), json.dumps(rows))
         return rows
     args.out.mkdir(parents=True, exist_ok=True)
     rows = run(args, argv)
     stem = args.out / f"attention_{args.preset}{'_fwd' if args.forward_only else ''}"
     write_csv(stem.with_suffix(".csv"), rows)
     table = markdown(rows, args)
-    stem.with_suffix(".md").write_text(table)
+    write_text(stem.with_suffix(".md"), table)
     plot(rows, stem.with_suffix(".png"), args)
     print("\n" + table)
     print(f"wrote {stem}.csv, {stem}.md and {stem}.png")

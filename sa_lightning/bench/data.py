@@ -19,20 +19,21 @@ import tempfile
 import time
 from datetime import date
 
-from .machine import describe
+from ..utils.atomic import write_text
+from .machine import describe, positive_int
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py bench data", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="a data config (configs/data/*.yaml) or a fit config")
     p.add_argument("--stand_in", help="write/read SlimPajama-schema stand-in shards in this folder")
-    p.add_argument("--shards", type=int, default=8, help="stand-in train shards")
-    p.add_argument("--stand_in_tokens", type=int, default=20_000_000, help="about this many stand-in train tokens")
+    p.add_argument("--shards", type=positive_int, default=8, help="stand-in train shards")
+    p.add_argument("--stand_in_tokens", type=positive_int, default=20_000_000, help="about this many stand-in train tokens")
     p.add_argument("--mistral_format", action="store_true", help="use a locally built Mistral-format tokenizer.json")
     p.add_argument("--tokenizer", help="override the config's tokenizer")
     p.add_argument("--workers", type=int, nargs="+", help="worker counts to time (default: 1 and the config's)")
     p.add_argument("--seconds", type=float, default=15.0, help="timed seconds per worker count")
-    p.add_argument("--batch_size", type=int, help="override the config's batch size")
+    p.add_argument("--batch_size", type=positive_int, help="override the config's batch size")
     p.add_argument("--gpu_tokens_per_s", type=float, default=60_000.0, help="what one GPU of the run consumes")
     p.add_argument("--out", help="also write the table to this markdown file")
     return p
@@ -101,8 +102,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     text = markdown(rows, args, configured)
     print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_text(args.out, text + "\n")
     return rows
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .machine import describe
+from .machine import describe, positive_int
+from ..utils.atomic import write_text
 
 
 def _lastword_requests(lm, count: int) -> list:
@@ -68,10 +69,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     p = argparse.ArgumentParser(prog="cli.py bench eval", description=__doc__.splitlines()[0])
     p.add_argument("--ckpt", required=True)
-    p.add_argument("--samples", type=int, nargs="+", default=[1, 2, 4, 8])
-    p.add_argument("--seeds", type=int, default=8)
-    p.add_argument("--requests", type=int, default=100)
-    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--samples", type=positive_int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--seeds", type=positive_int, default=8)
+    p.add_argument("--requests", type=positive_int, default=100)
+    p.add_argument("--batch_size", type=positive_int, default=32)
     p.add_argument("--skip_timing", action="store_true")
     p.add_argument("--out", default="outputs/bench")
     args = p.parse_args(argv)
@@ -96,6 +97,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     text = "\n".join(lines) + "\n"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "eval.md").write_text(text)
+    write_text(out / "eval.md", text)
     print(text)
     return lines

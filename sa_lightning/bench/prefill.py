@@ -17,8 +17,9 @@ from pathlib import Path
 
 import torch
 
-from .machine import describe, sync
+from .machine import describe, positive_int, sync
 from .memory import peak_bytes
+from ..utils.atomic import write_text
 
 MODES = ("full", "swa", "sa", "sa_swa", "moba")
 
@@ -87,11 +88,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="cli.py bench prefill", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="tiny", help="tiny (a random 4-layer Qwen3), a Hub id, a local folder, a .gguf "
                    "file or smollm2 (fetched)")
-    p.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    p.add_argument("--lengths", type=positive_int, nargs="+", default=[1024, 2048, 4096, 8192])
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    p.add_argument("--window", type=int, default=256)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--window", type=positive_int, default=256)
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--out", default="outputs/bench")
@@ -102,6 +103,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     text = markdown(rows, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "prefill.md").write_text(text)
+    write_text(out / "prefill.md", text)
     print(text)
     return rows

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from ..models import ModelConfig, Transformer
-from .machine import describe, sync
+from .machine import describe, positive_int, sync
+from ..utils.atomic import write_text
 
 VARIANTS = ("full", "swa", "sa", "sa_swa", "moba")
 PRESETS = {
@@ -125,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=PRESETS, default="cpu")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     for key in ("seq_len", "batch", "window", "moba_block_size", "steps", "repeats"):
-        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=int, default=None)
+        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None)
     p.add_argument("--no-data", dest="data", action="store_false", help="skip the data pipeline timing")
     p.add_argument("--out", default="outputs/bench")
     return p
@@ -142,6 +143,6 @@ def main(argv: list[str] | None = None):
     text = markdown(rows, data, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"train_{args.preset}.md").write_text(text)
+    write_text(out / f"train_{args.preset}.md", text)
     print(text)
     return rows, data

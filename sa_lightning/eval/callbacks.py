@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 from ..lit.callbacks import EveryNSteps, log_folder
+from ..utils.atomic import savefig, write_text
 
 
 class ZeroShotEval(EveryNSteps):
@@ -72,8 +73,8 @@ class ZeroShotEval(EveryNSteps):
 
             table = markdown_table({label_of({"arch": pl_module.arch.to_dict()}): results}, layout_for(results))
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{name}.json").write_text(json.dumps(results, indent=2))
-            (folder / f"{name}.md").write_text(table)
+            write_text(folder / f"{name}.json", json.dumps(results, indent=2))
+            write_text(folder / f"{name}.md", table)
             print(f"\nzero-shot at step {step} ({folder / name}.md):\n{table}", flush=True)
         trainer.strategy.barrier("zero_shot_eval")
 
@@ -123,7 +124,7 @@ class AttentionMapLogger(EveryNSteps):
             net.train(was_training)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"step{trainer.global_step}.png"
-        fig.savefig(path, dpi=140)
+        savefig(fig, path, dpi=140)
         self.written.append(path)
         for logger in trainer.loggers:
             experiment = getattr(logger, "experiment", None)

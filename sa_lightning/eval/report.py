@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .harness import layout_for, run_tasks
 from .table import markdown_table
+from ..utils.atomic import write_text
 
 
 def label_of(info: dict) -> str:
@@ -93,8 +94,8 @@ def evaluate(args: argparse.Namespace) -> dict:
     if len(args.seeds) > 1:
         text += f"\nStandard deviation over the {len(args.seeds)} permutation seeds:\n\n" + \
             markdown_table(stds, columns).replace("**", "").replace("<u>", "").replace("</u>", "")
-    (out / "results.json").write_text(json.dumps(report, indent=2))
-    (out / "table.md").write_text(text)
+    write_text(out / "results.json", json.dumps(report, indent=2))
+    write_text(out / "table.md", text)
     print(text)
     print(f"wrote {out / 'results.json'}, {out / 'table.md'} and TensorBoard logs in {out / 'tb'}")
     return report

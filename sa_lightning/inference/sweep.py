@@ -13,7 +13,6 @@ patcher from the masks its kernels used), so ``budget.png`` sets score against k
 """
 from __future__ import annotations
 
-import csv
 import json
 import math
 import statistics
@@ -23,6 +22,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
+from ..utils.atomic import savefig, write_text
+from ..utils.tables import write_csv
 from .patcher import PatchSpec
 
 #: the metric each task's column shows (the paper: accuracy; HellaSwag acc_norm; HumanEval pass@1)
@@ -253,7 +254,7 @@ def run(cfg: SweepConfig) -> dict:
     todo = cells(cfg)
     out = Path(cfg.out)
     (out / "cells").mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    write_text(out / "config.json", json.dumps(asdict(cfg), indent=2))
     pending = [c for c in todo if not _done(out / "cells" / f"{c.key}.json", c)]
     print(f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run", flush=True)
     if pending:
@@ -273,7 +274,7 @@ def run(cfg: SweepConfig) -> dict:
             record = {"mode": cell.mode, "w_eff": cell.w_eff, "sink": cell.sink, "seed": cell.seed,
                       "task": cell.task, "spec": asdict(cell.spec), "metrics": metrics, "keys_per_query": budget,
                       "seconds": time.perf_counter() - start}
-            (out / "cells" / f"{cell.key}.json").write_text(json.dumps(record, indent=2))
+            write_text(out / "cells" / f"{cell.key}.json", json.dumps(record, indent=2))
             name, value = metric_of(cell.task, metrics)
             shown = f"{name}={value:.4f}" if value is not None else "no metric"
             kpq = f", {budget:.1f} keys/query" if budget is not None else ""
@@ -425,7 +426,7 @@ def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
                      (", score against the measured budget" if x_of else ""), fontsize=10)
         fig.tight_layout()
         path = out / f"{name}.png"
-        fig.savefig(path, dpi=150)
+        savefig(fig, path, dpi=150)
         plt.close(fig)
         written.append(path)
     position = position_plot(cfg, table, out, plt)
@@ -456,7 +457,7 @@ def position_plot(cfg: SweepConfig, table: list[dict], out: Path, plt) -> Path |
     fig.suptitle(f"{cfg.model}: perplexity by position", fontsize=10)
     fig.tight_layout()
     path = out / "position.png"
-    fig.savefig(path, dpi=150)
+    savefig(fig, path, dpi=150)
     plt.close(fig)
     return path
 
@@ -471,14 +472,11 @@ def _draw_buckets(ax, by_bucket: dict[str, float], **style) -> None:
 
 def report(cfg: SweepConfig, out: Path) -> dict:
     table = collect(cfg, out)
-    (out / "results.json").write_text(json.dumps({"config": asdict(cfg), "rows": table}, indent=2))
-    with (out / "results.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["mode", "w_eff", "sink", *cfg.tasks, "avg", "kpq",
-                                                *(f"kpq:{t}" for t in cfg.tasks)], extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(table)
+    write_text(out / "results.json", json.dumps({"config": asdict(cfg), "rows": table}, indent=2))
+    write_csv(out / "results.csv", table,
+              fields=["mode", "w_eff", "sink", *cfg.tasks, "avg", "kpq", *(f"kpq:{t}" for t in cfg.tasks)])
     text = markdown(cfg, table)
-    (out / "table.md").write_text(text)
+    write_text(out / "table.md", text)
     figures = plots(cfg, table, out)
     print(text)
     print(f"wrote {out / 'results.json'}, results.csv, table.md, {', '.join(p.name for p in figures)}")

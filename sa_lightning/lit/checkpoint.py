@@ -2,7 +2,6 @@
 shared by training resumes and evaluation, and the weights-only start of a new run (``model.init_weights``)."""
 from __future__ import annotations
 
-import os
 import pickle
 import zipfile
 from pathlib import Path

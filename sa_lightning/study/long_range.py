@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from ..utils.tables import write_csv
+from ..utils.atomic import savefig, write_text
 
 COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F"}
 TARGET = 0.9
@@ -47,7 +48,26 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
             raise ValueError(f"the study needs at least one entry in {key!r} ({path}).")
     if any(k < 1 for k in settings.get("eval_samples", [1])):
         raise ValueError("eval_samples must be >= 1.")
+    check_grid(settings)
     return settings
+
+
+def check_grid(settings: dict) -> None:
+    """Every value of the grid, before the first cell trains: a bad one found after hours of training
+    would waste them."""
+    from ..attention import get_variant
+
+    for key, low in (("depths", 1), ("windows", 1), ("seeds", 0)):
+        bad = [v for v in settings[key] if not isinstance(v, int) or isinstance(v, bool) or v < low]
+        if bad:
+            raise ValueError(f"{key} must be integers >= {low}, got {bad[0]!r} in {settings[key]!r}; nothing was "
+                             "trained.")
+    for variant in settings["variants"]:
+        get_variant(variant)
+    pattern = settings.get("fit_config", "configs/synthetic/{task}.yaml")
+    for task in settings["tasks"]:
+        if not Path(pattern.format(task=task)).is_file():
+            raise ValueError(f"task {task!r} has no fit config {pattern.format(task=task)!r}; nothing was trained.")
 
 
 def cells(settings: dict) -> list[dict]:
@@ -73,6 +93,21 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
 
 
 # ---- one cell -------------------------------------------------------------------------------------
+def read_cell(path: Path) -> dict:
+    """A finished cell's record, or {} (run it) when there is none or it is damaged: a file cut short by a
+    kill (before cells were written atomically) is run again, with one line saying so."""
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text())
+        if isinstance(saved, dict) and isinstance(saved.get("scores"), dict):
+            return saved
+    except (ValueError, UnicodeDecodeError):
+        pass
+    print(f"{path} is damaged (cut short?); running that cell again", flush=True)
+    return {}
+
+
 def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
     """Train the cell with the ``cli.py fit`` arguments ``args``, then validate it once per K in
     ``eval_samples`` (once if it has no permutation); returns what goes in ``cells/<id>.json``."""
@@ -200,7 +235,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.grid(alpha=0.3, which="both")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
+    savefig(fig, path, dpi=150)
     plt.close(fig)
 
 
@@ -239,13 +274,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for i, cell in enumerate(grid, 1):
         path = out / "cells" / f"{cell_id(cell)}.json"
         spec = {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)), "eval_samples": eval_samples}
-        saved = json.loads(path.read_text()) if path.is_file() else {}
+        saved = read_cell(path)
         if saved.get("spec") == spec:
             result = {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}}
             status = "done before"
         else:
             result = {**run_cell(cell, spec["fit_args"], eval_samples), "spec": spec}
-            path.write_text(json.dumps(result, indent=1))
+            write_text(path, json.dumps(result, indent=1))
             status = f"{result['seconds']:.0f} s"
         results.append(result)
         s = result["scores"]
@@ -255,7 +290,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     write_csv(out / "results.csv", rows(results))
     summary = {"table.md": table(results), "reach.md": reach(results)}
     for name, text in summary.items():
-        (out / name).write_text(text)
+        write_text(out / name, text)
     plot(results, out / "accuracy_vs_distance.png")
     print("\n" + "\n".join(summary.values()))
     print(f"wrote {out}/results.csv, table.md, reach.md and accuracy_vs_distance.png "
