@@ -8,12 +8,16 @@ from __future__ import annotations
 import glob
 import gzip
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 EMBEDDED_DIR = Path(__file__).parent / "embedded"
+# datasets logs its own line for a damaged JSON file; ``_NamedTables`` raises one sentence saying all of it
+logging.getLogger("datasets.packaged_modules.json.json").addFilter(
+    lambda record: not record.getMessage().startswith("Failed to load JSON from file"))
 SOURCES = ("embedded", "files", "hub")
 _FILE_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -32,7 +36,8 @@ class SourceConfig:
     - ``embedded``: the shipped corpus; ``split`` is train or validation.
     - ``files``: ``paths`` are files or globs of .txt (one document per file), .jsonl/.json or .parquet
       (one document per record, text in ``text_field``).
-    - ``hub``: ``path`` is a dataset id (e.g. DKYoon/SlimPajama-6B), ``name`` its config, ``split``.
+    - ``hub``: ``path`` is a dataset id (e.g. DKYoon/SlimPajama-6B), ``name`` its config, ``split``, and
+      optionally ``revision`` (a branch, tag or commit; a commit pins the data a resumed stream continues in).
     """
 
     kind: str = "embedded"
@@ -41,6 +46,7 @@ class SourceConfig:
     name: str | None = None
     split: str = "train"
     text_field: str = "text"
+    revision: str | None = None
 
     def __post_init__(self):
         if self.kind not in SOURCES:
@@ -55,7 +61,25 @@ class SourceConfig:
             return f"embedded:{self.split}"
         if self.kind == "files":
             return "files:" + ",".join(self.paths)
-        return f"hub:{self.path}" + (f"/{self.name}" if self.name else "") + f":{self.split}"
+        return (f"hub:{self.path}" + (f"/{self.name}" if self.name else "") + f":{self.split}"
+                + (f"@{self.revision}" if self.revision else ""))
+
+
+class DataSourceError(ValueError):
+    """Bad data met while reading a source (a damaged file, a record without text), told in one sentence.
+
+    Raised inside DataLoader workers too: torch re-raises it in the main process as this class with a
+    traceback dump for its message, which ``sentence`` turns back into the sentence."""
+
+
+def sentence(err: BaseException) -> str:
+    """The one-sentence message of ``err``, also when torch's DataLoader re-raised it from a worker as
+    ``Caught DataSourceError in DataLoader worker process 0. Original Traceback ...: <sentence>``."""
+    text = str(err)
+    if "Original Traceback" not in text:
+        return text
+    last = [line for line in text.strip().splitlines() if line.strip()][-1]
+    return last.split(f"{type(err).__name__}: ", 1)[-1].strip()
 
 
 def resolve_files(patterns: list[str]) -> list[str]:
@@ -103,12 +127,15 @@ def open_stream(source: SourceConfig):
         builder = _format(files[0])
         kwargs = {"sample_by": "document"} if builder == "text" else {}
         try:
-            return datasets.load_dataset(builder, data_files=files, split="train", streaming=True, **kwargs)
+            return _name_bad_files(datasets.load_dataset(builder, data_files=files, split="train", streaming=True,
+                                                         **kwargs), source)
         except (Exception, StopIteration) as err:  # an empty file stops schema inference
             raise ValueError(f"data source {source.describe()} could not be read: it is empty or damaged "
                              f"({type(err).__name__}: {err}).") from err
     try:
-        return datasets.load_dataset(source.path, source.name, split=source.split, streaming=True)
+        extra = {"revision": source.revision} if source.revision else {}
+        return _name_bad_files(datasets.load_dataset(source.path, source.name, split=source.split, streaming=True,
+                                                     **extra), source)
     except Exception as err:  # the Hub raises many types when unreachable
         if _offline() or "offline" in str(err).lower() or "connect" in str(err).lower():
             raise ConnectionError(
@@ -116,6 +143,116 @@ def open_stream(source: SourceConfig):
                 "which is unreachable here; use kind: embedded or kind: files with local paths."
             ) from err
         raise
+
+
+class _NamedTables:
+    """Wraps a ``datasets`` builder's table generator (one call per shard, i.e. per file) so that a file that
+    cannot be decoded, or a record without text, fails in one sentence naming the file and the record: the
+    decoders' own errors name neither. It counts rows only, so it costs nothing per document."""
+
+    def __init__(self, generate, source: SourceConfig):
+        self.generate, self.text_field, self.describe = generate, source.text_field, source.describe()
+
+    def __call__(self, **kwargs):
+        files = kwargs.get("original_files") or kwargs.get("files") or kwargs.get("base_files") or []
+        tables, rows, shard = self.generate(**kwargs), 0, None
+        while True:
+            try:
+                key, table = next(tables)
+            except StopIteration:
+                return
+            except Exception as err:  # pyarrow, json and parquet decoders raise many types
+                name, said = self._name(files, shard), " ".join(str(err).split())
+                line = _bad_json_line(files[0]) if len(files) == 1 and "JSON" in said else None
+                where = (f"line {line[0]} of data file {name} of {self.describe} is not valid JSON ({line[1]})"
+                         if line else f"data file {name} of {self.describe} could not be read after its first "
+                                      f"{rows} records ({type(err).__name__}: {said})")
+                raise DataSourceError(f"{where}; repair the file or remove it from the data paths.") from err
+            now = getattr(key, "original_shard_id", None)
+            if now != shard:
+                shard, rows = now, 0
+            self._check_text(table, files, shard, rows)
+            rows += table.num_rows
+            yield key, table
+
+    def _check_text(self, table, files, shard, rows: int) -> None:
+        names = table.column_names
+        if self.text_field not in names:
+            raise DataSourceError(f"records of data file {self._name(files, shard)} have no field {self.text_field!r} "
+                                  f"(they have {', '.join(names)}); set text_field.")
+        column = table.column(self.text_field)
+        if column.null_count:
+            import pyarrow.compute as pc
+
+            first = int(pc.index(pc.is_null(column), True).as_py())
+            raise DataSourceError(f"record {rows + first + 1} of data file {self._name(files, shard)} has no text in "
+                                  f"field {self.text_field!r}; repair or remove that record, or set text_field.")
+
+    def _name(self, files, shard) -> str:
+        files = list(files) if isinstance(files, (list, tuple)) else []
+        if isinstance(shard, int) and 0 <= shard < len(files):
+            return repr(str(files[shard]))
+        if len(files) == 1:
+            return repr(str(files[0]))
+        return "(one of " + ", ".join(repr(str(f)) for f in files[:3]) + (", ..." if len(files) > 3 else "") + ")"
+
+
+def _bad_json_line(path, limit: int = 1 << 28) -> tuple[int, str] | None:
+    """(line number, error) of the first line of a local JSON Lines file that does not parse, reading at most
+    ``limit`` bytes; only on the error path (pyarrow's own "in row N" counts within a block of the file)."""
+    try:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(str(path), "rb") as f:
+            read = 0
+            for number, line in enumerate(f, 1):
+                read += len(line)
+                if read > limit:
+                    return None
+                if line.strip():
+                    try:
+                        json.loads(line)
+                    except ValueError as err:
+                        return number, f"{type(err).__name__}: {err}"
+    except OSError:
+        return None
+    return None
+
+
+def _name_bad_files(ds, source: SourceConfig):
+    """``ds`` with its table generator wrapped in ``_NamedTables``; shards and shuffles of it keep the wrapper."""
+    ex = getattr(ds, "_ex_iterable", None)
+    if ex is not None and callable(getattr(ex, "generate_tables_fn", None)):
+        ex.generate_tables_fn = _NamedTables(ex.generate_tables_fn, source)
+    return ds
+
+
+def source_identity(source: SourceConfig, base=None) -> dict:
+    """What a resumed stream must find unchanged in its source, cheaply: the text field and, for local files,
+    each file's name and size in reading order (not its folder, so that a copy elsewhere still resumes);
+    for the Hub the dataset, config, split, revision (the one asked for, else the commit the stream resolved)
+    and shard count. ``None`` marks what cannot be known here, and is not compared."""
+    out: dict = {"kind": source.kind, "describe": source.describe(), "text_field": source.text_field}
+    if source.kind in ("files", "embedded"):
+        files = resolve_files(source.paths) if source.kind == "files" else [str(embedded_file(source.split))]
+        out["files"] = [[os.path.basename(f), os.stat(f).st_size] for f in files]
+        return out
+    out.update(dataset=source.path, name=source.name, split=source.split,
+               revision=source.revision or _resolved_revision(base),
+               num_shards=None if base is None else int(base.num_shards))
+    return out
+
+
+def _resolved_revision(base) -> str | None:
+    """The commit a hub stream resolved to, read from its data file URLs (``...@<sha>/...``); None if not found."""
+    import re
+
+    try:
+        kwargs = base._ex_iterable.kwargs
+        urls = [str(u) for v in kwargs.values() if isinstance(v, (list, tuple)) for u in v]
+    except Exception:
+        return None
+    found = {m.group(1) for u in urls for m in [re.search(r"@([0-9a-f]{40})(?:/|$)", u)] if m}
+    return found.pop() if len(found) == 1 else None
 
 
 def documents(source: SourceConfig) -> Iterator[str]:
@@ -127,7 +264,7 @@ def documents(source: SourceConfig) -> Iterator[str]:
     try:
         for record in stream:
             yield _text(record, source)
-    except (KeyError, ConnectionError):
+    except (KeyError, ConnectionError, DataSourceError):
         raise
     except (Exception, StopIteration) as err:  # pyarrow/json decoders raise many types for a damaged file
         raise ValueError(f"data source {source.describe()} could not be read ({type(err).__name__}: {err}).") from err

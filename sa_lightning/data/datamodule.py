@@ -24,8 +24,9 @@ from pathlib import Path
 import lightning as L
 from torch.utils.data import DataLoader
 
-from .corpus import SourceConfig, open_stream, resolve_files
+from .corpus import SourceConfig, open_stream, resolve_files, source_identity
 from .packing import PackedBlocks, cache_folder, prepare_tokens
+from .resume import check_stream_resume, stream_identity
 from .sampler import BlockSampler, fit_position
 from .stats import unigram_perplexity
 from .stream import SplitPlan, StreamLoader, TokenStream, peek_tokens
@@ -124,6 +125,7 @@ class LMDataModule(L.LightningDataModule):
         self._train_loader: StreamLoader | None = None
         self._first_batch_logged = False
         self._resume: dict | None = None
+        self._source_identity: dict | None = None  # stream mode: the training files as this run found them
 
     @property
     def vocab_size(self) -> int:
@@ -131,9 +133,16 @@ class LMDataModule(L.LightningDataModule):
         return len(self.tokenizer)
 
     # ---- caches -------------------------------------------------------------------------------
-    def _prepare(self, source: SourceConfig, max_tokens: int | None, num_proc: int = 1, overwrite: bool = False) -> Path:
+    def _prepare(self, source: SourceConfig, max_tokens: int | None, num_proc: int = 1, overwrite: bool = False,
+                 rebuild_stale: bool = False) -> Path:
         return prepare_tokens(source, self.tokenizer, self.tokenizer_name, self.cache_dir, max_tokens,
-                              progress=self.progress, num_proc=num_proc, overwrite=overwrite)
+                              progress=self.progress, num_proc=num_proc, overwrite=overwrite,
+                              rebuild_stale=rebuild_stale)
+
+    def _unigram_sample(self, overwrite: bool = False) -> Path:
+        """Stream mode: the first 2M tokens of the training source, for the unigram baseline only. It rebuilds
+        itself when the source changed (a few seconds), instead of refusing: nothing else depends on it."""
+        return self._prepare(self.train_source, UNIGRAM_SAMPLE_TOKENS, overwrite=overwrite, rebuild_stale=True)
 
     @property
     def _val_tokens(self) -> int:
@@ -145,9 +154,13 @@ class LMDataModule(L.LightningDataModule):
                             self.max_train_tokens)
 
     def prepare(self, num_proc: int = 1, overwrite: bool = False) -> dict[str, Path]:
-        """``cli.py prepare``: write the training cache with ``num_proc`` processes, and the validation set."""
-        return {"train": self._prepare(self.train_source, self.max_train_tokens, num_proc, overwrite),
-                "validation": self._prepare(self.val_source, self._val_tokens, 1, overwrite)}
+        """``cli.py prepare``: write the training cache with ``num_proc`` processes, and the validation set
+        (stream mode: the unigram sample too, so that ``--overwrite`` rebuilds every cache ``fit`` reads)."""
+        folders = {"train": self._prepare(self.train_source, self.max_train_tokens, num_proc, overwrite),
+                   "validation": self._prepare(self.val_source, self._val_tokens, 1, overwrite)}
+        if self.mode == "stream":
+            folders["unigram sample"] = self._unigram_sample(overwrite)
+        return folders
 
     def check_launch(self, world_size: int) -> None:
         """Called on every rank before ``fit``: a multi-rank cache-mode run never tokenizes in the barrier."""
@@ -162,7 +175,7 @@ class LMDataModule(L.LightningDataModule):
         one rank also tokenizes the training source here, as a single-process run may."""
         self._prepare(self.val_source, self._val_tokens)
         if self.mode == "stream":
-            self._prepare(self.train_source, UNIGRAM_SAMPLE_TOKENS)
+            self._unigram_sample()
         else:
             self._prepare(self.train_source, self.max_train_tokens)
 
@@ -174,7 +187,8 @@ class LMDataModule(L.LightningDataModule):
         if self.mode == "stream":
             self.train_stream = open_stream(self.train_source)
             peek_tokens(self.train_stream, self.train_source, self.tokenizer, self.seq_len + 1)
-            self.unigram_sample = PackedBlocks(self._prepare(self.train_source, UNIGRAM_SAMPLE_TOKENS), self.seq_len)
+            self._source_identity = source_identity(self.train_source, self.train_stream)
+            self.unigram_sample = PackedBlocks(self._unigram_sample(), self.seq_len)
             rank, world = self._rank_world()
             if rank == 0:
                 plan = SplitPlan(self.train_stream.num_shards, world * max(self.num_workers, 1))
@@ -247,6 +261,38 @@ class LMDataModule(L.LightningDataModule):
         return batch
 
     # ---- checkpoint state -----------------------------------------------------------------------
+    def stream_identity(self) -> dict:
+        """Stream mode: the settings and source files a saved stream position belongs to (see ``resume.py``)."""
+        if self._source_identity is None:  # setup records it; a state loaded without setup reads it now
+            self._source_identity = source_identity(self.train_source, self.train_stream)
+        _, world = self._rank_world()
+        return stream_identity(batch_size=self.batch_size, world_size=world, num_workers=self.num_workers,
+                               seq_len=self.seq_len, seed=self.seed, source=self._source_identity)
+
+    def _check_stream_resume(self, state: dict) -> None:
+        """``resume.check_stream_resume`` on every rank; a refusal on any rank (a node whose copy of the files
+        differs) is raised on all of them, so that no rank waits for the others at the next collective."""
+        rank, world = self._rank_world()
+        say = (lambda line: print(line, flush=True)) if rank == 0 else (lambda line: None)
+        try:
+            check_stream_resume(state, self.stream_identity(), say=say)
+            problem = None
+        except ValueError as err:
+            problem = str(err)
+        import torch.distributed as dist
+
+        if world > 1 and dist.is_available() and dist.is_initialized():
+            problems = [None] * world
+            dist.all_gather_object(problems, problem)
+            problem = next((p for p in problems if p), None)
+        if problem:
+            raise ValueError(problem)
+
+    def _fitting(self) -> bool:
+        """Whether the trainer fits (validate and test restore this state too, but never read the stream)."""
+        fn = getattr(getattr(self.trainer, "state", None), "fn", None)
+        return fn is None or fn == "fit"
+
     def state_dict(self) -> dict:
         """Cache mode: batches this rank finished in the current epoch (identical on every rank), as blocks.
         Stream mode: every rank's readers, as of the last batch used (``StreamLoader.stream_state``)."""
@@ -259,6 +305,7 @@ class LMDataModule(L.LightningDataModule):
             state.update(epoch=epoch, consumed_blocks=consumed)
         elif self._train_loader is not None:
             state["stream"] = self._train_loader.stream_state()
+            state["stream_identity"] = self.stream_identity()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -274,6 +321,8 @@ class LMDataModule(L.LightningDataModule):
             raise ValueError(f"the checkpoint was trained in data.mode {saved!r} but this run uses {self.mode!r}; "
                              f"resume with data.mode: {saved}, since the two modes order the data differently.")
         if self.mode == "stream":
+            if "stream" in state and self._fitting():  # before any loader, worker or training step exists
+                self._check_stream_resume(state)
             self._resume = {"stream": state["stream"]} if "stream" in state else None
         else:
             self._resume = {"epoch": state["epoch"], "consumed_blocks": state["consumed_blocks"]}

@@ -52,8 +52,17 @@ def source_fingerprint(source: SourceConfig) -> list | None:
     return [[f, st.st_size, st.st_mtime_ns] for f, st in stats]
 
 
+class StaleCache(ValueError):
+    """A finished cache of this project that no longer matches its source or is damaged; ``reason`` says why."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 def check_cache(folder: Path, source: SourceConfig, tokenizer, tokenizer_name: str) -> dict:
-    """The meta of a finished cache folder, or one sentence saying why it cannot be used."""
+    """The meta of a finished cache folder, or one sentence saying why it cannot be used (``StaleCache`` when
+    it is this project's cache but out of date or damaged)."""
     fix = f"delete {str(folder)!r} or rebuild it with `python cli.py prepare --config <your config> --overwrite`."
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
@@ -62,7 +71,8 @@ def check_cache(folder: Path, source: SourceConfig, tokenizer, tokenizer_name: s
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as err:
-        raise ValueError(f"the token cache {str(folder)!r} has an unreadable meta.json ({err}); {fix}") from None
+        raise StaleCache(f"the token cache {str(folder)!r} has an unreadable meta.json ({err}); {fix}",
+                         f"its meta.json is unreadable ({err})") from None
     expected = {"version": FORMAT_VERSION, "source": source.describe(), "tokenizer": tokenizer_name,
                 "vocab_size": len(tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
                 "source_files": source_fingerprint(source)}
@@ -72,30 +82,40 @@ def check_cache(folder: Path, source: SourceConfig, tokenizer, tokenizer_name: s
                          if k != "source_files") or "the source files changed since it was built"
         if "source_files" in stale and len(stale) > 1:
             said += "; the source files changed since it was built"
-        raise ValueError(f"the token cache {str(folder)!r} is stale or was built for other data ({said}); {fix}")
+        raise StaleCache(f"the token cache {str(folder)!r} is stale or was built for other data ({said}); {fix}", said)
     tokens = folder / "tokens.bin"
     size = np.dtype(meta["dtype"]).itemsize * meta["num_tokens"]
     if not tokens.is_file() or tokens.stat().st_size != size:
-        raise ValueError(f"the token cache {str(folder)!r} is damaged: tokens.bin should hold {size} bytes; {fix}")
+        raise StaleCache(f"the token cache {str(folder)!r} is damaged: tokens.bin should hold {size} bytes; {fix}",
+                         f"its tokens.bin should hold {size} bytes")
     return meta
 
 
 def prepare_tokens(source: SourceConfig, tokenizer, tokenizer_name: str, cache_dir: str | Path,
                    max_tokens: int | None = None, batch_docs: int = 256, progress: bool = True,
-                   num_proc: int = 1, overwrite: bool = False) -> Path:
+                   num_proc: int = 1, overwrite: bool = False, rebuild_stale: bool = False) -> Path:
     """Write ``tokens.bin`` + ``meta.json`` for ``source`` once; later calls check and return the folder.
 
     With ``num_proc`` > 1 the source's shards are tokenized by that many processes and joined in shard
     order, so the cache is byte for byte the one a single process writes. The folder appears
     atomically (written under a temporary name, then renamed), so an interrupted prepare never leaves
-    a half file that looks finished.
+    a half file that looks finished. With ``rebuild_stale`` a cache whose source changed (or that is damaged)
+    is rebuilt in its place, with one line saying so, instead of refused.
     """
     out = cache_folder(source, tokenizer, tokenizer_name, cache_dir, max_tokens)
+    stale = False
     if out.exists() and overwrite:
         shutil.rmtree(out)
     if out.exists():
-        check_cache(out, source, tokenizer, tokenizer_name)
-        return out
+        try:
+            check_cache(out, source, tokenizer, tokenizer_name)
+            return out
+        except StaleCache as err:
+            if not rebuild_stale:
+                raise
+            print(f"data: the cache {str(out)!r} of {source.describe()} is out of date ({err.reason}); rebuilding it",
+                  flush=True)
+            stale = True
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     dtype = _dtype(len(tokenizer))
@@ -127,10 +147,14 @@ def prepare_tokens(source: SourceConfig, tokenizer, tokenizer_name: str, cache_d
             "num_documents": n_docs, "max_tokens": max_tokens, "seconds": seconds,
             "tokens_per_second": n_tokens / max(seconds, 1e-9)}
     (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+    old = out.with_name(out.name + f".old{os.getpid()}")
     try:
+        if stale and out.exists():  # moved aside, so that the new cache appears in one rename
+            out.rename(old)
         tmp.rename(out)
     except OSError:  # another process finished first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
     return out
 
 

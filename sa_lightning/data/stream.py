@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from .corpus import SourceConfig, text_view, texts_of
+from .corpus import DataSourceError, SourceConfig, sentence, text_view, texts_of
 
 log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 calls it on every loader
@@ -125,12 +125,16 @@ class TokenStream(IterableDataset):
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """The last guard: ``LMDataModule.load_state_dict`` (``resume.check_stream_resume``) compares the run's
+        settings and source files in the main process first, in one sentence. The source is not compared
+        here by its paths, so that a copy of the same files elsewhere resumes."""
         mine, theirs = self._identity(), state.get("identity", {})
-        different = {k: (theirs.get(k), v) for k, v in mine.items() if theirs.get(k) != v}
+        different = {k: (theirs.get(k), v) for k, v in mine.items() if k != "source" and theirs.get(k) != v}
         if different:
             said = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in sorted(different.items()))
-            raise ValueError(f"the checkpoint's data stream cannot continue here, because its reader differs ({said}); "
-                             "resume with the same data config, devices, num_nodes and data.num_workers.")
+            raise DataSourceError(f"the checkpoint's data stream cannot continue here, because its reader differs "
+                                  f"({said}); resume with the same data config, devices, num_nodes and "
+                                  "data.num_workers, or start a new run without --ckpt_path.")
         self._resume = state if state.get("started") else None
 
     # ---- iteration ---------------------------------------------------------------------------
@@ -158,8 +162,22 @@ class TokenStream(IterableDataset):
         ds.set_epoch(epoch_key(self.seed, state["epoch"]))
         if state["hf"] is not None:
             ds.load_state_dict(state["hf"])
-        for table in ds.iter(batch_size=self.read_batch):
-            yield texts_of(table, self.source), ds.state_dict()
+        tables = ds.iter(batch_size=self.read_batch)
+        while True:
+            try:
+                table = next(tables)
+                texts = texts_of(table, self.source)
+            except StopIteration:
+                return
+            except DataSourceError:  # already one sentence naming the file and record
+                raise
+            except KeyError as err:
+                raise DataSourceError(err.args[0]) from err
+            except Exception as err:  # decoders and remote reads raise many types
+                raise DataSourceError(f"data reader {self.rank * workers + worker} (rank {self.rank}, worker {worker}) "
+                                      f"could not read {self.source.describe()} ({type(err).__name__}: "
+                                      f"{' '.join(str(err).split())}).") from err
+            yield texts, ds.state_dict()
 
     def _tokenize(self, texts: list[str]) -> list[np.ndarray]:
         encodings = self.tokenizer.backend_tokenizer.encode_batch_fast(texts, add_special_tokens=False)
@@ -207,7 +225,7 @@ class TokenStream(IterableDataset):
                 yield from self._cut(state)
             if state["docs"] == 0:
                 worker, workers = self._reader()
-                raise ValueError(
+                raise DataSourceError(
                     f"data reader {self.rank * workers + worker} of {self.world_size * workers} (rank {self.rank}, "
                     f"worker {worker}) got no document from {self.source.describe()}: the source has fewer "
                     "documents than ranks x workers; use fewer data.num_workers or more data.")
@@ -242,9 +260,15 @@ class StreamLoader(StatefulDataLoader):
         self._used_state: dict | None = None
 
     def __iter__(self):
-        for batch in super().__iter__():
-            self._pending.append(StatefulDataLoader.state_dict(self))
-            yield batch
+        try:
+            for batch in super().__iter__():
+                self._pending.append(StatefulDataLoader.state_dict(self))
+                yield batch
+        except DataSourceError as err:  # from a worker its message is a traceback dump: keep the sentence
+            shutdown = getattr(self._iterator, "_shutdown_workers", None)
+            if shutdown is not None:  # now: left to garbage collection, joining the workers takes 5 s
+                shutdown()
+            raise DataSourceError(sentence(err)) from err
 
     def mark_used(self) -> None:
         if self._pending:
