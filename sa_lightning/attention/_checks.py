@@ -83,3 +83,30 @@ def check_lengths(lengths, batch: int, n: int, device: torch.device) -> torch.Te
     if batch and (int(lengths.min()) < 1 or int(lengths.max()) > n):
         raise ValueError(f"lengths must lie in [1, {n}], got range [{int(lengths.min())}, {int(lengths.max())}].")
     return lengths.long()
+
+
+def check_padded_perm(perm: torch.Tensor, lengths: torch.Tensor | None) -> None:
+    """Check that every row's first lengths[b] slots hold its valid tokens 0 .. lengths[b] - 1.
+
+    That is what the kernels read: row b's band wraps at slot lengths[b] and never reads a later slot, so a
+    pad token in an early slot would be read and a valid token in a late slot never would. ``perm`` is an
+    already checked permutation, (n,) or (B, n), and ``lengths`` checked lengths (B,); a shared (n,) perm
+    must suit every row. O(B*n), a few vectorised ops and one host sync. The order of the padding among its
+    own slots is free (``sample_permutation(lengths=...)`` keeps it in place).
+    """
+    if lengths is None:
+        return
+    n = perm.shape[-1]
+    valid = lengths.view(-1, 1)
+    wrong = (perm.view(-1, n) < valid) != (torch.arange(n, device=perm.device) < valid)  # (B, n)
+    if not bool(wrong.any()):
+        return
+    b, s = (int(i) for i in wrong.nonzero()[0])
+    token = int(perm.view(-1, n)[b if perm.dim() == 2 else 0, s])
+    length = int(lengths[b])
+    what = (f"row {b} of perm puts padding token {token}" if perm.dim() == 2 else
+            f"perm, shared by every row, puts row {b}'s padding token {token}")
+    raise ValueError(
+        f"{what} in slot {s}, but with lengths[{b}] = {length} the row's "
+        f"valid tokens 0..{length - 1} must fill slots 0..{length - 1} and its padding must come after them; "
+        f"draw perm with sample_permutation({n}, lengths=lengths).")

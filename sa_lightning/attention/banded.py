@@ -78,8 +78,13 @@ def _mask_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Scores' additive mask: 0 where ``mask`` is False, a large finite negative where it is True.
 
     Adding a bias is branch-free: masked_fill_ with SA's scattered causal mask runs 4-10x slower on CPU
-    (branch misprediction). The bias is finite, so fully masked padding rows stay free of NaN; exp() of a
-    masked entry underflows to exactly 0. bool -> float is several times faster through uint8.
+    (branch misprediction). Setting the masked scores instead would cost 6% of SA's forward and backward at
+    n=2048, w=64 even done branch-free on their bits ((s & keep) | fill, two passes; 2.4% with 4:1 GQA), and
+    masked_fill costs 4% of the union's. The bias is finite, so fully masked padding rows stay free of NaN;
+    exp() of a masked entry underflows to exactly 0. An added bias cannot overwrite a NaN or inf score: that
+    is safe only because every public kernel hands these paths finite keys and values
+    (``_finite.guard_nonfinite``), as it must anyway for SDPA, which adds its mask the same way. bool ->
+    float is several times faster through uint8.
     """
     return mask.view(torch.uint8).to(dtype).mul_(torch.finfo(dtype).min / 2)
 
@@ -268,7 +273,7 @@ def _softmax_with_lse(q, k, v, blocked, score_view):
     """softmax(q k^T, masked) v over (query block, key window) pairs, plus the scores' log-sum-exp."""
     sdt = _softmax_dtype(q.dtype)
     scores = torch.bmm(q, k.transpose(1, 2)).to(sdt)
-    scores = (scores.view(score_view) + _mask_bias(blocked, sdt)).view(scores.shape)
+    scores = (scores.view(score_view) + _mask_bias(blocked, sdt)).view(scores.shape)  # finite k, v (_mask_bias)
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)
     out = torch.bmm(torch.exp(scores - lse).to(v.dtype), v)
     return out, lse
@@ -456,7 +461,7 @@ class _WindowAttention(torch.autograd.Function):
         for s, e, row in steps:
             scores = torch.bmm(q[s:e], kw[s:e].transpose(1, 2)).to(sdt)
             mask = blocked[row:row + e - s] if row is not None else blocked.index_select(0, mask_rows[s:e])
-            bias = _mask_bias(mask, sdt)
+            bias = _mask_bias(mask, sdt)  # finite keys and values only (see _mask_bias)
             scores.view(e - s, m // blk, blk, W).add_(bias.unsqueeze(1))
             del bias
             p = torch.softmax(scores, dim=-1)

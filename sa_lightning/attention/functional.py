@@ -10,10 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from . import masks
-from ._checks import check_lengths, check_perm, check_positive, check_qkv, default_scale
+from ._checks import check_lengths, check_padded_perm, check_perm, check_positive, check_qkv, default_scale
+from ._finite import guard_nonfinite, kv_finite
 from .banded import (Band, _fused_forward_applies, banded_attention, dense_masked_attention, merge_partials,
                      multi_band_attention)
-from .moba import moba_kernel
+from .moba import moba_kernel, moba_selection
 from .permutation import gather_tokens, invert_permutation, sample_permutation
 
 BACKENDS = ("auto", "banded", "flex", "dense")
@@ -28,19 +29,23 @@ def _backend(backend: str, q: torch.Tensor) -> str:
 
 
 def _permutation_args(perm, inv, generator, lengths, B: int, n: int, device):
-    """SA's checked (perm, inv, lengths): a drawn permutation when ``perm`` is None (its inverse then unknown)."""
+    """SA's checked (perm, inv, lengths): a drawn permutation when ``perm`` is None (its inverse then unknown;
+    with ``lengths``, one per row that keeps the padding in place). A given ``perm`` must keep every row's
+    padding out of its first lengths[b] slots (``check_padded_perm``)."""
     lengths = check_lengths(lengths, B, n, device)
     if perm is None:
-        return sample_permutation(n, generator=generator, device=device), None, lengths
-    return check_perm(perm, B, n, device), inv, lengths
+        return sample_permutation(n, generator=generator, device=device, lengths=lengths), None, lengths
+    perm = check_perm(perm, B, n, device)
+    check_padded_perm(perm, lengths)
+    return perm, inv, lengths
 
 
 def full_attention(q, k, v, *, scale=None):
     """Causal attention over all previous tokens (PyTorch SDPA)."""
     _, Hq, Hkv, _, d = check_qkv(q, k, v)
-    return F.scaled_dot_product_attention(
-        q, k, v, is_causal=True, scale=default_scale(d, scale), enable_gqa=Hq != Hkv
-    )
+    scale = default_scale(d, scale)
+    return guard_nonfinite(lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, is_causal=True, scale=scale, enable_gqa=Hq != Hkv), q, k, v)
 
 
 def sliding_window_attention(q, k, v, window, *, scale=None, backend="auto"):
@@ -49,6 +54,11 @@ def sliding_window_attention(q, k, v, window, *, scale=None, backend="auto"):
     check_positive("window", window)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
+    return guard_nonfinite(lambda q, k, v: _swa(q, k, v, window, scale, backend), q, k, v)
+
+
+def _swa(q, k, v, window: int, scale: float, backend: str):
+    n = q.shape[2]
     if backend == "dense" or (backend == "banded" and n < 2 * window):
         return dense_masked_attention(q, k, v, masks.dense(masks.sliding_window(window), n, device=q.device), scale=scale)
     if backend == "flex":
@@ -64,12 +74,15 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
 
     ``perm`` is a gather index of shape (n,) or (B, n): slot s holds token perm[s]. Query i reads key
     j when j <= i and |slot(i) - slot(j)|_n < window / 2. With ``perm=None`` one permutation is drawn
-    from ``generator`` and shared by the batch.
+    from ``generator`` and shared by the batch (one per row, padding in place, when ``lengths`` is given).
 
     ``lengths`` (B,) is for padded batches: row b's valid tokens must fill its first lengths[b] slots
     (see ``sample_permutation(lengths=...)``). Its circular distance is then taken modulo lengths[b]
-    and later slots (padding) are never read, so a row gives what it gives alone. Outputs at padding
-    tokens are finite but meaningless.
+    and later slots (padding) are never read, so a row gives what it gives alone; a ``perm`` that puts a
+    pad token among a row's first lengths[b] slots is refused. Outputs at padding tokens are finite but
+    meaningless (for finite inputs).
+
+    Like every kernel here, a NaN or inf key or value reaches only the rows that see it (``_finite``).
 
     ``inv`` is ``perm``'s inverse (``invert_permutation(perm)``), for callers that precompute sigma and
     sigma^-1 together, as the paper does; it is not checked against ``perm``.
@@ -79,6 +92,12 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
     perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
+    return guard_nonfinite(lambda q, k, v: _sa(q, k, v, window, perm, inv, lengths, scale, backend), q, k, v)
+
+
+def _sa(q, k, v, window: int, perm, inv, lengths, scale: float, backend: str):
+    """``stochastic_attention`` on checked arguments."""
+    B, _, n, _ = q.shape
     if backend == "flex" and lengths is not None:
         backend = "banded"  # the flex block mask is built per (n, band); ragged bands would rebuild it per call
     pos = perm if perm.dim() == 2 else perm.unsqueeze(0)
@@ -112,15 +131,20 @@ def sa_swa_attention(q, k, v, window, perm=None, *, generator=None, scale=None, 
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     check_positive("window", window)
-    if _backend(backend, q) != "banded" or n < 2 * window or _fused_forward_applies(q, k, v):
-        y_sa = stochastic_attention(q, k, v, window, perm, generator=generator, scale=scale, backend=backend,
-                                    lengths=lengths, inv=inv)
-        return y_sa, sliding_window_attention(q, k, v, window, scale=scale, backend=backend)
     perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
-    half = masks.sa_half_width(window)
-    sa = Band(half, half, perm.view(-1, n), inv, lengths)
-    y_sa, y_swa = multi_band_attention(q, k, v, [sa, Band(window - 1, 0)], scale=default_scale(d, scale))
-    return y_sa, y_swa
+    scale = default_scale(d, scale)
+    backend = _backend(backend, q)
+
+    def both(q, k, v):
+        if backend != "banded" or n < 2 * window or _fused_forward_applies(q, k, v):
+            y_sa = _sa(q, k, v, window, perm, inv, lengths, scale, backend)
+            return y_sa, _swa(q, k, v, window, scale, backend)
+        half = masks.sa_half_width(window)
+        sa = Band(half, half, perm.view(-1, n), inv, lengths)
+        y_sa, y_swa = multi_band_attention(q, k, v, [sa, Band(window - 1, 0)], scale=scale)
+        return y_sa, y_swa
+
+    return guard_nonfinite(both, q, k, v)
 
 
 def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=None, lengths=None, inv=None,
@@ -136,6 +160,14 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
     check_positive("window", window)
     perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
     scale = default_scale(d, scale)
+    run = lambda q, k, v: _sa_swa_union(q, k, v, window, perm, inv, lengths, scale, return_lse)  # noqa: E731
+    return guard_nonfinite(run, q, k, v)
+
+
+def _sa_swa_union(q, k, v, window: int, perm, inv, lengths, scale: float, return_lse: bool = False):
+    """``sa_swa_union_attention`` on checked arguments (``perm`` given), with no guard of its own: for
+    callers (sinks) that guard the whole computation."""
+    B, _, n, _ = q.shape
     pos = perm if perm.dim() == 2 else perm.unsqueeze(0)
     if n < 2 * window:
         slot = invert_permutation(pos).expand(B, n)
@@ -155,4 +187,11 @@ def moba_attention(q, k, v, block_size, top_k, *, scale=None):
     _, _, _, _, d = check_qkv(q, k, v)
     check_positive("block_size", block_size)
     check_positive("top_k", top_k)
-    return moba_kernel(q, k, v, block_size=block_size, top_k=top_k, scale=default_scale(d, scale))
+    scale = default_scale(d, scale)
+    if kv_finite(k, v):
+        return moba_kernel(q, k, v, block_size=block_size, top_k=top_k, scale=scale)
+    # The guard's runs must read the same blocks: the gate of the inputs as given (a NaN gate never selects).
+    chosen = moba_selection(q, k, block_size, top_k)
+    run = lambda q, k, v: moba_kernel(q, k, v, block_size=block_size, top_k=top_k, scale=scale,  # noqa: E731
+                                      selection=chosen)
+    return guard_nonfinite(run, q, k, v, finite=False)

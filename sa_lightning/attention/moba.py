@@ -57,7 +57,8 @@ def select_blocks(q, k, c: int, picks: int):
     gate = torch.matmul(q.reshape(B, Hkv, -1, d).to(gdt), means.transpose(-1, -2))  # (B, Hkv, G*n, full)
     own = (torch.arange(n, device=q.device) // c).repeat(Hq // Hkv)
     past = torch.arange(full, device=q.device).view(1, -1) < own.view(-1, 1)
-    gate = gate.masked_fill(~past, float("-inf"))
+    # a NaN gate (a non-finite key in the block) selects nothing: topk would rank it first
+    gate = gate.masked_fill(~past | gate.isnan(), float("-inf"))
     if full < picks:
         gate = F.pad(gate, (0, picks - full), value=float("-inf"))
     vals, index = gate.topk(picks, dim=-1)
@@ -172,8 +173,18 @@ def _selected_fused(q, k, v, index, valid, c: int, scale: float):
     return out.to(q.dtype).view(B, Hq, n, d), lse_q.view(B, Hq, n, 1)
 
 
-def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float) -> torch.Tensor:
-    """MoBA with block size c and top_k blocks per query (its own block counts as one)."""
+def moba_selection(q, k, block_size: int, top_k: int):
+    """The past blocks each query reads, (index, valid) from ``select_blocks``, or None when there are none."""
+    n = q.shape[2]
+    picks = min(top_k - 1, -(-n // block_size) - 1)
+    if picks <= 0 or n // block_size == 0:
+        return None
+    return select_blocks(q, k, block_size, picks)
+
+
+def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float, selection=None) -> torch.Tensor:
+    """MoBA with block size c and top_k blocks per query (its own block counts as one). ``selection``, from
+    ``moba_selection``, fixes the selected blocks (the non-finite guard's runs share the raw inputs' gate)."""
     n = q.shape[2]
     c = block_size
     # Forward only on CPU, both parts run through SDPA's fused kernel; otherwise the autograd path.
@@ -181,10 +192,11 @@ def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float) -> torch.
     own_block, selected_blocks = (_own_block_fused, _selected_fused) if fused else (_own_block, _selected_blocks)
     nblk = -(-n // c)
     out_own, lse_own = own_block(q, k, v, c, nblk, scale)
-    picks = min(top_k - 1, nblk - 1)
-    if picks <= 0 or n // c == 0:
+    if selection is None:
+        selection = moba_selection(q, k, c, top_k)
+    if selection is None:
         return out_own
-    index, valid = select_blocks(q, k, c, picks)
+    index, valid = selection
     out_sel, lse_sel = selected_blocks(q, k, v, index, valid, c, scale)
     lse = torch.logaddexp(lse_own, lse_sel)
     out = out_own * torch.exp(lse_own - lse).to(q.dtype) + out_sel * torch.exp(lse_sel - lse).to(q.dtype)

@@ -14,7 +14,12 @@ from .permutation import invert_permutation
 
 
 def reference_attention(q, k, v, mask: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """Float64 masked attention; ``mask`` is (B or 1, Hq or 1, n, n) bool. Returns q's dtype."""
+    """Float64 masked attention; ``mask`` is (B or 1, Hq or 1, n, n) bool. Returns q's dtype.
+
+    Row i is exactly sum over the keys j it sees of p_ij * v_j: a masked key's score is set to -inf (never
+    added to), and a masked value never enters the sum, so a NaN or inf key or value changes only the rows
+    that see it (there 0 * inf, for a seen value whose weight is 0, is NaN, as the sum says).
+    """
     B, Hq, n, d = q.shape
     G = Hq // k.shape[1]
     q64, k64, v64 = (t.double() for t in (q, k, v))
@@ -22,7 +27,15 @@ def reference_attention(q, k, v, mask: torch.Tensor, scale: float | None = None)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     scores = (q64 @ k64.transpose(-1, -2)) * scale
     scores = scores.masked_fill(~mask, float("-inf"))
-    return (torch.softmax(scores, dim=-1) @ v64).to(q.dtype)
+    probs = torch.softmax(scores, dim=-1)
+    finite = torch.isfinite(v64)
+    out = probs @ torch.where(finite, v64, 0.0)
+    cols = (~finite).flatten(0, 1).any(0).any(-1).nonzero().squeeze(1)  # keys with a non-finite value somewhere
+    if cols.numel():  # add their non-finite parts, only where seen: (B, Hq, n, |cols|, d), small
+        seen = mask.expand(B, Hq, n, n)[..., cols].unsqueeze(-1)
+        bad = torch.where(finite, 0.0, v64)[:, :, cols].unsqueeze(2)
+        out = out + torch.where(seen, probs[..., cols].unsqueeze(-1) * bad, 0.0).sum(-2)
+    return out.to(q.dtype)
 
 
 def slots_of(perm: torch.Tensor, batch: int) -> torch.Tensor:
@@ -61,7 +74,7 @@ def moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:
     gate = q.double() @ means.transpose(-1, -2)  # (B, Hq, n, nblk)
     own = torch.arange(n, device=q.device) // block_size
     past = torch.arange(nblk, device=q.device).view(1, -1) < own.view(-1, 1)
-    gate = gate.masked_fill(~past, float("-inf"))
+    gate = gate.masked_fill(~past | gate.isnan(), float("-inf"))  # a NaN gate never selects its block
     selected = torch.zeros_like(gate, dtype=torch.bool)
     picks = min(top_k - 1, nblk)
     if picks > 0:

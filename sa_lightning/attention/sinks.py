@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from . import masks
-from ._checks import check_nonnegative
+from ._checks import check_lengths, check_nonnegative, check_positive, check_qkv
+from ._finite import guard_nonfinite
 from .banded import banded_attention, dense_masked_attention, merge_partials
 from .permutation import invert_permutation
 
@@ -62,21 +63,34 @@ def _main_with_lse(q, k, v, variant, window, pos, lengths, inv, scale):
     if variant == "sa":
         return banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale,
                                 return_lse=True, inv=inv)
-    from .functional import sa_swa_union_attention
+    from .functional import _sa_swa_union
 
-    return sa_swa_union_attention(q, k, v, window, pos, scale=scale, lengths=lengths, inv=inv, return_lse=True)
+    return _sa_swa_union(q, k, v, window, pos, inv, lengths, scale, return_lse=True)
 
 
 def sink_attention(q, k, v, variant: str, window: int, sink: int, perm=None, *, lengths=None, inv=None,
                    scale: float | None = None) -> torch.Tensor:
     """``variant`` (swa | sa | sa_swa_union) at ``window`` with the first ``sink`` keys of each row added.
-    ``perm``, ``lengths`` and ``inv`` as for ``stochastic_attention`` (SA's variants need ``perm``)."""
+    ``perm``, ``lengths`` and ``inv`` as for ``stochastic_attention`` (SA's variants draw ``perm`` when None)."""
     if variant not in SINK_VARIANTS:
         raise ValueError(f"sinks apply to {', '.join(SINK_VARIANTS)}, not {variant!r}.")
     check_nonnegative("sink", sink)
-    B, Hq, n, d = q.shape
+    B, Hq, _, n, d = check_qkv(q, k, v)
+    check_positive("window", window)
     scale = d ** -0.5 if scale is None else scale
-    pos = None if perm is None else (perm if perm.dim() == 2 else perm.unsqueeze(0))
+    if variant == "swa":
+        pos, lengths = None, check_lengths(lengths, B, n, q.device)
+    else:
+        from .functional import _permutation_args
+
+        perm, inv, lengths = _permutation_args(perm, inv, None, lengths, B, n, q.device)
+        pos = perm if perm.dim() == 2 else perm.unsqueeze(0)
+    return guard_nonfinite(lambda q, k, v: _with_sinks(q, k, v, variant, window, sink, pos, lengths, inv, scale),
+                           q, k, v)
+
+
+def _with_sinks(q, k, v, variant, window, sink, pos, lengths, inv, scale):
+    B, _, n, _ = q.shape
     y, lse = _main_with_lse(q, k, v, variant, window, pos, lengths, inv, scale)
     s = min(sink, n)
     if s == 0:

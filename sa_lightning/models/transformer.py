@@ -108,8 +108,10 @@ class Transformer(nn.Module):
         n = sum(p.numel() for p in self.parameters())  # tied weights count once
         return n - self.embed.weight.numel() if exclude_embedding else n
 
-    def permutations(self, n: int, stream: int | None, device) -> list[torch.Tensor | None]:
-        """One permutation per layer, shared across heads and the batch.
+    def permutations(self, n: int, stream: int | None, device, lengths: torch.Tensor | None = None
+                     ) -> list[torch.Tensor | None]:
+        """One permutation per layer, shared across heads and the batch; with ``lengths`` (a right-padded
+        batch), one per row that keeps its padding in place, as the kernels require.
 
         ``fixed`` mode: one per layer from the seed. ``stochastic``: fresh per ``stream`` (the training
         step counter), so a run is reproducible and a resumed run draws what the uninterrupted one did.
@@ -122,15 +124,16 @@ class Transformer(nn.Module):
             if stream is None:
                 stream, self._eval_calls = -1 - self._eval_calls, self._eval_calls + 1
             seed = _stream_seed(self.cfg.seed, stream)
-        return [sample_permutation(n, generator=layer_generator(seed, i), device=device) for i in range(len(self.blocks))]
+        return [sample_permutation(n, generator=layer_generator(seed, i), device=device, lengths=lengths)
+                for i in range(len(self.blocks))]
 
     def forward(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
                 lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, n, vocab) for token ids (B, n). ``perms`` overrides the per-layer permutations.
 
         ``lengths`` (B,) marks a right-padded batch: row b's tokens from lengths[b] on are padding and
-        are never attended to; pass per-row ``perms`` that keep the padding in place
-        (``sample_permutation(lengths=...)``) so that every row gives what it gives alone.
+        are never attended to; the drawn permutations then keep each row's padding in place, and given
+        ``perms`` must too (``sample_permutation(lengths=...)``).
         """
         return self.lm_head(self.features(idx, perm_stream=perm_stream, perms=perms, lengths=lengths))
 
@@ -143,7 +146,7 @@ class Transformer(nn.Module):
             raise ValueError(f"sequence length {n} exceeds the model's max_seq_len={self.cfg.max_seq_len}.")
         cos, sin = rope_tables(n, self.cfg.head_dim, self.cfg.rope_theta, device=idx.device)
         if perms is None:
-            perms = self.permutations(n, perm_stream, idx.device)
+            perms = self.permutations(n, perm_stream, idx.device, lengths)
         x = self.embed(idx)
         for block, perm in zip(self.blocks, perms):
             x = block(x, cos, sin, perm, lengths)
