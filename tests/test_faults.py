@@ -194,6 +194,18 @@ def test_streamed_training_resumes_with_the_same_batches_and_losses(sig, saved_s
     _resume_matches(sig, saved_step, uninterrupted_stream, tmp_path, extra=stream_args)
 
 
+def test_a_streamed_resume_with_another_batch_size_is_refused_before_training(uninterrupted_stream, stream_args,
+                                                                               tmp_path):
+    """With 2 workers a resume at batch size 8 once trained again on rows it had seen at batch size 4."""
+    last = next(tmp_path.parent.glob(f"full_stream*/{CKPT_DIR.as_posix()}/last.ckpt"))
+    proc = _fit(tmp_path, tmp_path / "rec", ckpt_path=str(last), extra=[*stream_args, "--data.batch_size", "8"])
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: the checkpoint's data stream cannot continue in this run, because data.batch_size was 4 but is 8 now; "
+        "resume as the checkpoint was written (--data.batch_size 4) or start a new run without --ckpt_path.")
+    assert not (tmp_path / "rec").exists()  # no step was trained
+
+
 def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_validation(stream_args, tmp_path):
     """Two gloo ranks x 2 workers: disjoint batches; a resume from the periodic step-2 checkpoint continues
     every rank with its own next batches; val/loss over the ranks' disjoint slices equals one process's."""
