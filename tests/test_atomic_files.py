@@ -131,3 +131,23 @@ def test_a_system_os_error_is_one_line_that_names_the_path(tmp_path):
     assert res.returncode != 0 and "Traceback" not in res.stderr
     line = res.stderr.strip().splitlines()[-1]
     assert line.startswith("error: ") and repr(str(blocker / "bench")) in line and "Not a directory" in line, line
+
+
+def test_every_shipped_trainer_config_writes_checkpoints_atomically(tmp_path):
+    """The shipped configs name the plugin, and the CLI's default covers a config of the user's own."""
+    import yaml
+
+    from sa_lightning.cli import run
+
+    found = {}
+    for path in sorted((ROOT / "configs").rglob("*.yaml")):
+        raw = yaml.safe_load(path.read_text()) or {}
+        trainer = raw.get("trainer") if "trainer" in raw else (raw if path.parent.name == "trainer" else None)
+        if isinstance(trainer, dict):
+            found[path.relative_to(ROOT).as_posix()] = [p.get("class_path") for p in trainer.get("plugins") or []]
+    assert len(found) >= 8 and all(v == ["sa_lightning.lit.AtomicCheckpointIO"] for v in found.values()), found
+    own = yaml.safe_load((ROOT / "configs/tiny.yaml").read_text())
+    del own["trainer"]["plugins"]
+    (tmp_path / "own.yaml").write_text(yaml.safe_dump(own))
+    cli = run(["--config", str(tmp_path / "own.yaml"), "--trainer.default_root_dir", str(tmp_path)], run=False)
+    assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
