@@ -228,13 +228,16 @@ def _name_bad_files(ds, source: SourceConfig):
 
 def source_identity(source: SourceConfig, base=None) -> dict:
     """What a resumed stream must find unchanged in its source, cheaply: the text field and, for local files,
-    each file's name and size in reading order (not its folder, so that a copy elsewhere still resumes);
+    each file's path below the files' common folder and its size, in reading order (not that folder itself,
+    so that a copy elsewhere still resumes; SlimPajama repeats file names across its chunk folders);
     for the Hub the dataset, config, split, revision (the one asked for, else the commit the stream resolved)
     and shard count. ``None`` marks what cannot be known here, and is not compared."""
     out: dict = {"kind": source.kind, "describe": source.describe(), "text_field": source.text_field}
     if source.kind in ("files", "embedded"):
         files = resolve_files(source.paths) if source.kind == "files" else [str(embedded_file(source.split))]
-        out["files"] = [[os.path.basename(f), os.stat(f).st_size] for f in files]
+        folders = [os.path.dirname(os.path.abspath(f)) for f in files]
+        root = os.path.commonpath(folders) if folders else ""
+        out["files"] = [[os.path.relpath(os.path.abspath(f), root), os.stat(f).st_size] for f in files]
         return out
     out.update(dataset=source.path, name=source.name, split=source.split,
                revision=source.revision or _resolved_revision(base),
