@@ -10,8 +10,9 @@ A stream position is only meaningful for the run that wrote it:
 - ``world_size``: the readers are ranks x workers; their shards are dealt by that number.
 - ``seq_len`` and ``seed``: the carried tokens are cut into blocks of seq_len + 1; the seed orders shards.
 - the source: a position is (shard, record) in the files as they were; a deleted, added or edited file
-  moves every later record. Files are compared by their path below the files' common folder and size, in reading order (not by that folder, so a
-  copy on another disk resumes); an edit that keeps a file's size is not seen.
+  moves every later record. Files are compared by their path below the files' common folder and their
+  size, in reading order (not by that folder, so a copy on another disk resumes); an edit that keeps a
+  file's size is not seen.
 """
 from __future__ import annotations
 
