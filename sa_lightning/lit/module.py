@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torchmetrics.aggregation import MeanMetric
 
 from ..models import ModelConfig, build_model
+from ..models.flops import train_flops_per_token
 from .schedule import steps_for_tokens, tokens_per_step, warmup_cosine
 
 
@@ -220,11 +221,8 @@ class LitLM(L.LightningModule):
             logger.log_hyperparams(counts)
 
     def train_flops_per_token(self, seq_len: int) -> float:
-        """6N for the weights plus 12 * layers * d * (keys each query reads), per trained token."""
-        cfg = self.arch
-        keys = {"full": seq_len / 2, "moba": min(seq_len / 2, cfg.moba_block_size * cfg.moba_top_k)}.get(
-            cfg.variant, min(cfg.window, seq_len)) * len(cfg.paths)
-        return 6 * self.net.num_parameters(exclude_embedding=True) + 12 * cfg.n_layer * cfg.d_model * keys
+        """6N + 12 * layers * d * (keys each query's kernel computes), per trained token (``models/flops.py``)."""
+        return train_flops_per_token(self.arch, seq_len, self.net.num_parameters(exclude_embedding=True))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         logger = self.trainer.logger if self._trainer is not None else None
