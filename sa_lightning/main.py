@@ -15,6 +15,7 @@
     python cli.py analyze gates --ckpt A.ckpt                 SA+SWA gate means per layer and by read distance (App. A.5)
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
     python cli.py study long-range [--preset quick|paper-scale]   synthetic recall by key-query distance, per variant
+    python cli.py doctor [--tiny] [--out DIR]                 every GPU path in one report (20 min on one GPU)
 """
 from __future__ import annotations
 
@@ -75,6 +76,10 @@ def main(argv: list[str] | None = None) -> None:
         from sa_lightning.eval.report import main as evaluate_main
 
         evaluate_main(rest)
+    elif command == "doctor":
+        from sa_lightning.doctor import main as doctor_main
+
+        doctor_main(rest)
     elif command == "study":
         if not rest or rest[0] != "long-range":
             raise SystemExit("error: 'study' takes a study: long-range. Example: python cli.py study long-range --preset quick")
@@ -86,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
 
         analyze_main(rest)
     else:
-        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, prepare, evaluate, sweep, fetch, submit, bench, study or analyze.\n{USAGE}")
+        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, prepare, evaluate, sweep, fetch, submit, bench, study, doctor or analyze.\n{USAGE}")
 
 
 def main_with_clean_errors() -> None:

@@ -108,6 +108,7 @@ class Transformer(nn.Module):
         n = sum(p.numel() for p in self.parameters())  # tied weights count once
         return n - self.embed.weight.numel() if exclude_embedding else n
 
+    @torch.compiler.disable  # seeded torch.Generators cannot be traced: sigma is drawn eagerly, then passed in
     def permutations(self, n: int, stream: int | None, device, lengths: torch.Tensor | None = None
                      ) -> list[torch.Tensor | None]:
         """One permutation per layer, shared across heads and the batch; with ``lengths`` (a right-padded

@@ -1,0 +1,390 @@
+"""``cli.py doctor``: one command that checks every GPU path and writes one report, stage by stage.
+
+    python cli.py doctor --out outputs/doctor          # on one CUDA GPU: about 20 minutes
+    python cli.py doctor --tiny --out outputs/doctor   # the same stages at toy sizes on the CPU
+
+A lent GPU comes for a short while, so the check is one prepared command. Its stages run in order, each
+in a process of its own with a time budget of its own (a stage past its budget is killed, and the
+report says so), and each writes its part of ``DIR/report.md`` and ``DIR/report.json`` as soon as it
+ends: a run cut short still leaves every finished stage. Each stage's full output is in
+``DIR/stages/<stage>.log``.
+
+1. ``env``: torch, CUDA, the device, its memory, and the versions of lightning and transformers.
+2. ``tests``: the ``gpu``-marked tests, then every variant (SA, SWA, SA+SWA, MoBA) on the device's
+   backends in float32 and bfloat16, forward and backward, against the float64 oracle.
+3. ``recompiles``: 10 training steps of the 24-layer 360M model (seq 512), compiled, with a
+   fresh sigma in every layer and step: dynamo's graphs, recompiles and graph breaks, and whether
+   FlexAttention fell back to its unfused path (past dynamo's recompile limit that fallback is silent
+   and materializes the whole score matrix). On the CPU, forward only: FlexAttention has no CPU backward.
+4. ``table2``: ``bench attention --preset paper``, ms and speed-up against ``full_window``, beside the
+   paper's A100 figures.
+5. ``train``: the 360M model, full / swa / sa / sa_swa, bf16-mixed, seq 2048, with and without
+   ``model.compile``: tokens/s, MFU (``models/flops.py``) and peak memory.
+6. ``prefill``: a model of Qwen3-8B's shapes with random weights in bf16, patched with each mode:
+   prefill latency at 4k, 8k, 16k and 32k tokens.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from datetime import date
+from pathlib import Path
+
+from .utils.atomic import write_text
+
+STAGES = ("env", "tests", "recompiles", "table2", "train", "prefill")
+#: seconds per stage: the GPU run fits in 20 minutes, the CPU's --tiny run in 3
+BUDGETS = {"gpu": {"env": 30, "tests": 150, "recompiles": 180, "table2": 240, "train": 360, "prefill": 240},
+           "tiny": {"env": 20, "tests": 60, "recompiles": 60, "table2": 40, "train": 60, "prefill": 40}}
+#: Table 2 of the paper (A100 80GB, B=16, H=16, d=64, bf16, forward+backward): n -> (SA w=256 ms, full ms)
+PAPER_TABLE2 = {2048: (5.4, 8.0), 4096: (7.9, 27.2), 8192: (15.2, 99.7), 16384: (29.6, 379.9), 32768: (52.8, 1477.0)}
+ROOT = Path(__file__).resolve().parents[1]  # a checkout: tests/ lives here
+
+
+# ---- the command: stages in child processes, the report after each --------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cli.py doctor", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("outputs/doctor"))
+    p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU (what CI runs)")
+    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    p.add_argument("--budget_scale", type=float, default=1.0, help="multiply every stage's time budget")
+    p.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # a child process: run this stage only
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
+    if args.budget_scale <= 0:
+        raise SystemExit(f"error: --budget_scale must be > 0, got {args.budget_scale}.")
+    if args.stage:
+        return run_stage(args.stage, args.out, args.tiny)
+    if not args.tiny:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("error: doctor checks the GPU paths and this machine has no CUDA GPU that PyTorch can use; "
+                             "run it on the GPU machine, or pass --tiny to run the same stages at toy sizes on the CPU.")
+    (args.out / "stages").mkdir(parents=True, exist_ok=True)
+    budgets = BUDGETS["tiny" if args.tiny else "gpu"]
+    start = time.perf_counter()
+    for i, name in enumerate(args.stages, 1):
+        record = _run_child(name, args.out, args.tiny, budgets[name] * args.budget_scale)
+        report = write_report(args.out, args.stages, time.perf_counter() - start)
+        print(f"[{i}/{len(args.stages)}] {name}: {record['status']} in {record['seconds']:.0f} s "
+              f"(budget {budgets[name] * args.budget_scale:.0f} s)", flush=True)
+    print(f"wrote {args.out / 'report.md'} and report.json ({time.perf_counter() - start:.0f} s)")
+    return report
+
+
+def _run_child(name: str, out: Path, tiny: bool, budget: float) -> dict:
+    """One stage in its own process group, killed with everything it started once past its budget."""
+    path, log = out / "stages" / f"{name}.json", out / "stages" / f"{name}.log"
+    path.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "sa_lightning.doctor", "--stage", name, "--out", str(out), *(["--tiny"] if tiny else [])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    t0 = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code = proc.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    seconds = time.perf_counter() - t0
+    if code is None:
+        record = {"status": "timeout", "summary": f"killed after its budget of {budget:.0f} s; what it printed is "
+                                                   f"in `stages/{name}.log`."}
+    elif path.is_file():
+        record = json.loads(path.read_text())
+    else:
+        tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+        record = {"status": "error", "summary": f"the stage process exited with code {code} before its result:\n\n"
+                                                "```\n" + "\n".join(tail) + "\n```"}
+    record.update(stage=name, seconds=round(seconds, 1), budget_s=budget)
+    write_text(path, json.dumps(record, indent=2))
+    return record
+
+
+def write_report(out: Path, stages, elapsed: float) -> dict:
+    """``report.json`` and ``report.md`` from every stage finished so far (the others: not run yet)."""
+    records = {}
+    for name in stages:
+        path = out / "stages" / f"{name}.json"
+        records[name] = json.loads(path.read_text()) if path.is_file() else {"status": "not run"}
+    env = records.get("env", {}).get("data") or {}
+    lines = [f"# sa_lightning doctor, {date.today().isoformat()}", "",
+             f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}, CUDA {env.get('cuda') or '–'}, "
+             f"lightning {env.get('lightning', '?')}, transformers {env.get('transformers', '?')}. "
+             f"{elapsed:.0f} s so far.", "",
+             "| stage | status | seconds (budget) |", "|---|---|---:|"]
+    for name, r in records.items():
+        took = f"{r['seconds']:.0f} ({r['budget_s']:.0f})" if "seconds" in r else "–"
+        lines.append(f"| {name} | {r['status']} | {took} |")
+    for name, r in records.items():
+        if r.get("summary"):
+            lines += ["", f"## {name}: {r['status']}", "", r["summary"].rstrip()]
+    report = {"date": date.today().isoformat(), "elapsed_s": round(elapsed, 1), "stages": records}
+    write_text(out / "report.json", json.dumps(report, indent=2))
+    write_text(out / "report.md", "\n".join(lines) + "\n")
+    return report
+
+
+# ---- one stage, in its own process ------------------------------------------------------------------------
+def run_stage(name: str, out: Path, tiny: bool) -> dict:
+    """Run one stage and write ``stages/<name>.json``: status (ok, fail, skipped), a markdown summary, data."""
+    try:
+        record = STAGE_FUNCTIONS[name](out, tiny)
+    except Exception as err:  # a stage that crashes is a finding: the report keeps its traceback's end
+        tail = traceback.format_exc().strip().splitlines()[-12:]
+        record = {"status": "error", "summary": f"{type(err).__name__}: {err}\n\n```\n" + "\n".join(tail) + "\n```"}
+    write_text(out / "stages" / f"{name}.json", json.dumps(record, indent=2, default=str))
+    print(f"{name}: {record['status']}", flush=True)
+    return record
+
+
+def _device(tiny: bool):
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() and not tiny else "cpu")
+
+
+def stage_env(out: Path, tiny: bool) -> dict:
+    import platform
+    from importlib.metadata import version
+
+    import torch
+
+    data = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+            "lightning": version("lightning"), "transformers": version("transformers"),
+            "cpu_threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        data.update(device=props.name, memory_gib=round(props.total_memory / 2**30, 1),
+                    capability=f"{props.major}.{props.minor}", devices=torch.cuda.device_count(),
+                    bf16=torch.cuda.is_bf16_supported())
+    else:
+        from .bench.machine import describe
+
+        data.update(device=f"CPU ({describe('cpu')})")
+    summary = "\n".join(f"- {k}: {v}" for k, v in data.items())
+    return {"status": "ok", "summary": summary, "data": data}
+
+
+def stage_tests(out: Path, tiny: bool) -> dict:
+    """The gpu-marked tests (pytest, in a process of its own), then the exactness grid on this device."""
+    lines, status, data = [], "ok", {}
+    files = sorted(str(p) for p in (ROOT / "tests").glob("test_*.py") if "mark.gpu" in p.read_text())
+    if files:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *files],
+                              cwd=ROOT, capture_output=True, text=True)
+        last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+        data["pytest"] = {"returncode": proc.returncode, "result": last, "files": [Path(f).name for f in files]}
+        lines.append(f"`pytest -m gpu` on {', '.join(Path(f).name for f in files)}: {last}")
+        if proc.returncode not in (0, 5):  # 5: nothing collected
+            status = "fail"
+            lines += ["", "```", *proc.stdout.strip().splitlines()[-25:], "```"]
+    else:
+        lines.append("`pytest -m gpu`: no tests/ folder here (an installed copy), skipped.")
+    device = _device(tiny)
+    grid = exactness_grid(device, n=96 if tiny else 1024, window=16 if tiny else 128)
+    data["exactness"] = grid
+    bad = [r for r in grid if not r["ok"]]
+    status = "fail" if bad or status == "fail" else status
+    lines += ["", f"Exactness against the float64 oracle on {device.type}, relative to the reference's largest "
+              "magnitude (bounds: float32 1e-5 forward / 1e-4 backward, bfloat16 3e-2 / 6e-2):", "",
+              "| variant | backend | dtype | forward | backward | ok |", "|---|---|---|---:|---:|---|"]
+    lines += [f"| {r['variant']} | {r['backend']} | {r['dtype']} | {r['forward']:.1e} | "
+              f"{'–' if r['backward'] is None else format(r['backward'], '.1e')} | {'yes' if r['ok'] else '**NO**'} |"
+              for r in grid]
+    return {"status": status, "summary": "\n".join(lines), "data": data}
+
+
+def exactness_grid(device, n: int, window: int) -> list[dict]:
+    """SA, SWA, SA+SWA and MoBA on each backend of ``device`` in float32 and bfloat16, forward and backward,
+    against the oracle in float64 on the same (rounded) inputs. On the CPU the flex backend runs forward only
+    (it has no CPU backward)."""
+    import torch
+
+    from .attention import AttentionSpec, get_variant, sample_permutation
+
+    bounds = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (3e-2, 6e-2)}
+    backends = ["flex", "banded"] if device.type == "cuda" else ["banded", "dense", "flex"]
+    g = torch.Generator().manual_seed(0)
+    B, H, d = 2, 2, 32
+    base = [torch.randn(B, H, n, d, generator=g, dtype=torch.float64) for _ in range(3)]
+    perm = sample_permutation(n, batch=B, generator=g)
+    rows = []
+    for variant in ("sa", "swa", "sa_swa", "moba"):
+        for backend in backends if variant != "moba" else ["auto"]:
+            for dtype, (fwd_bound, bwd_bound) in bounds.items():
+                backward = not (device.type == "cpu" and backend == "flex")
+                q, k, v = (t.to(dtype).to(device).requires_grad_(backward) for t in base)
+                spec = AttentionSpec(variant, window=window, block_size=max(1, window // 2), top_k=2, backend=backend)
+                outs = get_variant(variant).kernel(q, k, v, spec, perm.to(device), None, None)
+                ref_in = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+                refs = _oracle_paths(variant, *ref_in, perm.to(device), window, spec)
+                fwd = max(_rel(o, r) for o, r in zip(outs, refs))
+                bwd = None
+                if backward:
+                    weights = [torch.randn(o.shape, generator=g, dtype=torch.float64).to(device) for o in outs]
+                    got = torch.autograd.grad(sum((o.double() * w).sum() for o, w in zip(outs, weights)), (q, k, v))
+                    want = torch.autograd.grad(sum((r * w).sum() for r, w in zip(refs, weights)), ref_in)
+                    bwd = max(_rel(a, b) for a, b in zip(got, want))
+                ok = fwd <= fwd_bound and (bwd is None or bwd <= bwd_bound)
+                rows.append({"variant": variant, "backend": backend, "dtype": str(dtype).removeprefix("torch."),
+                             "forward": fwd, "backward": bwd, "ok": ok})
+    return rows
+
+
+def _oracle_paths(variant, q, k, v, perm, window, spec):
+    from .attention import oracle
+
+    B, n = q.shape[0], q.shape[2]
+    if variant == "sa":
+        return [oracle.reference_attention(q, k, v, oracle.sa_mask(perm, window, B))]
+    if variant == "swa":
+        return [oracle.reference_attention(q, k, v, oracle.swa_mask(n, window, q.device))]
+    if variant == "sa_swa":
+        return [oracle.reference_attention(q, k, v, oracle.sa_mask(perm, window, B)),
+                oracle.reference_attention(q, k, v, oracle.swa_mask(n, window, q.device))]
+    return [oracle.reference_attention(q, k, v, oracle.moba_mask(q, k, spec.block_size, spec.top_k))]
+
+
+def _rel(got, want) -> float:
+    want = want.detach().double()
+    return float((got.detach().double() - want).abs().max() / want.abs().max().clamp_min(1e-30))
+
+
+def stage_recompiles(out: Path, tiny: bool) -> dict:
+    """10 compiled steps of a 24-layer SA model with a fresh sigma per layer and step: graphs, recompiles,
+    graph breaks and FlexAttention's unfused fallback."""
+    import warnings
+
+    import torch
+    from torch._dynamo.utils import counters
+
+    from .models import ModelConfig, Transformer
+
+    device = _device(tiny)
+    train = device.type == "cuda"  # FlexAttention has no CPU backward
+    # --tiny: 9 layers (already past the recompile limit of 8 sigmas per step): compiling 24 unrolled layers
+    # takes minutes on a CPU
+    size = dict(d_model=64, n_head=2, n_kv_head=2, max_seq_len=64, n_layer=9) if tiny else dict(max_seq_len=512)
+    cfg = ModelConfig.from_name("tiny" if tiny else "360m", variant="sa", backend="flex", **size)
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(device)
+    model.compile()  # in place, as model.compile: true does
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    idx = torch.randint(0, cfg.vocab_size, (2, cfg.max_seq_len + 1), device=device)
+    torch._dynamo.reset()
+    counters.clear()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(10):
+            if train:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    logits = model(idx[:, :-1], perm_stream=step)
+                loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), idx[:, 1:].flatten())
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            else:
+                with torch.no_grad():
+                    model(idx[:, :-1], perm_stream=step)
+    seconds = time.perf_counter() - t0
+    graphs = int(counters["stats"].get("unique_graphs", 0))
+    recompiles = int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0
+    breaks = {k.splitlines()[0][:120]: v for k, v in counters["graph_break"].items()}
+    drawn = {k: v for k, v in breaks.items() if "disable" in k}  # sigma is drawn eagerly on purpose, once per call
+    unplanned = sum(breaks.values()) - sum(drawn.values())
+    skipped = sum(1 for k in counters["unimplemented"] if "falling back to eager" in k or "Skipping the frame" in k)
+    fallback = [str(w.message).splitlines()[0] for w in caught if "without torch.compile" in str(w.message)]
+    data = {"device": device.type, "train": train, "layers": cfg.n_layer, "seq_len": cfg.max_seq_len, "steps": 10,
+            "seconds": round(seconds, 1), "unique_graphs": graphs, "recompiles": recompiles,
+            "graph_breaks": sum(breaks.values()), "graph_break_reasons": breaks, "frames_skipped": skipped,
+            "flex_fallback_warnings": len(fallback)}
+    ok = not fallback and not unplanned and not skipped and recompiles <= 1
+    lines = [f"{'Training' if train else 'Forward-only (FlexAttention has no CPU backward)'}: 10 steps of "
+             f"{cfg.n_layer} layers x d={cfg.d_model}, seq {cfg.max_seq_len}, SA on compiled FlexAttention, "
+             f"a fresh sigma per layer and step, {seconds:.0f} s.", "",
+             f"- unique graphs: {graphs}; recompiles: {recompiles}; graph breaks: {sum(breaks.values())}, of which "
+             f"{sum(drawn.values())} at the eager draw of sigma (`Transformer.permutations`, planned); frames "
+             f"skipped to eager: {skipped}",
+             f"- FlexAttention's unfused fallback warnings: {len(fallback)}"]
+    lines += [f"- break x{v}: {k}" for k, v in sorted(breaks.items(), key=lambda kv: -kv[1])[:8]]
+    return {"status": "ok" if ok else "fail", "summary": "\n".join(lines), "data": data}
+
+
+def stage_table2(out: Path, tiny: bool) -> dict:
+    """``bench attention --preset paper`` (tiny: the cpu preset at two short lengths), beside the paper's A100."""
+    from .bench.attention import main as bench_attention
+
+    argv = (["--preset", "cpu", "--lengths", "256", "512", "--repeats", "1", "--same-process", "--no-memory",
+             "--variants", "full_window", "swa", "sa"] if tiny else ["--preset", "paper"])
+    rows = bench_attention([*argv, "--out", str(out / "table2")])
+    by = {(r["n"], r["variant"]): r["ms"] for r in rows}
+    lines = ["| n | SA ms | full_window ms | speed-up | paper A100: SA ms | full ms | speed-up |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in sorted({r["n"] for r in rows}):
+        sa, full = by.get((n, "sa")), by.get((n, "full_window"))
+        paper = PAPER_TABLE2.get(n)
+        ours = f"{full / sa:.1f}×" if sa and full and sa == sa and full == full else "–"
+        theirs = f"{paper[0]} | {paper[1]} | {paper[1] / paper[0]:.1f}×" if paper else "– | – | –"
+        lines.append(f"| {n} | {_ms(sa)} | {_ms(full)} | {ours} | {theirs} |")
+    lines += ["", f"Every variant and measure: `{out / 'table2'}`."]
+    failed = [r for r in rows if r["ms"] != r["ms"] and not r.get("note")]
+    return {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
+
+
+def _ms(value) -> str:
+    return "–" if value is None or value != value else f"{value:.1f}"
+
+
+def stage_train(out: Path, tiny: bool) -> dict:
+    from .bench.train import main as bench_train
+
+    argv = (["--preset", "cpu", "--seq-len", "64", "--batch", "2", "--steps", "2", "--repeats", "1"] if tiny
+            else ["--preset", "paper", "--steps", "20"])
+    rows = bench_train([*argv, "--variants", "full", "swa", "sa", "sa_swa", "--compile", "both", "--no-data",
+                        "--out", str(out / "train")])
+    rows = rows[0] if isinstance(rows, tuple) else rows
+    keys = [k for k in ("variant", "compile", "tokens_per_s", "mfu", "peak_mib") if k in rows[0]]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(_cell(r.get(k)) for k in keys) + " |" for r in rows]
+    return {"status": "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "–" if value != value else (f"{value:.3f}" if abs(value) < 10 else f"{value:,.0f}")
+    return "–" if value is None else str(value)
+
+
+def stage_prefill(out: Path, tiny: bool) -> dict:
+    from .bench.prefill import main as bench_prefill
+
+    argv = (["--model", "qwen3-8b-random", "--layers", "1", "--lengths", "128", "256", "--window", "32",
+             "--repeats", "1", "--dtype", "bfloat16"] if tiny else
+            ["--model", "qwen3-8b-random", "--device", "cuda", "--dtype", "bfloat16",
+             "--lengths", "4096", "8192", "16384", "32768", "--repeats", "2"])
+    rows = bench_prefill([*argv, "--out", str(out / "prefill")])
+    keys = [k for k in ("n", "mode", "ms", "peak_mib", "x_full") if k in rows[0]]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(_cell(r.get(k)) for k in keys) + " |" for r in rows]
+    return {"status": "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
+
+
+STAGE_FUNCTIONS = {"env": stage_env, "tests": stage_tests, "recompiles": stage_recompiles, "table2": stage_table2,
+                   "train": stage_train, "prefill": stage_prefill}
+
+
+if __name__ == "__main__":  # a stage's child process
+    main()
