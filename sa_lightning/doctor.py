@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU (what CI runs)")
     p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     p.add_argument("--budget_scale", type=float, default=1.0, help="multiply every stage's time budget")
+    p.add_argument("--budget", action="append", default=[], metavar="STAGE=SECONDS",
+                   help="one stage's time budget, e.g. --budget train=600 (repeatable)")
     p.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # a child process: run this stage only
     return p
 
@@ -70,16 +72,32 @@ def main(argv: list[str] | None = None) -> dict:
         if not torch.cuda.is_available():
             raise SystemExit("error: doctor checks the GPU paths and this machine has no CUDA GPU that PyTorch can use; "
                              "run it on the GPU machine, or pass --tiny to run the same stages at toy sizes on the CPU.")
+    budgets = {k: v * args.budget_scale for k, v in BUDGETS["tiny" if args.tiny else "gpu"].items()}
+    for item in args.budget:
+        stage, _, seconds = item.partition("=")
+        if stage not in STAGES or not _positive(seconds):
+            raise SystemExit(f"error: --budget takes STAGE=SECONDS with a stage among {', '.join(STAGES)} and seconds "
+                             f"> 0, got {item!r}.")
+        budgets[stage] = float(seconds)
     (args.out / "stages").mkdir(parents=True, exist_ok=True)
-    budgets = BUDGETS["tiny" if args.tiny else "gpu"]
     start = time.perf_counter()
     for i, name in enumerate(args.stages, 1):
-        record = _run_child(name, args.out, args.tiny, budgets[name] * args.budget_scale)
+        record = _run_child(name, args.out, args.tiny, budgets[name])
         report = write_report(args.out, args.stages, time.perf_counter() - start)
         print(f"[{i}/{len(args.stages)}] {name}: {record['status']} in {record['seconds']:.0f} s "
-              f"(budget {budgets[name] * args.budget_scale:.0f} s)", flush=True)
+              f"(budget {budgets[name]:.0f} s)", flush=True)
     print(f"wrote {args.out / 'report.md'} and report.json ({time.perf_counter() - start:.0f} s)")
+    failed = [name for name, r in report["stages"].items() if r["status"] not in ("ok", "skipped")]
+    if failed:
+        raise SystemExit(f"doctor: {len(failed)} stage(s) not ok ({', '.join(failed)}); see {args.out / 'report.md'}.")
     return report
+
+
+def _positive(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
 
 
 def _run_child(name: str, out: Path, tiny: bool, budget: float) -> dict:

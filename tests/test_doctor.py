@@ -1,0 +1,40 @@
+"""``cli.py doctor --tiny``: every stage a lent GPU will run, at toy sizes on the CPU, down to the report."""
+import json
+
+from tests.helpers import run_cli, run_cli_here
+
+STAGES = ["env", "tests", "recompiles", "table2", "train", "prefill"]
+
+
+def test_doctor_tiny_runs_every_stage_and_writes_the_report(tmp_path):
+    out = tmp_path / "doctor"
+    res = run_cli("doctor", "--tiny", "--out", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    for i, name in enumerate(STAGES, 1):
+        assert f"[{i}/6] {name}: ok in " in res.stdout, res.stdout + (out / "report.md").read_text()
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["stages"]) == STAGES and all(r["status"] == "ok" for r in report["stages"].values())
+    text = (out / "report.md").read_text()
+    assert "| sa | banded | bfloat16 |" in text and "unique graphs:" in text and "paper A100" in text
+    grid = report["stages"]["tests"]["data"]["exactness"]
+    assert {r["variant"] for r in grid} == {"sa", "swa", "sa_swa", "moba"} and all(r["ok"] for r in grid)
+    assert report["stages"]["recompiles"]["data"]["recompiles"] == 0
+    assert {r["variant"] for r in report["stages"]["train"]["data"]["rows"]} == {"full", "swa", "sa", "sa_swa"}
+    assert (out / "stages" / "prefill.log").is_file()
+
+
+def test_a_stage_past_its_budget_is_killed_and_the_finished_stages_stay(tmp_path):
+    out = tmp_path / "doctor"
+    res = run_cli_here("doctor", "--tiny", "--out", str(out), "--stages", "env", "recompiles", "--budget", "recompiles=2")
+    assert res.returncode == 1 and "doctor: 1 stage(s) not ok (recompiles)" in res.stderr, res.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["stages"]["env"]["status"] == "ok" and report["stages"]["recompiles"]["status"] == "timeout"
+    assert "| recompiles | timeout |" in (out / "report.md").read_text()
+
+
+def test_doctor_without_a_gpu_points_to_tiny_and_bad_budgets_are_one_line(tmp_path):
+    res = run_cli_here("doctor", "--out", str(tmp_path))
+    assert res.returncode != 0 and "pass --tiny to run the same stages at toy sizes on the CPU" in res.stderr
+    res = run_cli_here("doctor", "--tiny", "--out", str(tmp_path), "--budget", "train=-1")
+    assert res.returncode != 0 and "--budget takes STAGE=SECONDS" in res.stderr
+    assert not list(tmp_path.iterdir())
