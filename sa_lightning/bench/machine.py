@@ -32,3 +32,31 @@ def describe(device: torch.device | str = "cpu") -> str:
     except (OSError, StopIteration):
         pass
     return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+
+
+def peak_flops(device: torch.device | str, dtype: torch.dtype) -> float | None:
+    """The device's peak dense FLOP/s for ``dtype`` from Lightning's table, or None where it is unknown (CPUs).
+
+    Lightning matches an H200 only by its SXM1/NVL1 names, and lists the datasheet's with-sparsity figures for
+    it; an H200 SXM has the H100 SXM's tensor cores and clocks (989 dense bf16 TFLOP/s), so it reads that entry.
+    """
+    from lightning.fabric.utilities import throughput
+
+    device = torch.device(device)
+    flops = throughput.get_available_flops(device, dtype)
+    if device.type == "cuda" and "h200" in torch.cuda.get_device_name(device).lower():
+        hopper = getattr(throughput, "_CUDA_FLOPS", {}).get("h100 sxm", {})
+        flops = hopper.get(dtype, flops)
+    return float(flops) if flops else None
+
+
+def available_bytes(device: torch.device | str) -> int | None:
+    """Free memory on ``device``: the GPU's free bytes, or the CPU's MemAvailable; None where unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None

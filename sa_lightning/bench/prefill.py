@@ -3,6 +3,13 @@
     python cli.py bench prefill                 # tiny random Qwen3 on the CPU, n = 1k .. 8k, w = 256
     python cli.py bench prefill --model Qwen/Qwen3-8B --device cuda --dtype bfloat16 --lengths 4096 16384 32768
     python cli.py bench prefill --model smollm2 --lengths 1024 4096   # after `python cli.py fetch smollm2`
+    python cli.py bench prefill --model qwen3-8b-random --device cuda --dtype bfloat16 --lengths 4096 32768
+    python cli.py bench prefill --model qwen3-8b-random --layers 1 --dtype bfloat16 --lengths 64 128 --window 32
+
+``qwen3-8b-random`` is Qwen3-8B's architecture (Qwen/Qwen3-8B's config.json) with random weights, built
+directly in ``--dtype`` on ``--device``: no download, and 15.3 GiB in bf16 on a GPU. ``--layers K`` keeps K
+of its 36 layers; one layer still holds the 151,936 x 4,096 embedding and LM head, 1.44B parameters,
+2.7 GiB in bf16, which is what a CPU smoke run uses (fp32 would need 5.4 GiB).
 
 Modes run interleaved within each repeat, so their ratios share the machine's state. Memory is the peak
 tensor memory of one forward (the CUDA allocator's peak, or the CPU profiler's timeline).
@@ -17,30 +24,98 @@ from pathlib import Path
 
 import torch
 
-from .machine import describe, positive_int, sync
+from .machine import available_bytes, describe, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import write_text
 
 MODES = ("full", "swa", "sa", "sa_swa", "moba")
+# Qwen/Qwen3-8B's config.json: 36 layers, GQA 32/8 heads of 128, untied 151,936-token embedding; 8.19B parameters.
+QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, hidden_act="silu", attention_bias=False,
+                rope_theta=1_000_000.0, max_position_embeddings=40960, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                initializer_range=0.02)
+RANDOM_MODELS = ("tiny", "qwen3-8b-random")
 
 
-def tiny_model():
+def tiny_model(layers: int | None = None):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=4096, hidden_size=128, intermediate_size=341, num_hidden_layers=4,
+    cfg = Qwen3Config(vocab_size=4096, hidden_size=128, intermediate_size=341, num_hidden_layers=layers or 4,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=65536)
     return Qwen3ForCausalLM(cfg).eval()
 
 
+def qwen3_8b_config(layers: int | None = None):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(**{**QWEN3_8B, "num_hidden_layers": layers or QWEN3_8B["num_hidden_layers"]})
+
+
+def meta_model(cfg, dtype: torch.dtype):
+    """A Qwen3ForCausalLM whose parameters are ``dtype`` on the meta device: shapes only, no memory."""
+    from transformers import Qwen3ForCausalLM
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device("meta"):
+            return Qwen3ForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def random_model(cfg, device: torch.device, dtype: torch.dtype):
+    """Random weights allocated once, in ``dtype`` on ``device`` (never an fp32 copy of 8B parameters on the CPU).
+
+    Checks that the weights fit the device's free memory before allocating them. Matrices get Hugging Face's
+    std (``initializer_range``) from a uniform draw, which costs half a normal one on a CPU (latency does not
+    depend on the distribution); RMSNorm gains are 1.
+    """
+    model = meta_model(cfg, dtype)
+    need = sum(p.numel() * p.element_size() for p in model.parameters())
+    free = available_bytes(device)
+    if free is not None and need > 0.9 * free:
+        kind = str(dtype).removeprefix("torch.")
+        raise ValueError(f"--model qwen3-8b-random with {cfg.num_hidden_layers} layers needs {need / 2**30:.1f} GiB "
+                         f"of {kind} weights but {device} has {free / 2**30:.1f} GiB free; use fewer --layers, "
+                         f"bfloat16 or a GPU.")
+    model.to_empty(device=device)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            bound = cfg.initializer_range * 3**0.5  # U(-b, b) has std b / sqrt(3)
+            p.fill_(1.0) if p.dim() == 1 else p.uniform_(-bound, bound)
+        for module in model.modules():  # to_empty left RoPE's computed (non-persistent) buffers uninitialised
+            if type(module).__name__.endswith("RotaryEmbedding"):
+                fresh = type(module)(cfg)
+                for name, buf in fresh.named_buffers(recurse=False):
+                    getattr(module, name).copy_(buf)
+    return model.eval()
+
+
+def build_model(args, device: torch.device, dtype: torch.dtype):
+    if args.model == "qwen3-8b-random":
+        return random_model(qwen3_8b_config(args.layers), device, dtype)
+    if args.model == "tiny":
+        model = tiny_model(args.layers)
+    else:
+        from ..models.sources import load_causal_lm, resolve
+
+        model = load_causal_lm(resolve(args.model), dtype)
+    return model.to(device=device, dtype=dtype)
+
+
 def run(args) -> list[dict]:
     from ..inference.patcher import PatchSpec, patch, unpatch
-    from ..models.sources import load_causal_lm, resolve
 
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
-    model = tiny_model() if args.model == "tiny" else load_causal_lm(resolve(args.model), dtype)
-    model.to(device=device, dtype=dtype)
+    t0 = time.perf_counter()
+    model = build_model(args, device, dtype)
+    args.params = sum(p.numel() for p in model.parameters())
+    print(f"model {args.model}: {args.params / 1e9:.2f}B parameters, {model.config.num_hidden_layers} layers, "
+          f"built in {time.perf_counter() - t0:.1f} s", flush=True)
     specs = {"full": PatchSpec("full"), "swa": PatchSpec("swa", args.window), "sa": PatchSpec("sa", args.window),
              "sa_swa": PatchSpec("sa_swa", args.window),
              "moba": PatchSpec("moba", block_size=args.window // 2, top_k=2)}
@@ -77,8 +152,9 @@ def run(args) -> list[dict]:
 
 
 def markdown(rows: list[dict], args) -> str:
-    lines = [f"# bench prefill ({date.today()}, {describe(torch.device(args.device))}, model {args.model}, "
-             f"batch {args.batch}, w={args.window}, {args.dtype})", "",
+    layers = f" ({args.layers} layers)" if args.layers else ""
+    lines = [f"# bench prefill ({date.today()}, {describe(torch.device(args.device))}, model {args.model}{layers}, "
+             f"{args.params / 1e9:.2f}B parameters, batch {args.batch}, w={args.window}, {args.dtype})", "",
              "| n | mode | ms | × SWA | peak MiB |", "|---:|---|---:|---:|---:|"]
     lines += [f"| {r['n']} | {r['mode']} | {r['ms']:.1f} | {r['x_swa']:.2f} | {r['peak_mib']:.1f} |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -86,8 +162,10 @@ def markdown(rows: list[dict], args) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="cli.py bench prefill", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="tiny", help="tiny (a random 4-layer Qwen3), a Hub id, a local folder, a .gguf "
-                   "file or smollm2 (fetched)")
+    p.add_argument("--model", default="tiny", help="tiny (a random 4-layer Qwen3), qwen3-8b-random (Qwen3-8B's "
+                   "shapes, random weights), a Hub id, a local folder, a .gguf file or smollm2 (fetched)")
+    p.add_argument("--layers", type=positive_int, default=None,
+                   help="keep this many layers of a random model (tiny, qwen3-8b-random)")
     p.add_argument("--lengths", type=positive_int, nargs="+", default=[1024, 2048, 4096, 8192])
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--window", type=positive_int, default=256)
@@ -97,6 +175,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--out", default="outputs/bench")
     args = p.parse_args(argv)
+    if args.layers and args.model not in RANDOM_MODELS:
+        p.error(f"--layers applies to the random models ({', '.join(RANDOM_MODELS)}), not to {args.model!r}.")
     if "swa" not in args.modes:
         args.modes.insert(0, "swa")  # the ratios' reference
     rows = run(args)
