@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models import ModelConfig, Transformer
-from ..models.flops import train_flops_per_token
+from ..models.flops import matmul_params, train_flops_per_token
 from .machine import describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import write_text
@@ -158,7 +158,7 @@ def measure_row(key: tuple[str, bool], case: StepCase, seconds: list[float], arg
     """tokens/s, MFU (from ``train_flops_per_token``) and peak memory of one timed case."""
     sec = statistics.median(seconds)
     tokens_per_s = args.batch * args.seq_len / sec
-    flops = train_flops_per_token(case.cfg, args.seq_len, case.model.num_parameters(exclude_embedding=True))
+    flops = train_flops_per_token(case.cfg, args.seq_len, matmul_params(case.model))
     step_peak = peak_bytes(case.step, case.device)
     return {"variant": key[0], "compile": key[1], "step_ms": sec * 1e3, "tokens_per_s": tokens_per_s,
             "params_M": case.model.num_parameters() / 1e6, "flops_per_token": flops,

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torchmetrics.aggregation import MeanMetric
 
 from ..models import ModelConfig, build_model
-from ..models.flops import train_flops_per_token
+from ..models.flops import matmul_params, train_flops_per_token
 from .schedule import steps_for_tokens, tokens_per_step, warmup_cosine
 
 
@@ -221,8 +221,9 @@ class LitLM(L.LightningModule):
             logger.log_hyperparams(counts)
 
     def train_flops_per_token(self, seq_len: int) -> float:
-        """6N + 12 * layers * d * (keys each query's kernel computes), per trained token (``models/flops.py``)."""
-        return train_flops_per_token(self.arch, seq_len, self.net.num_parameters(exclude_embedding=True))
+        """6N + 12 * layers * d * (keys each query's kernel computes), per trained token (``models/flops.py``);
+        N counts the tied LM head, a matmul per token."""
+        return train_flops_per_token(self.arch, seq_len, matmul_params(self.net))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         logger = self.trainer.logger if self._trainer is not None else None

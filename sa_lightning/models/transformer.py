@@ -31,6 +31,16 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (x * cos + rotated * sin).to(x.dtype)
 
 
+@torch.compiler.disable
+def _attend(variant, q, k, v, spec, perm, lengths) -> tuple:
+    """The variant's kernel, kept out of a ``torch.compile`` graph (``model.compile: true``): it runs as it runs
+    uncompiled, and the projections, RoPE, gates, norms and MLP around it compile. The kernels check their
+    inputs on the host (``.item()``) and hold custom autograd functions, so Dynamo would break the graph here
+    anyway; traced, the banded CPU kernel's mask fails Inductor's C++ build (torch 2.13); FlexAttention
+    compiles itself (``attention/flex.py``), and SDPA is the same fused kernel either way."""
+    return variant(q, k, v, spec, perm, lengths)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -49,7 +59,7 @@ class Attention(nn.Module):
         k = k.view(B, n, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = v.view(B, n, self.n_kv_head, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # original positions, before any permutation
-        paths = self.variant(q, k, v, self.spec, perm, lengths)
+        paths = _attend(self.variant, q, k, v, self.spec, perm, lengths)
         merged = [y.transpose(1, 2).reshape(B, n, d) for y in paths]
         return self.proj(self.gate(*merged))
 

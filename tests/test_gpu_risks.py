@@ -1,0 +1,240 @@
+"""GPU readiness, checked on the CPU: the FLOPs behind MFU, and the GPU paths that a CPU can run today.
+
+- MFU counts what runs: 6N + 12 L d keys, with N hand-counted for the tiny model (the tied LM head
+  included) and the keys each variant's kernel computes (``models/flops.py``).
+- Compiled FlexAttention: every training step draws new permutations (24 layers x steps of them); they
+  must reach the one compiled kernel as data, never as a recompile.
+- ``model.compile: true`` trains the shipped tiny config.
+- FSDP: what Lightning allows without a GPU, and the shipped strategy exercised as far as a CPU goes.
+
+bf16-mixed on the CPU is ``test_training.py::test_bf16_mixed_precision_and_gradient_accumulation_on_cpu``,
+and Lightning's refusal of FSDP on a CPU is ``test_training.py::test_fsdp_config_parses_and_asks_for_gpus_on_a_cpu``.
+"""
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from sa_lightning.cli import run
+from sa_lightning.lit import LitLM, TokenThroughput
+from sa_lightning.models.flops import matmul_params
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "configs/tiny.yaml"
+
+
+# ---- A. MFU counts what runs ---------------------------------------------------------------------
+#
+# The tiny model (configs/tiny.yaml): L = 4 blocks, d = 128, d_ff = floor(2.67 * 128) = 341, vocab 4096
+# (the embedded tokenizer), n = 256, w = 32, MoBA 16 x 2. Its parameters, from models/transformer.py:
+#   per block: attn_norm 128 + qkv 128 * 384 = 49152 + one d x d output gate per path 16384
+#              + proj 16384 + mlp_norm 128 + SwiGLU gate, up, down 3 * 128 * 341 = 130944
+#              = 213120 with one path, 229504 with two (sa_swa)
+#   final norm 128; LM head 4096 * 128 = 524288 (tied to the embedding: one tensor, a lookup at the input
+#   and a matmul at the output, so it counts once in N).
+N_ONE_PATH = 4 * 213120 + 128 + 524288  # = 1376896
+N_TWO_PATHS = 4 * 229504 + 128 + 524288  # = 1442432
+ATTN = 12 * 4 * 128  # 12 L d = 6144 FLOPs per key per token
+# flops/token = 6 N + 6144 * keys, keys: full n/2 = 128; swa, sa: w = 32; moba 16 * 2 = 32; sa_swa(_union): 2w = 64
+FLOPS_PER_TOKEN = {
+    "full": 6 * 1376896 + 6144 * 128,  # 8261376 + 786432 = 9047808
+    "swa": 6 * 1376896 + 6144 * 32,  # 8261376 + 196608 = 8457984
+    "sa": 6 * 1376896 + 6144 * 32,  # 8457984
+    "moba": 6 * 1376896 + 6144 * 32,  # 8457984
+    "sa_swa": 6 * 1442432 + 6144 * 64,  # 8654592 + 393216 = 9047808
+    "sa_swa_union": 6 * 1376896 + 6144 * 64,  # 8261376 + 393216 = 8654592 (one softmax, no second gate)
+}
+
+
+def test_mfu_flops_are_hand_counted_for_the_tiny_model_and_reach_the_throughput_monitor(tmp_path):
+    assert (N_ONE_PATH, N_TWO_PATHS, ATTN) == (1376896, 1442432, 6144)
+    assert FLOPS_PER_TOKEN == {"full": 9047808, "swa": 8457984, "sa": 8457984, "moba": 8457984,
+                               "sa_swa": 9047808, "sa_swa_union": 8654592}
+    # the shipped config as users run it, stopped before its first step: setup() has set flops_per_batch
+    cli = run(["fit", "--config", str(TINY), "--trainer.max_steps", "0", "--trainer.limit_val_batches", "0",
+               "--trainer.default_root_dir", str(tmp_path)])
+    lit = cli.model
+    assert (lit.arch.variant, lit.arch.vocab_size, lit.arch.d_ff, cli.datamodule.seq_len, cli.datamodule.batch_size) \
+        == ("sa_swa", 4096, 341, 256, 16)
+    assert lit.flops_per_batch == 9047808 * 256 * 16 == 37059821568
+    assert any(isinstance(cb, TokenThroughput) for cb in cli.trainer.callbacks)  # it reads flops_per_batch
+    for variant, flops in FLOPS_PER_TOKEN.items():
+        other = LitLM(arch=replace(lit.arch, variant=variant))
+        assert matmul_params(other.net) == (N_TWO_PATHS if variant == "sa_swa" else N_ONE_PATH), variant
+        assert other.train_flops_per_token(256) == flops, variant
+
+
+def test_the_6n_term_is_what_the_matmuls_measure_tied_head_included():
+    """An independent count: PyTorch's FlopCounterMode over one training step of the full variant finds 6
+    matmul FLOPs per weight per token, the tied LM head among them (without it: 6 * 851456). N less the
+    norms' gains (2 * 4 * 128 + 128 = 1152, elementwise, in no matmul) is 1375744."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from sa_lightning.models import ModelConfig, build_model
+
+    model = build_model(ModelConfig.from_name("tiny", variant="full"))
+    idx = torch.randint(0, 4096, (1, 256), generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        model(idx).float().logsumexp(-1).mean().backward()
+    counts = counter.get_flop_counts()["Global"]
+    matmuls = sum(flops for op, flops in counts.items() if str(op) in ("aten.mm", "aten.addmm"))
+    assert matmuls == 6 * (1376896 - 1152) * 256 == 2113142784
+
+
+def test_windowed_variants_get_attention_credit_for_their_band_only():
+    """The paper's 360M model at n = 2048, w = 256 (24 layers, d = 1024): the attention term alone
+    (N = 0) is 12 * 24 * 1024 = 294912 FLOPs per key per token, times 1024 keys for causal full attention,
+    256 for SWA and SA, 512 for SA+SWA and 64 * 2 = 128 for MoBA."""
+    from sa_lightning.models import ModelConfig
+    from sa_lightning.models.flops import train_flops_per_token
+
+    attention = {v: train_flops_per_token(ModelConfig(variant=v), 2048, 0)
+                 for v in ("full", "swa", "sa", "sa_swa", "sa_swa_union", "moba")}
+    assert attention == {"full": 301989888, "swa": 75497472, "sa": 75497472, "sa_swa": 150994944,
+                         "sa_swa_union": 150994944, "moba": 37748736}
+    assert attention["swa"] * 4 == attention["full"]
+
+
+# ---- B1. Compiled FlexAttention: new permutations are data, not recompiles --------------------------
+
+def test_compiled_flex_forward_serves_every_permutation_with_one_kernel(monkeypatch):
+    """A model on the flex backend (what ``auto`` picks on CUDA), forward only (FlexAttention has no CPU
+    backward): 4 layers x 4 passes draw 16 distinct permutations, twice Dynamo's recompile limit of 8. They
+    must all run one compiled kernel: a permutation baked into the graph would recompile per draw, and past
+    the limit flex_attention runs eagerly, materializing every score (its "called without torch.compile"
+    warning). Then the same with the whole model compiled (``model.compile: true``): 16 more draws, and
+    still the one FlexAttention kernel, which the model's graph calls rather than retraces."""
+    import torch.nn.attention.flex_attention as flex_module
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.utils import counters
+
+    from sa_lightning.models import ModelConfig, build_model
+
+    warned = []
+    monkeypatch.setattr(flex_module, "_warn_once", lambda warning_id, *args, **kwargs: warned.append(warning_id))
+    cfg = ModelConfig(vocab_size=256, n_layer=4, n_head=2, d_model=32, max_seq_len=256, variant="sa", window=32,
+                      backend="flex")
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    banded = build_model(replace(cfg, backend="banded")).eval()
+    banded.load_state_dict(model.state_dict())
+    idx = torch.randint(0, 256, (2, 256), generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()  # count this test's compiles only
+
+    def kernels() -> int:
+        return len(_debug_get_cache_entry_list(flex_module.flex_attention.__code__))
+
+    def passes(streams) -> set:
+        drawn = set()
+        with torch.no_grad():
+            for stream in streams:
+                drawn.update(tuple(p.tolist()) for p in model.permutations(256, stream, "cpu"))
+                torch.testing.assert_close(model(idx, perm_stream=stream), banded(idx, perm_stream=stream),
+                                           atol=1e-4, rtol=0)
+        return drawn
+
+    graphs = counters["stats"]["unique_graphs"]
+    assert len(passes(range(4))) == 16
+    assert (kernels(), counters["stats"]["unique_graphs"] - graphs) == (1, 1)
+    model.compile()
+    assert len(passes(range(4, 8))) == 16
+    assert kernels() == 1 and not warned, warned
+
+
+# ---- B2. model.compile: true ------------------------------------------------------------------------
+
+def test_model_compile_trains_the_tiny_config_on_cpu(tmp_path):
+    """configs/tiny.yaml reduced in size (tests/configs/small.yaml: its callbacks and logger as shipped) with
+    ``model.compile: true``. Before the attention kernels were kept out of the graph (``transformer._attend``)
+    this died in Inductor's C++ build of the banded kernel's mask (torch 2.13)."""
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
+    cli = run(["fit", "--config", str(TINY), "--config", str(ROOT / "tests/configs/small.yaml"),
+               "--model.compile", "true", "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path)])
+    assert cli.trainer.global_step == 2 and torch.isfinite(cli.trainer.callback_metrics["train/loss"])
+    assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
+    assert cli.model.net._compiled_call_impl is not None and counters["stats"]["unique_graphs"] > graphs
+    # compiled in place: the checkpoint's names are those of an uncompiled model, so it loads into one
+    last = next(tmp_path.rglob("last.ckpt"))
+    names = set(torch.load(last, map_location="cpu", weights_only=True)["state_dict"])
+    assert names == {f"net.{k}" for k in LitLM(arch=cli.model.arch).net.state_dict()}
+
+
+# ---- B4. FSDP ----------------------------------------------------------------------------------------
+
+def _shipped_fsdp_strategy():
+    """The strategy of configs/trainer/fsdp_4gpu.yaml, built from its YAML as the CLI builds it."""
+    import yaml
+    from jsonargparse import ArgumentParser
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    spec = yaml.safe_load((ROOT / "configs/trainer/fsdp_4gpu.yaml").read_text())
+    parser = ArgumentParser()
+    parser.add_class_arguments(FSDPStrategy, "strategy")
+    return parser.instantiate(parser.parse_object({"strategy": spec["strategy"]["init_args"]})).strategy, spec
+
+
+def test_fsdp_strategy_of_the_shipped_config_wraps_blocks_and_round_trips_a_full_checkpoint_on_cpu(tmp_path):
+    """Lightning 2.6 refuses FSDPStrategy unless the accelerator is CUDA (``test_training.py`` checks the
+    message), and torch's FSDP refuses a CPU module unless ``device_id`` says cpu, which Lightning never
+    passes there. So the shipped strategy's own settings go to torch's FSDP by hand, on a 1-rank gloo group,
+    as Lightning's ``_setup_model`` passes them (with bf16-mixed's MixedPrecision), and the full state dict
+    goes through Lightning's own save and load contexts. One rank runs NO_SHARD: the wrapping, the mixed
+    precision, the optimizer step and the checkpoint are exercised, the sharded collectives are not."""
+    import torch.distributed as dist
+    from lightning.pytorch.plugins.precision import FSDPPrecision
+    from lightning.pytorch.strategies.fsdp import _get_full_state_dict_context, _load_raw_module_state
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import ShardingStrategy
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
+
+    from sa_lightning.lit import AtomicCheckpointIO
+    from sa_lightning.lit.checkpoint import read_checkpoint
+    from sa_lightning.models import ModelConfig
+    from sa_lightning.models.transformer import Block
+
+    strategy, spec = _shipped_fsdp_strategy()
+    assert (spec["accelerator"], spec["precision"]) == ("gpu", "bf16-mixed")
+    assert strategy._state_dict_type == "full" and strategy.sharding_strategy == ShardingStrategy.FULL_SHARD
+    assert set(strategy.kwargs["auto_wrap_policy"]._module_classes) == {Block, Qwen3DecoderLayer}
+    precision = FSDPPrecision(spec["precision"])
+    cfg = ModelConfig.from_name("tiny", n_layer=2, d_model=64, max_seq_len=64, window=16, moba_block_size=8)
+
+    def wrap(lit):
+        return FSDP(lit, cpu_offload=strategy.cpu_offload, mixed_precision=precision.mixed_precision_config,
+                    sharding_strategy=strategy.sharding_strategy, device_id=torch.device("cpu"), **strategy.kwargs)
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = wrap(LitLM(arch=cfg))
+        # the policy wraps exactly the Transformer++ blocks; embedding, final norm and head stay in the root
+        assert [type(m.module).__name__ for m in model.modules() if isinstance(m, FSDP)] == ["LitLM", "Block", "Block"]
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        batch = torch.randint(0, cfg.vocab_size, (4, 65), generator=torch.Generator().manual_seed(0))
+        for step in range(2):
+            with precision.forward_context():
+                loss = LitLM.cross_entropy(model(batch[:, :-1], step), batch[:, 1:])
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            assert torch.isfinite(loss)
+        with _get_full_state_dict_context(model, world_size=1):
+            state = model.state_dict()
+        path = tmp_path / "last.ckpt"
+        AtomicCheckpointIO().save_checkpoint({"state_dict": state}, path)  # the shipped config's checkpoint_io
+        trained = {k: v.clone() for k, v in state.items()}
+        assert any(not torch.equal(trained[f"net.{k}"], v) for k, v in LitLM(arch=cfg).net.state_dict().items())
+
+        # Lightning's resume path (FSDPStrategy.load_checkpoint of a full checkpoint) into a fresh wrapped model
+        resumed = wrap(LitLM(arch=cfg))
+        _load_raw_module_state(read_checkpoint(path)["state_dict"], module=resumed, world_size=1)
+        with _get_full_state_dict_context(resumed, world_size=1):
+            again = resumed.state_dict()
+        assert again.keys() == trained.keys() and all(torch.equal(again[k], trained[k]) for k in trained)
+    finally:
+        dist.destroy_process_group()
+    # and a plain, unwrapped model starts from it (``model.init_weights``): full state dicts load anywhere
+    plain = LitLM(arch=cfg, init_weights=str(path))
+    assert all(torch.equal(v, trained[f"net.{k}"]) for k, v in plain.net.state_dict().items())
