@@ -391,8 +391,9 @@ def _cell(value) -> str:
 def stage_prefill(out: Path, tiny: bool) -> dict:
     from .bench.prefill import main as bench_prefill
 
-    argv = (["--model", "qwen3-8b-random", "--layers", "1", "--lengths", "64", "128", "--window", "32",
-             "--repeats", "1", "--dtype", "bfloat16"] if tiny else
+    # --tiny: bench prefill's random 4-layer Qwen3 (building even one layer of Qwen3-8B's shapes takes 10-20 s
+    # on a CPU; tests/test_bench_gpu_paths.py checks that builder and its shapes)
+    argv = (["--model", "tiny", "--lengths", "64", "128", "--window", "32", "--repeats", "1"] if tiny else
             ["--model", "qwen3-8b-random", "--device", "cuda", "--dtype", "bfloat16",
              "--lengths", "4096", "8192", "16384", "32768", "--repeats", "2"])
     rows = bench_prefill([*argv, "--out", str(out / "prefill")])

@@ -40,7 +40,7 @@ def test_mfu_is_tokens_per_second_times_train_flops_per_token_over_the_peak(tmp_
     from lightning.fabric.utilities import throughput
 
     from sa_lightning.models import ModelConfig, Transformer
-    from sa_lightning.models.flops import train_flops_per_token
+    from sa_lightning.models.flops import matmul_params, train_flops_per_token
 
     peak = 3.5e12
     monkeypatch.setattr(throughput, "get_available_flops", lambda device, dtype: peak)
@@ -55,7 +55,7 @@ def test_mfu_is_tokens_per_second_times_train_flops_per_token_over_the_peak(tmp_
     assert data["peak_flops"] == peak
     for r in rows:
         cfg = ModelConfig.from_name("tiny", variant=r["variant"], window=32, max_seq_len=64, moba_block_size=16)
-        flops = train_flops_per_token(cfg, 64, Transformer(cfg).num_parameters(exclude_embedding=True))
+        flops = train_flops_per_token(cfg, 64, matmul_params(Transformer(cfg)))
         assert r["flops_per_token"] == flops and r["mfu"] == r["tokens_per_s"] * flops / peak
         assert r["peak_mib"] > 0 and r["vs_eager"] > 0
     assert rows[1]["compile"] and rows[1]["params_M"] == rows[0]["params_M"]  # the compiled twin shares the model

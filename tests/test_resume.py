@@ -43,8 +43,8 @@ def test_a_model_setting_that_differs_from_the_checkpoint_is_refused_not_dropped
 
 def test_the_refusal_is_one_line_and_covers_settings_from_a_config_file(trained, tmp_path):
     root, last = trained
-    proc = run_cli("fit", *BASE, *QUIET, "--model", str(ROOT / "configs/model/swa.yaml"), "--ckpt_path", str(last),
-                   "--trainer.default_root_dir", str(tmp_path))
+    proc = run_cli_here("fit", *BASE, *QUIET, "--model", str(ROOT / "configs/model/swa.yaml"), "--ckpt_path", str(last),
+                        "--trainer.default_root_dir", str(tmp_path))
     line = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode != 0 and line.startswith("error: this command sets model.arch.variant='swa'"), proc.stderr[-2000:]
 

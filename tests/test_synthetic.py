@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sa_lightning.data.synthetic import IGNORE, RecallTask, SyntheticDataModule, bucket_names, default_buckets
-from tests.helpers import run_cli, run_cli_here
+from tests.helpers import ROOT, run_cli, run_cli_here
 
 MQAR = RecallTask("mqar", seq_len=128, num_pairs=8, num_queries=8, num_keys=16, num_values=16, num_filler=8)
 PASSKEY = RecallTask("passkey", seq_len=128, num_keys=16, num_values=16, num_filler=8)
@@ -112,8 +112,8 @@ def test_bad_synthetic_settings_get_one_sentence(kwargs, needle):
 
 
 def test_bad_synthetic_setting_from_the_cli_is_one_line(tmp_path):
-    res = run_cli("fit", "--config", "configs/synthetic/mqar.yaml", "--data.init_args.num_queries", "20",
-                  "--trainer.default_root_dir", str(tmp_path))
+    res = run_cli_here("fit", "--config", str(ROOT / "configs/synthetic/mqar.yaml"), "--data.init_args.num_queries",
+                       "20", "--trainer.default_root_dir", str(tmp_path))
     assert res.returncode != 0 and "cannot exceed num_pairs=16" in res.stderr and "Traceback" not in res.stderr
 
 
