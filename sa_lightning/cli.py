@@ -8,8 +8,9 @@ synthetic recall tasks' ``sa_lightning.data.SyntheticDataModule``); a ``data`` s
 ``class_path`` is ``LMDataModule``'s arguments, as in every text config.
 
 Resuming (see ``lit/resume.py``): ``--ckpt_path last`` is the newest readable checkpoint under
-``trainer.default_root_dir`` (last.ckpt, SLURM's hpc_ckpt, or a periodic one), and refuses when there is none unless ``--fresh_if_no_last true``; a
-model setting that differs from the checkpoint's is refused, never silently replaced by it.
+``trainer.default_root_dir`` (last.ckpt, SLURM's hpc_ckpt, or a periodic one), and refuses when there
+is none unless ``--fresh_if_no_last true``; a model setting that differs from the checkpoint's is
+refused, never silently replaced by it.
 """
 from __future__ import annotations
 
@@ -221,8 +222,8 @@ def _check_writable(folder: str) -> None:
     except OSError as err:
         if err.filename is None:
             err.filename = str(probe)
-        raise ValueError(f"trainer.default_root_dir {folder!r} cannot hold the run: {describe_os_error(err, 'folder')}; nothing "
-                         "was trained; pass a writable folder with --trainer.default_root_dir.") from None
+        raise ValueError(f"trainer.default_root_dir {folder!r} cannot hold the run: {describe_os_error(err, 'folder')}; "
+                         "nothing was trained; pass a writable folder with --trainer.default_root_dir.") from None
 
 
 def _check_accelerator(accelerator) -> None:

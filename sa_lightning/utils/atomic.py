@@ -12,7 +12,6 @@ raised again as a ``WriteError``: one sentence that names the file and says the 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from pathlib import Path
 from typing import Iterator
@@ -115,8 +114,7 @@ def replacing(path: str | os.PathLike, what: str = "file", fsync: bool = False) 
             tmp.unlink()
         if isinstance(err, OSError) and not isinstance(err, WriteError):
             err.filename = str(path) if err.filename in (None, str(tmp)) else err.filename
-            full = " (the disk is full)" if err.errno == errno.ENOSPC else ""
-            raise WriteError(err.errno, f"{describe_os_error(err, what)}{full}; nothing was replaced, the previous "
+            raise WriteError(err.errno, f"{describe_os_error(err, what)}; nothing was replaced, the previous "
                              f"{what} there (if any) is intact; free space or pass a writable folder, then run "
                              "again.", str(path)) from None
         raise
