@@ -37,6 +37,7 @@ from datetime import date
 from pathlib import Path
 
 from .utils.atomic import write_text
+from .utils.tables import number
 
 STAGES = ("env", "tests", "recompiles", "table2", "train", "prefill")
 #: seconds per stage: the GPU run fits in 20 minutes, the CPU's --tiny run in 3
@@ -354,14 +355,10 @@ def stage_table2(out: Path, tiny: bool) -> dict:
         paper = PAPER_TABLE2.get(n)
         ours = f"{full / sa:.1f}×" if sa and full and sa == sa and full == full else "–"
         theirs = f"{paper[0]} | {paper[1]} | {paper[1] / paper[0]:.1f}×" if paper else "– | – | –"
-        lines.append(f"| {n} | {_ms(sa)} | {_ms(full)} | {ours} | {theirs} |")
+        lines.append(f"| {n} | {number(sa, '.1f')} | {number(full, '.1f')} | {ours} | {theirs} |")
     lines += ["", f"Every variant and measure: `{out / 'table2'}`."]
     failed = [r for r in rows if r["ms"] != r["ms"] and not r.get("note")]
     return {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
-
-
-def _ms(value) -> str:
-    return "–" if value is None or value != value else f"{value:.1f}"
 
 
 def stage_train(out: Path, tiny: bool) -> dict:
@@ -382,7 +379,7 @@ def stage_train(out: Path, tiny: bool) -> dict:
 
 def _cell(value) -> str:
     if isinstance(value, float):
-        return "–" if value != value else (f"{value:.3f}" if abs(value) < 10 else f"{value:,.0f}")
+        return number(value, ".3f" if abs(value) < 10 else ",.0f")
     return "–" if value is None else str(value)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import masks
-from ._checks import check_lengths, check_nonnegative, check_positive, check_qkv
+from ._checks import check_lengths, check_nonnegative, check_positive, check_qkv, default_scale
 from ._finite import guard_nonfinite
 from .banded import banded_attention, dense_masked_attention, merge_partials
 from .permutation import invert_permutation
@@ -77,7 +77,7 @@ def sink_attention(q, k, v, variant: str, window: int, sink: int, perm=None, *, 
     check_nonnegative("sink", sink)
     B, Hq, _, n, d = check_qkv(q, k, v)
     check_positive("window", window)
-    scale = d ** -0.5 if scale is None else scale
+    scale = default_scale(d, scale)
     if variant == "swa":
         pos, lengths = None, check_lengths(lengths, B, n, q.device)
     else:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ..attention import AttentionSpec, get_variant, invert_permutation, sample_permutation
-from ..utils.tables import write_csv
+from ..utils.tables import number, write_csv
 from .machine import describe, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import savefig, write_text
@@ -182,10 +182,6 @@ def _add_ratios(rows):
             r["mem_x_swa"] = (r["peak_mib"] / cell["swa"]["peak_mib"]) if "swa" in cell and cell["swa"]["peak_mib"] else math.nan
 
 
-def _num(x: float, fmt: str) -> str:
-    return "–" if math.isnan(x) else format(x, fmt)
-
-
 def paper_table(rows, variants) -> str:
     """Table 2's layout: one row per n, ms per variant, then each variant's speed-up against full attention
     (``full_window`` when it ran, as in the paper; else SDPA)."""
@@ -197,8 +193,8 @@ def paper_table(rows, variants) -> str:
     head = ["n", *(f"{v} ms" for v in variants), *(f"{v} speed-up" for v in others)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
     for n, cell in by_n.items():
-        ms = [_num(cell[v]["ms"], ".1f") for v in variants]
-        ups = [_num(cell[ref]["ms"] / cell[v]["ms"], ".1f") for v in others]
+        ms = [number(cell[v]["ms"], ".1f") for v in variants]
+        ups = [number(cell[ref]["ms"] / cell[v]["ms"], ".1f") for v in others]
         ups = [u if u == "–" else u + "×" for u in ups]
         lines.append(f"| {n} | " + " | ".join(ms + ups) + " |")
     note = f"Speed-up is {ref}'s time over the variant's." if ref else ""
@@ -215,9 +211,9 @@ def markdown(rows, args) -> str:
     lines = ["| n | variant | ms | × SWA | × full | × full_window | peak MiB | mem × SWA | note |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r['n']} | {r['variant']} | {_num(r['ms'], '.1f')} | {_num(r['x_swa'], '.2f')} | "
-                     f"{_num(r['x_full'], '.3f')} | {_num(r['x_full_window'], '.3f')} | {_num(r['peak_mib'], '.1f')} | "
-                     f"{_num(r['mem_x_swa'], '.2f')} | {r['note']} |")
+        lines.append(f"| {r['n']} | {r['variant']} | {number(r['ms'], '.1f')} | {number(r['x_swa'], '.2f')} | "
+                     f"{number(r['x_full'], '.3f')} | {number(r['x_full_window'], '.3f')} | {number(r['peak_mib'], '.1f')} | "
+                     f"{number(r['mem_x_swa'], '.2f')} | {r['note']} |")
     return head + paper_table(rows, args.variants) + "\n" + "\n".join(lines) + "\n"
 
 

@@ -38,6 +38,7 @@ from ..models.flops import matmul_params, train_flops_per_token
 from .machine import describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import write_text
+from ..utils.tables import number
 
 VARIANTS = ("full", "swa", "sa", "sa_swa", "moba")
 PRESETS = {
@@ -49,10 +50,10 @@ PRESETS = {
 COMPILE_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 COMPILED_DEVICES = ("cuda",)  # where compiled training is timed; elsewhere its rows carry CPU_COMPILE_NOTE
 # Measured on this project's 2-core CPU with torch 2.13: Inductor took 10-30 s per variant to compile a
-# training step (longer than the whole benchmark), and its vectorised C++ for the banded kernels' masks
-# failed to build for swa, sa and sa_swa.
+# training step, longer than the whole benchmark. (Its C++ for the banded kernels' masks also failed to build
+# until the model kept its attention kernels out of the compiled graph: ``models.transformer._attend``.)
 CPU_COMPILE_NOTE = ("skipped: compiled training is timed on CUDA only (on the CPU, Inductor's compile of a "
-                    "training step outlasts the benchmark and fails to build the banded kernels' masks)")
+                    "training step outlasts the benchmark)")
 
 
 class StepCase:
@@ -199,10 +200,6 @@ def run(args) -> tuple[list[dict], dict]:
     return rows, data
 
 
-def _cell(value: float, fmt: str) -> str:
-    return "–" if value != value else format(value, fmt)
-
-
 def markdown(rows, data, args) -> str:
     peak = data.get("peak_flops")
     head = (f"Training step, {args.preset} preset: model {args.model}"
@@ -214,9 +211,9 @@ def markdown(rows, data, args) -> str:
             f"peak MiB: weights + optimizer state + batch + a step's peak allocation.\n\n")
     lines = ["| variant | compile | params (M) | step (ms) | tokens/s | × SWA | MFU | peak MiB |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['variant']} | {r['compile']} | {_cell(r['params_M'], '.2f')} | {_cell(r['step_ms'], '.0f')} | "
-              f"{_cell(r['tokens_per_s'], ',.0f')} | {_cell(r['vs_swa'], '.2f')} | {_cell(r['mfu'] * 100, '.1f')}"
-              f"{'%' if r['mfu'] == r['mfu'] else ''} | {_cell(r['peak_mib'], ',.0f')} |" for r in rows]
+    lines += [f"| {r['variant']} | {r['compile']} | {number(r['params_M'], '.2f')} | {number(r['step_ms'], '.0f')} | "
+              f"{number(r['tokens_per_s'], ',.0f')} | {number(r['vs_swa'], '.2f')} | {number(r['mfu'] * 100, '.1f')}"
+              f"{'%' if r['mfu'] == r['mfu'] else ''} | {number(r['peak_mib'], ',.0f')} |" for r in rows]
     notes = sorted({r["note"] for r in rows if r["note"]})
     tail = "".join(f"\n\nCompiled rows {n}." for n in notes)
     if data["pack_tokens_per_s"] == data["pack_tokens_per_s"]:

@@ -10,6 +10,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from ..utils.atomic import remove_stale_partials, replacing
+from .resume import checkpoint_candidates
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -42,8 +43,8 @@ def read_checkpoint(path: str | Path, map_location="cpu", mmap: bool = False, we
     """
     path = Path(path)
     if path.is_dir():
-        found = sorted(path.rglob("*.ckpt"), key=lambda p: p.stat().st_mtime_ns)
-        newest = f" (the newest in it is {str(found[-1])!r})" if found else " (it holds no .ckpt file)"
+        found = checkpoint_candidates(path)  # newest first, never a partial write
+        newest = f" (the newest in it is {str(found[0])!r})" if found else " (it holds no .ckpt file)"
         raise ValueError(f"checkpoint {str(path)!r} is a folder, not a checkpoint file{newest}; pass a .ckpt file, "
                          "or --ckpt_path last with --trainer.default_root_dir set to the run's folder.")
     if not path.is_file():
