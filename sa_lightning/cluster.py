@@ -57,7 +57,7 @@ def _submit(script: Path, dry_run: bool, extra: list[str] = ()) -> str | None:
 
 def sweep_pairs(config: str):
     """The sweep's distinct (mode, window or MoBA block size) pairs, one per array task, and its config."""
-    from .inference.sweep import cells, load_config
+    from .inference.plan import cells, load_config
 
     cfg = load_config(["--config", config])
     pairs = []

@@ -37,7 +37,7 @@ from datetime import date
 from pathlib import Path
 
 from .utils.atomic import write_text
-from .utils.tables import number
+from .utils.report import head, number, row
 
 STAGES = ("env", "tests", "recompiles", "table2", "train", "prefill")
 #: seconds per stage: the GPU run fits in 20 minutes, the CPU's --tiny run in 3
@@ -370,8 +370,8 @@ def stage_train(out: Path, tiny: bool) -> dict:
                         "--out", str(out / "train")])
     rows = rows[0] if isinstance(rows, tuple) else rows
     keys = [k for k in ("variant", "compile", "tokens_per_s", "mfu", "peak_mib", "note") if k in rows[0]]
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(_cell(r.get(k)) for k in keys) + " |" for r in rows]
+    lines = head(keys)
+    lines += [row([_cell(r.get(k)) for k in keys]) for r in rows]
     lines += ["", f"MFU counts the attention each variant computes (`models/flops.py`). Every measure: `{out / 'train'}`."]
     failed = [r for r in rows if r["tokens_per_s"] != r["tokens_per_s"] and not r.get("note")]
     return {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
@@ -393,8 +393,8 @@ def stage_prefill(out: Path, tiny: bool) -> dict:
              "--lengths", "4096", "8192", "16384", "32768", "--repeats", "2"])
     rows = bench_prefill([*argv, "--out", str(out / "prefill")])
     keys = [k for k in ("n", "mode", "ms", "peak_mib", "x_swa") if k in rows[0]]
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(_cell(r.get(k)) for k in keys) + " |" for r in rows]
+    lines = head(keys)
+    lines += [row([_cell(r.get(k)) for k in keys]) for r in rows]
     return {"status": "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
 
 

@@ -19,10 +19,63 @@
 """
 from __future__ import annotations
 
+import importlib
 import sys
+from dataclasses import dataclass, field
 
 USAGE = __doc__
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: ``module.function`` gets the arguments after the command's name (or, with
+    ``whole_argv``, every argument, since LightningCLI reads ``sys.argv`` itself from the shell)."""
+
+    module: str
+    function: str = "main"
+    #: heavy CPU tensor work: keep freed memory in the heap (``utils.cpu_allocator``)
+    heavy: bool = False
+    whole_argv: bool = False
+
+
+@dataclass(frozen=True)
+class Group:
+    """A command that takes a second word (``bench attention``); ``what`` and ``example`` word its error."""
+
+    what: str
+    example: str
+    commands: dict[str, Command] = field(default_factory=dict)
+    heavy: bool = False
+
+
+#: every command, in the order the error for an unknown one lists them; a module is imported only when its
+#: command runs, so that ``--help`` stays fast
+COMMANDS: dict[str, Command | Group] = {
+    **{name: Command("sa_lightning.lit.cli", "run", heavy=True, whole_argv=True) for name in LIGHTNING_COMMANDS},
+    "prepare": Command("sa_lightning.data.prepare"),
+    "evaluate": Command("sa_lightning.eval.report", heavy=True),
+    "sweep": Command("sa_lightning.inference.sweep", heavy=True),
+    "fetch": Command("sa_lightning.models.sources"),
+    "submit": Command("sa_lightning.cluster"),
+    "bench": Group("a benchmark", "python cli.py bench attention", {
+        "attention": Command("sa_lightning.bench.attention"),
+        "train": Command("sa_lightning.bench.train"),
+        "eval": Command("sa_lightning.bench.eval"),
+        "prefill": Command("sa_lightning.bench.prefill"),
+        "data": Command("sa_lightning.bench.data"),
+    }, heavy=True),
+    "study": Group("a study", "python cli.py study long-range --preset quick",
+                   {"long-range": Command("sa_lightning.study.long_range")}, heavy=True),
+    "doctor": Command("sa_lightning.doctor"),
+    "analyze": Command("sa_lightning.analysis.report", heavy=True),
+}
+
+
+def _one_of(names) -> str:
+    """``a, b or c``."""
+    names = list(names)
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,67 +84,21 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return
-    command, rest = argv[0], argv[1:]
-    if command in ("bench", "analyze", "evaluate", "sweep", "study", *LIGHTNING_COMMANDS):
+    name, rest = argv[0], argv[1:]
+    entry = COMMANDS.get(name)
+    if entry is None:
+        raise SystemExit(f"error: unknown command {name!r}; expected {_one_of(COMMANDS)}.\n{USAGE}")
+    if entry.heavy:
         from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
 
         tune_cpu_allocator()
-    if command in LIGHTNING_COMMANDS:
-        from sa_lightning.cli import run
-
-        run(None if from_shell else argv)  # LightningCLI reads sys.argv itself
-    elif command == "bench":
-        if not rest or rest[0] not in ("attention", "train", "eval", "prefill", "data"):
-            raise SystemExit("error: 'bench' takes a benchmark: attention, train, eval, prefill or data. "
-                             "Example: python cli.py bench attention")
-        if rest[0] == "attention":
-            from sa_lightning.bench.attention import main as bench_main
-        elif rest[0] == "train":
-            from sa_lightning.bench.train import main as bench_main
-        elif rest[0] == "prefill":
-            from sa_lightning.bench.prefill import main as bench_main
-        elif rest[0] == "data":
-            from sa_lightning.bench.data import main as bench_main
-        else:
-            from sa_lightning.bench.eval import main as bench_main
-
-        bench_main(rest[1:])
-    elif command == "prepare":
-        from sa_lightning.data.prepare import main as prepare_main
-
-        prepare_main(rest)
-    elif command == "submit":
-        from sa_lightning.cluster import main as submit_main
-
-        submit_main(rest)
-    elif command == "sweep":
-        from sa_lightning.inference.sweep import main as sweep_main
-
-        sweep_main(rest)
-    elif command == "fetch":
-        from sa_lightning.models.sources import main as fetch_main
-
-        fetch_main(rest)
-    elif command == "evaluate":
-        from sa_lightning.eval.report import main as evaluate_main
-
-        evaluate_main(rest)
-    elif command == "doctor":
-        from sa_lightning.doctor import main as doctor_main
-
-        doctor_main(rest)
-    elif command == "study":
-        if not rest or rest[0] != "long-range":
-            raise SystemExit("error: 'study' takes a study: long-range. Example: python cli.py study long-range --preset quick")
-        from sa_lightning.study.long_range import main as study_main
-
-        study_main(rest[1:])
-    elif command == "analyze":
-        from sa_lightning.analysis.report import main as analyze_main
-
-        analyze_main(rest)
-    else:
-        raise SystemExit(f"error: unknown command {command!r}; expected {', '.join(LIGHTNING_COMMANDS)}, prepare, evaluate, sweep, fetch, submit, bench, study, doctor or analyze.\n{USAGE}")
+    if isinstance(entry, Group):
+        if not rest or rest[0] not in entry.commands:
+            raise SystemExit(f"error: {name!r} takes {entry.what}: {_one_of(entry.commands)}. "
+                             f"Example: {entry.example}")
+        entry, rest = entry.commands[rest[0]], rest[1:]
+    run = getattr(importlib.import_module(entry.module), entry.function)
+    run((None if from_shell else argv) if entry.whole_argv else rest)
 
 
 def main_with_clean_errors() -> None:

@@ -31,7 +31,8 @@ import time
 
 import torch
 
-from sa_lightning.attention.banded import band_window, default_block
+from sa_lightning.attention.band_common import default_block
+from sa_lightning.attention.band_inplace import band_window
 from sa_lightning.attention.masks import sa_half_width
 
 

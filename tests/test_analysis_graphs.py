@@ -11,6 +11,7 @@ from torch import nn
 
 from sa_lightning.analysis import gates, graphs, report
 from sa_lightning.lit.callbacks import GateMeanLogger
+from sa_lightning.attention import AttentionSpec
 from sa_lightning.models import ModelConfig, Transformer
 
 
@@ -118,7 +119,7 @@ def _tiny_sa_swa(biases: dict[tuple[int, str], float] | None = None) -> Transfor
     plus a known bias b, so that every gate reads sigmoid(b)."""
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=4096, n_layer=2, n_head=2, d_model=16, max_seq_len=32,
-                                    variant="sa_swa", window=4)).eval()
+                                    attention=AttentionSpec("sa_swa", window=4))).eval()
     for layer, block in enumerate(model.blocks):
         for path in ("sa", "swa"):
             if biases is None:
@@ -166,8 +167,8 @@ def test_gates_command_on_a_checkpoint(tmp_path):
 
 
 def test_gates_command_refuses_a_single_path_model():
-    model = Transformer(ModelConfig(vocab_size=256, n_layer=1, n_head=2, d_model=16, max_seq_len=16, variant="sa",
-                                    window=4))
+    model = Transformer(ModelConfig(vocab_size=256, n_layer=1, n_head=2, d_model=16, max_seq_len=16,
+                                    attention=AttentionSpec("sa", window=4)))
     with pytest.raises(ValueError, match="needs an SA\\+SWA checkpoint"):
         gates.check_two_gates(model)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sa_lightning.lit.checkpoint import AtomicCheckpointIO, read_checkpoint
+from sa_lightning.lit.checkpoint import AtomicCheckpointIO
+from sa_lightning.models.checkpoint import read_checkpoint
 from sa_lightning.lit.resume import find_last_checkpoint
 from sa_lightning.utils.atomic import WriteError, partial_path, replacing
 from tests.helpers import run_cli_here
@@ -137,7 +138,7 @@ def test_every_shipped_trainer_config_writes_checkpoints_atomically(tmp_path):
     """The shipped configs name the plugin, and the CLI's default covers a config of the user's own."""
     import yaml
 
-    from sa_lightning.cli import run
+    from sa_lightning.lit.cli import run
 
     found = {}
     for path in sorted((ROOT / "configs").rglob("*.yaml")):

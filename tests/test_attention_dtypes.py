@@ -21,7 +21,7 @@ there; its kernels run eagerly here, forward only (``test_attention_flex`` cover
 import pytest
 import torch
 
-from sa_lightning.attention import AttentionSpec, banded, flex, get_variant, oracle, sample_permutation
+from sa_lightning.attention import AttentionSpec, band_inplace, flex, get_variant, oracle, sample_permutation
 from sa_lightning.attention.permutation import gather_tokens, invert_permutation
 from tests.test_attention_exact import _qkv
 
@@ -39,7 +39,7 @@ KERNELS = [("full", "auto"), ("swa", "banded"), ("swa", "dense"), ("sa", "banded
 @pytest.fixture(autouse=True)
 def _small_steps(monkeypatch):
     """SA+SWA's one-pass kernel goes a few windows per step here, as it does at real sizes."""
-    monkeypatch.setattr(banded, "_STEP_SCORES", 1 << 12)
+    monkeypatch.setattr(band_inplace, "_STEP_SCORES", 1 << 12)
 
 
 def _mask(path, n, q, k, perm, batch, lengths):

@@ -107,13 +107,13 @@ def test_sa_swa_one_pass_matches_oracle(n, w, lens, groups, hkv, steps, monkeypa
     gradients match the oracle, with shared and per-row permutations, GQA and padded rows, whether the
     windows go a few per step (CPU; steps end inside a band's windows) or all in one step with the spare
     windows between bands (other devices). Rows shorter than two windows use the dense path."""
-    from sa_lightning.attention import banded, functional
+    from sa_lightning.attention import band_inplace, functional
     from sa_lightning.attention.functional import sa_swa_attention
 
     if steps == "cpu":
-        monkeypatch.setattr(banded, "_STEP_SCORES", 1 << 16)  # a few windows per step at w=256
+        monkeypatch.setattr(band_inplace, "_STEP_SCORES", 1 << 16)  # a few windows per step at w=256
     else:
-        monkeypatch.setattr(banded, "_steps", lambda segments, real, stride, *_: [(0, segments * stride)])
+        monkeypatch.setattr(band_inplace, "_steps", lambda segments, real, stride, *_: [(0, segments * stride)])
     calls = []
     real = functional.multi_band_attention
     monkeypatch.setattr(functional, "multi_band_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
@@ -267,8 +267,8 @@ def test_forward_only_takes_the_fused_path(monkeypatch):
     from sa_lightning.attention import banded
 
     calls = []
-    real = banded._fused_window_forward
-    monkeypatch.setattr(banded, "_fused_window_forward", lambda *a: calls.append(1) or real(*a))
+    real = banded.fused_window_forward
+    monkeypatch.setattr(banded, "fused_window_forward", lambda *a: calls.append(1) or real(*a))
     q, k, v = _qkv(300, 2, seed=6)
     perm = sample_permutation(300, generator=torch.Generator().manual_seed(6))
     with_grad = stochastic_attention(q, k, v, 16, perm)

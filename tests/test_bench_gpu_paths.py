@@ -54,7 +54,7 @@ def test_mfu_is_tokens_per_second_times_train_flops_per_token_over_the_peak(tmp_
     assert calls == [3] * 4 + [1] * 4  # 4 cases warmed up (3 steps each), then timed (1 step each)
     assert data["peak_flops"] == peak
     for r in rows:
-        cfg = ModelConfig.from_name("tiny", variant=r["variant"], window=32, max_seq_len=64, moba_block_size=16)
+        cfg = ModelConfig.from_name("tiny", variant=r["variant"], window=32, max_seq_len=64, block_size=16)
         flops = train_flops_per_token(cfg, 64, matmul_params(Transformer(cfg)))
         assert r["flops_per_token"] == flops and r["mfu"] == r["tokens_per_s"] * flops / peak
         assert r["peak_mib"] > 0 and r["vs_eager"] > 0

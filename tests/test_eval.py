@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from sa_lightning.attention import VARIANTS
-from sa_lightning.cli import run
+from sa_lightning.attention import VARIANTS, AttentionSpec
+from sa_lightning.lit.cli import run
 from sa_lightning.data.tokenizer import load_tokenizer
 from sa_lightning.eval import offline
-from sa_lightning.eval.checkpoint import load_checkpoint
+from sa_lightning.models.checkpoint import load_checkpoint
 from sa_lightning.eval.harness import OFFLINE, TABLE1, load_tasks, resolve_tasks, run_tasks
 from sa_lightning.eval.lm import SALM
 from sa_lightning.eval.table import markdown_table
@@ -28,7 +28,7 @@ def tokenizer():
 def _model(variant, seed=0, **kw):
     torch.manual_seed(seed)
     cfg = ModelConfig(vocab_size=4096, n_layer=2, n_head=4, n_kv_head=2, d_model=64, max_seq_len=128,
-                      variant=variant, window=8, moba_block_size=8, moba_top_k=2, **kw)
+                      attention=AttentionSpec(variant, window=8, block_size=8, top_k=2), **kw)
     return Transformer(cfg)
 
 
@@ -201,7 +201,7 @@ def test_test_command_runs_the_zero_shot_tasks_and_logs_them(checkpoint, tmp_pat
                "--trainer.logger", json.dumps({"class_path": "lightning.pytorch.loggers.CSVLogger",
                                                "init_args": {"save_dir": str(tmp_path)}}),
                "--trainer.callbacks", json.dumps([
-                   {"class_path": "sa_lightning.eval.ZeroShotEval", "init_args": {"test_limit": 4}}])])
+                   {"class_path": "sa_lightning.lit.ZeroShotEval", "init_args": {"test_limit": 4}}])])
     written = list(tmp_path.rglob("test_step2.json"))
     assert written, list(tmp_path.rglob("*"))
     assert set(json.loads(written[0].read_text())) == set(offline.TASK_NAMES)
@@ -234,7 +234,7 @@ def test_sa_swa_attention_map_is_weighted_by_the_models_own_gates():
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=4096, n_layer=2, n_head=4, d_model=32, max_seq_len=64,
-                                    variant="sa_swa", window=8)).eval()
+                                    attention=AttentionSpec("sa_swa", window=8))).eval()
     with torch.no_grad():  # zero gate weights: sigmoid(0) = 0.5 for every query and channel
         model.blocks[1].attn.gate.gates["swa"].weight.zero_()
         model.blocks[1].attn.gate.gates["sa"].weight.zero_()
@@ -313,13 +313,13 @@ def test_bench_eval_reports_permutation_noise_per_eval_samples(checkpoint, tmp_p
     assert k1 > 0 and k2 > 0  # SA scores really vary with the seed
 
 
-@pytest.mark.parametrize("variant", ["sa", "sa_swa", "moba"])
+@pytest.mark.parametrize("variant", ["sa", "sa_swa_union", "moba"])
 def test_qwen3_backbone_scores_do_not_depend_on_batch_size(variant, tokenizer):
     from sa_lightning.models import build_model
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(vocab_size=4096, n_layer=2, n_head=4, n_kv_head=2, d_model=64, max_seq_len=128,
-                                    variant=variant, window=8, moba_block_size=8, backbone="qwen3")).eval()
+                                    attention=AttentionSpec(variant, window=8, block_size=8), backbone="qwen3")).eval()
     reqs = _requests(5)
     solo = SALM(model, tokenizer, batch_size=1)._loglikelihood_tokens(reqs, disable_tqdm=True)
     batched = SALM(model, tokenizer, batch_size=5)._loglikelihood_tokens(reqs, disable_tqdm=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from sa_lightning.cli import run
+from sa_lightning.lit.cli import run
 from sa_lightning.lit import LitLM, TokenThroughput
 from sa_lightning.models.flops import matmul_params
 
@@ -54,12 +54,12 @@ def test_mfu_flops_are_hand_counted_for_the_tiny_model_and_reach_the_throughput_
     cli = run(["fit", "--config", str(TINY), "--trainer.max_steps", "0", "--trainer.limit_val_batches", "0",
                "--trainer.default_root_dir", str(tmp_path)])
     lit = cli.model
-    assert (lit.arch.variant, lit.arch.vocab_size, lit.arch.d_ff, cli.datamodule.seq_len, cli.datamodule.batch_size) \
+    assert (lit.arch.attention.variant, lit.arch.vocab_size, lit.arch.d_ff, cli.datamodule.seq_len, cli.datamodule.batch_size) \
         == ("sa_swa", 4096, 341, 256, 16)
     assert lit.flops_per_batch == 9047808 * 256 * 16 == 37059821568
     assert any(isinstance(cb, TokenThroughput) for cb in cli.trainer.callbacks)  # it reads flops_per_batch
     for variant, flops in FLOPS_PER_TOKEN.items():
-        other = LitLM(arch=replace(lit.arch, variant=variant))
+        other = LitLM(arch=replace(lit.arch, attention=replace(lit.arch.attention, variant=variant)))
         assert matmul_params(other.net) == (N_TWO_PATHS if variant == "sa_swa" else N_ONE_PATH), variant
         assert other.train_flops_per_token(256) == flops, variant
 
@@ -85,10 +85,11 @@ def test_windowed_variants_get_attention_credit_for_their_band_only():
     """The paper's 360M model at n = 2048, w = 256 (24 layers, d = 1024): the attention term alone
     (N = 0) is 12 * 24 * 1024 = 294912 FLOPs per key per token, times 1024 keys for causal full attention,
     256 for SWA and SA, 512 for SA+SWA and 64 * 2 = 128 for MoBA."""
+    from sa_lightning.attention import AttentionSpec
     from sa_lightning.models import ModelConfig
     from sa_lightning.models.flops import train_flops_per_token
 
-    attention = {v: train_flops_per_token(ModelConfig(variant=v), 2048, 0)
+    attention = {v: train_flops_per_token(ModelConfig(attention=AttentionSpec(v)), 2048, 0)
                  for v in ("full", "swa", "sa", "sa_swa", "sa_swa_union", "moba")}
     assert attention == {"full": 301989888, "swa": 75497472, "sa": 75497472, "sa_swa": 150994944,
                          "sa_swa_union": 150994944, "moba": 37748736}
@@ -108,12 +109,13 @@ def test_compiled_flex_forward_serves_every_permutation_with_one_kernel(monkeypa
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
     from torch._dynamo.utils import counters
 
+    from sa_lightning.attention import AttentionSpec
     from sa_lightning.models import ModelConfig, build_model
 
     warned = []
     monkeypatch.setattr(flex_module, "_warn_once", lambda warning_id, *args, **kwargs: warned.append(warning_id))
-    cfg = ModelConfig(vocab_size=256, n_layer=4, n_head=2, d_model=32, max_seq_len=256, variant="sa", window=32,
-                      backend="flex")
+    cfg = ModelConfig(vocab_size=256, n_layer=4, n_head=2, d_model=32, max_seq_len=256,
+                      attention=AttentionSpec("sa", window=32, backend="flex"))
     torch.manual_seed(0)
     model = build_model(cfg).eval()
     banded = build_model(replace(cfg, backend="banded")).eval()
@@ -190,7 +192,7 @@ def test_fsdp_strategy_of_the_shipped_config_wraps_blocks_and_round_trips_a_full
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
     from sa_lightning.lit import AtomicCheckpointIO
-    from sa_lightning.lit.checkpoint import read_checkpoint
+    from sa_lightning.models.checkpoint import read_checkpoint
     from sa_lightning.models import ModelConfig
     from sa_lightning.models.transformer import Block
 
@@ -199,7 +201,7 @@ def test_fsdp_strategy_of_the_shipped_config_wraps_blocks_and_round_trips_a_full
     assert strategy._state_dict_type == "full" and strategy.sharding_strategy == ShardingStrategy.FULL_SHARD
     assert set(strategy.kwargs["auto_wrap_policy"]._module_classes) == {Block, Qwen3DecoderLayer}
     precision = FSDPPrecision(spec["precision"])
-    cfg = ModelConfig.from_name("tiny", n_layer=2, d_model=64, max_seq_len=64, window=16, moba_block_size=8)
+    cfg = ModelConfig.from_name("tiny", n_layer=2, d_model=64, max_seq_len=64, window=16, block_size=8)
 
     def wrap(lit):
         return FSDP(lit, cpu_offload=strategy.cpu_offload, mixed_precision=precision.mixed_precision_config,

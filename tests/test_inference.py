@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sa_lightning.inference import MODES, patch, patched, unpatch
-from sa_lightning.inference import patcher
+from sa_lightning.inference import VARIANTS, patch, patched, unpatch
+from sa_lightning.models import patcher
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +37,7 @@ def _llama():
 
 
 MODELS = {"qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "llama": _llama}
-SETTINGS = {"full": {}, "swa": {"window": 16}, "sa": {"window": 16}, "sa_swa": {"window": 16},
+SETTINGS = {"full": {}, "swa": {"window": 16}, "sa": {"window": 16}, "sa_swa_union": {"window": 16},
             "moba": {"block_size": 16, "top_k": 2}}
 
 
@@ -81,7 +81,7 @@ def test_swa_equals_the_native_sliding_window():
         torch.testing.assert_close(plain(ids).logits, ref, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", list(VARIANTS))
 @torch.no_grad()
 def test_padded_batches_equal_solo_runs(model, mode):
     """Left- and right-padded rows give what the sequence gives alone; pads are never read."""
@@ -137,9 +137,12 @@ def test_unpatching_restores_the_model_exactly(model):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"mode": "stochastic", "window": 8}, "unknown mode 'stochastic'"),
-    ({"mode": "sa", "window": 0}, "window >= 1"),
-    ({"mode": "swa"}, "window >= 1"),
+    ({"mode": "stochastic", "window": 8}, "unknown attention variant 'stochastic' for a Hugging Face model"),
+    ({"mode": "sa_swa", "window": 8}, "variant 'sa_swa' is the gated SA\\+SWA pair, whose output gates only a model "
+                                      "trained with them has; a Hugging Face model runs SA\\+SWA training-free as "
+                                      "'sa_swa_union'"),
+    ({"mode": "sa", "window": 0}, "window must be an integer >= 1, got 0"),
+    ({"mode": "swa"}, "variant 'swa' needs a window >= 1, got None"),
     ({"mode": "moba", "block_size": 512, "top_k": 2}, "does not fit"),
     ({"mode": "moba", "block_size": 0}, "block_size"),
 ])
@@ -171,7 +174,7 @@ def test_lm_eval_model_scores_do_not_depend_on_batch_size():
     reqs = [Instance("loglikelihood", {}, (t, " Whether"), i) for i, t in enumerate(texts)]
     scores = {}
     for batch_size in (1, 4):
-        lm = PatchedHFLM(model, tokenizer=tok, mode="sa", window=8, batch_size=batch_size, device="cpu")
+        lm = PatchedHFLM(model, tokenizer=tok, variant="sa", window=8, batch_size=batch_size, device="cpu")
         scores[batch_size] = [s for s, _ in lm.loglikelihood(reqs, disable_tqdm=True)]
         unpatch(model)
     torch.testing.assert_close(torch.tensor(scores[4]), torch.tensor(scores[1]), atol=1e-4, rtol=1e-5)
@@ -197,13 +200,13 @@ def test_sweep_writes_every_cell_resumes_and_draws(local_model, tmp_path, capsys
     from sa_lightning.inference.sweep import main
 
     args = ["--model", str(local_model), "--dtype", "float32", "--tasks", "[shakespeare_lastword]",
-            "--modes", "[full, swa, sa, sa_swa, moba]", "--windows", "[8, 32]", "--moba_block_sizes", "[4, 16]",
+            "--modes", "[full, swa, sa, sa_swa_union, moba]", "--windows", "[8, 32]", "--moba_block_sizes", "[4, 16]",
             "--seeds", "[0, 1]", "--limit", "3", "--out", str(tmp_path)]
     result = main(args)
-    # full once, swa 2 windows, sa and sa_swa 2 windows x 2 seeds, moba 2 block sizes
+    # full once, swa 2 windows, sa and sa_swa_union 2 windows x 2 seeds, moba 2 block sizes
     assert len(list((tmp_path / "cells").glob("*.json"))) == 1 + 2 + 4 + 4 + 2
     assert {(r["mode"], r["w_eff"]) for r in result["rows"]} == {
-        ("full", None), *((m, w) for m in ("swa", "sa", "sa_swa") for w in (8, 32)), ("moba", 8), ("moba", 32)}
+        ("full", None), *((m, w) for m in ("swa", "sa", "sa_swa_union") for w in (8, 32)), ("moba", 8), ("moba", 32)}
     table = (tmp_path / "table.md").read_text()
     assert table.splitlines()[0] == "| w_eff | Mode | keys/q | LW | Avg. |" and "| all | Full |" in table
     assert (tmp_path / "average.png").stat().st_size > 5000 and (tmp_path / "tasks.png").exists()
@@ -215,7 +218,7 @@ def test_sweep_writes_every_cell_resumes_and_draws(local_model, tmp_path, capsys
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--modes", "[full, stochastic]"], "unknown mode 'stochastic'"),
+    (["--modes", "[full, stochastic]"], "unknown attention variant 'stochastic'"),
     (["--windows", "[0, 8]"], "windows must all be >= 1"),
     (["--tasks", "[humaneval]"], "confirm_run_unsafe_code"),
     (["--tasks", "[hellaswg]"], "unknown task 'hellaswg'"),
@@ -263,7 +266,7 @@ def test_moba_wider_than_the_model_fails_before_the_first_cell(local_model, tmp_
     assert not list((tmp_path / "cells").iterdir())
 
 
-@pytest.mark.parametrize("mode", ["swa", "sa", "sa_swa", "moba"])
+@pytest.mark.parametrize("mode", ["swa", "sa", "sa_swa_union", "moba"])
 def test_patched_prefill_never_builds_an_n_by_n_tensor(mode):
     """A padded batch at n=2048 through the patched model: no tensor near B x H x n x n, mask included."""
     from tests.helpers import LargestTensor
@@ -342,6 +345,7 @@ def test_training_free_sa_is_stochastic_per_input_and_reproducible(monkeypatch):
 
 def test_the_patcher_and_salm_draw_the_same_sigma_for_the_same_tokens(monkeypatch):
     from sa_lightning.eval.lm import SALM
+    from sa_lightning.attention import AttentionSpec
     from sa_lightning.models import ModelConfig, Transformer
 
     tokens = torch.randint(0, 97, (1, 30), generator=torch.Generator().manual_seed(3))
@@ -349,7 +353,7 @@ def test_the_patcher_and_salm_draw_the_same_sigma_for_the_same_tokens(monkeypatc
     with patched(_qwen3(), "sa", 8, seed=7) as model, torch.no_grad():
         model(tokens)
     net = Transformer(ModelConfig(vocab_size=4096, n_layer=SIZES["num_hidden_layers"], n_head=4, d_model=32,
-                                  max_seq_len=64, variant="sa", window=8))
+                                  max_seq_len=64, attention=AttentionSpec("sa", window=8)))
     salm = SALM(net, tokenizer="embedded", seed=7)
     perms = salm._permutations([tokens[0].tolist()], 30, sample=0)
     assert len(perms) == len(drawn) and all(torch.equal(p, d) for p, d in zip(perms, drawn))

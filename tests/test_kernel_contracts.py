@@ -240,8 +240,8 @@ def test_a_padded_batch_through_the_model_never_reads_its_padding(variant):
     place: the valid positions' logits do not depend on what the padding holds."""
     from sa_lightning.models import ModelConfig, Transformer
 
-    model = Transformer(ModelConfig(vocab_size=64, n_layer=2, n_head=2, d_model=32, max_seq_len=48, window=8,
-                                    variant=variant)).double()
+    model = Transformer(ModelConfig(vocab_size=64, n_layer=2, n_head=2, d_model=32, max_seq_len=48,
+                                    attention=AttentionSpec(variant, window=8))).double()
     idx = torch.randint(0, 64, (2, 48), generator=torch.Generator().manual_seed(0))
     lengths = torch.tensor([48, 29])
     other = idx.clone()

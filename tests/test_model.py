@@ -2,10 +2,15 @@
 import pytest
 import torch
 
-from sa_lightning.attention import VARIANTS
+from sa_lightning.attention import VARIANTS, AttentionSpec
 from sa_lightning.models import ModelConfig, Transformer
 
-SMALL = dict(vocab_size=97, n_layer=2, n_head=4, d_model=32, max_seq_len=64, window=8, moba_block_size=8)
+SMALL = dict(vocab_size=97, n_layer=2, n_head=4, d_model=32, max_seq_len=64)
+ATT = dict(window=8, block_size=8)
+
+
+def _cfg(variant="sa_swa", att=None, **kw):
+    return ModelConfig(**{**SMALL, **kw}, attention=AttentionSpec(variant, **{**ATT, **(att or {})}))
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -24,14 +29,14 @@ def test_360m_parameter_counts_match_the_paper(variant):
 
 
 def test_fused_qkv_has_no_bias_and_gqa_shrinks_it():
-    model = Transformer(ModelConfig(**SMALL, n_kv_head=2))
+    model = Transformer(_cfg(n_kv_head=2))
     attn = model.blocks[0].attn
     assert attn.qkv.bias is None and attn.qkv.weight.shape == (32 + 2 * 16, 32)
 
 
 def _logits(variant, idx, **kw):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**{**SMALL, **kw, "variant": variant})).double()
+    model = Transformer(_cfg(variant, att=kw)).double()
     return model(idx, perm_stream=0)
 
 
@@ -46,7 +51,7 @@ def test_sa_with_a_window_beyond_the_sequence_equals_full_attention():
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_every_variant_is_causal_in_original_positions(variant):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(**SMALL, variant=variant)).double()
+    model = Transformer(_cfg(variant)).double()
     idx = torch.randint(0, 97, (1, 48))
     changed = idx.clone()
     changed[0, 30:] = (changed[0, 30:] + 1) % 97
@@ -56,28 +61,29 @@ def test_every_variant_is_causal_in_original_positions(variant):
 
 
 def test_permutations_are_seeded_per_step_and_fixed_mode_keeps_them():
-    model = Transformer(ModelConfig(**SMALL, variant="sa", seed=7))
+    model = Transformer(_cfg("sa", seed=7))
     first, again, other = model.permutations(48, 5, "cpu"), model.permutations(48, 5, "cpu"), model.permutations(48, 6, "cpu")
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not torch.equal(first[0], other[0])
     assert not torch.equal(first[0], first[1])  # one independent permutation per layer
-    assert not torch.equal(first[0], Transformer(ModelConfig(**SMALL, variant="sa", seed=8)).permutations(48, 5, "cpu")[0])
-    fixed = Transformer(ModelConfig(**SMALL, variant="sa", seed=7, permutation="fixed"))
+    assert not torch.equal(first[0], Transformer(_cfg("sa", seed=8)).permutations(48, 5, "cpu")[0])
+    fixed = Transformer(_cfg("sa", seed=7, permutation="fixed"))
     assert torch.equal(fixed.permutations(48, 5, "cpu")[0], fixed.permutations(48, 6, "cpu")[0])
-    assert Transformer(ModelConfig(**SMALL, variant="swa")).permutations(48, 5, "cpu") == [None, None]
+    assert Transformer(_cfg("swa")).permutations(48, 5, "cpu") == [None, None]
 
 
 def test_single_path_checkpoints_load_across_variants():
-    full = Transformer(ModelConfig(**SMALL, variant="full")).state_dict()
-    Transformer(ModelConfig(**SMALL, variant="sa")).load_state_dict(full)
+    full = Transformer(_cfg("full")).state_dict()
+    Transformer(_cfg("sa")).load_state_dict(full)
     assert {"blocks.0.attn.gate.gates.sa.weight", "blocks.0.attn.gate.gates.swa.weight"} <= set(
-        Transformer(ModelConfig(**SMALL, variant="sa_swa")).state_dict())
+        Transformer(_cfg("sa_swa")).state_dict())
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(variant="sax"), "unknown attention variant 'sax'"),
+    (dict(attention=dict(variant="sax")), "unknown attention variant 'sax'"),
     (dict(n_head=3), "divisible by n_head=3"),
-    (dict(window=0), "window"),
+    (dict(attention=dict(window=0)), "window"),
+    (dict(backbone="qwen3"), "backbone qwen3 has no output gate, so the gated sa_swa cannot run on it"),
     (dict(permutation="random"), "permutation must be one of"),
     (dict(n_kv_head=3), "divisible by n_kv_head=3"),
 ])
@@ -87,7 +93,7 @@ def test_bad_model_config_fails_in_one_sentence(bad, message):
 
 
 def test_sequences_longer_than_max_seq_len_are_refused():
-    model = Transformer(ModelConfig(**SMALL))
+    model = Transformer(_cfg())
     with pytest.raises(ValueError, match="max_seq_len=64"):
         model(torch.zeros(1, 65, dtype=torch.long))
 
@@ -98,8 +104,7 @@ def test_model_never_materializes_an_n_by_n_attention_matrix(variant):
 
     # head dim 8 keeps MoBA's gathered (n, c, d) keys, which are O(n*c*d), apart from n*n
     n = 4096
-    model = Transformer(ModelConfig(**{**SMALL, "max_seq_len": n, "n_head": 4, "window": 32, "moba_block_size": 32},
-                                    variant=variant))
+    model = Transformer(_cfg(variant, att=dict(window=32, block_size=32), max_seq_len=n, n_head=4))
     idx = torch.randint(0, 97, (1, n))
     with LargestTensor() as probe:
         model(idx, perm_stream=0).sum().backward()

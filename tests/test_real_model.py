@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sa_lightning.inference import patch, patched, unpatch
-from sa_lightning.inference import patcher
+from sa_lightning.models import patcher
 from sa_lightning.models import sources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,12 +111,12 @@ def test_fetch_without_the_registry_says_what_to_do(tmp_path, monkeypatch):
 def test_a_sink_as_long_as_the_row_makes_every_mode_full(llama):
     ids = torch.randint(0, 500, (2, 80), generator=torch.Generator().manual_seed(0))
     full = llama(ids).logits
-    for mode in ("swa", "sa", "sa_swa"):
+    for mode in ("swa", "sa", "sa_swa_union"):
         with patched(llama, mode, window=4, sink=80):
             torch.testing.assert_close(llama(ids).logits, full, atol=1e-5, rtol=0, msg=mode)
 
 
-@pytest.mark.parametrize("mode", ["swa", "sa", "sa_swa"])
+@pytest.mark.parametrize("mode", ["swa", "sa", "sa_swa_union"])
 @torch.no_grad()
 def test_sinks_count_the_rows_own_tokens_under_left_and_right_padding(llama, mode):
     """A padded row with sinks gives what it gives alone: the sinks are its first real tokens, not pads."""
@@ -156,7 +156,7 @@ def test_the_patchers_budget_counts_every_layers_mask(llama):
     lengths = torch.tensor([100, 61])
     ids = torch.randint(0, 500, (2, 100), generator=torch.Generator().manual_seed(1))
     mask = (torch.arange(100).view(1, -1) < lengths.view(-1, 1)).long()
-    for mode, oracle in (("sa", sa_mask), ("sa_swa", sa_swa_union_mask)):
+    for mode, oracle in (("sa", sa_mask), ("sa_swa_union", sa_swa_union_mask)):
         patch(llama, mode, 16, sa_mode="deterministic", seed=3)
         with patcher.counting_keys() as counted:
             llama(ids, attention_mask=mask)
@@ -206,11 +206,11 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
     result = main(args)
     rows = {(r["mode"], r["w_eff"], r["sink"]): r for r in result["rows"]}
     assert set(rows) == {("full", None, 0), ("moba", 8, 0),
-                         *((m, 8, k) for m in ("swa", "sa", "sa_swa") for k in (0, 4))}
+                         *((m, 8, k) for m in ("swa", "sa", "sa_swa_union") for k in (0, 4))}
     # the budget: SWA at w=8 reads at most 8 keys; sinks add keys; the union reads more than SWA; full most
     assert rows[("swa", 8, 0)]["kpq:position_ppl_1k"] < 8
     assert rows[("swa", 8, 4)]["kpq"] > rows[("swa", 8, 0)]["kpq"]
-    assert rows[("sa_swa", 8, 0)]["kpq"] > rows[("swa", 8, 0)]["kpq"]
+    assert rows[("sa_swa_union", 8, 0)]["kpq"] > rows[("swa", 8, 0)]["kpq"]
     assert rows[("full", None, 0)]["kpq:position_ppl_1k"] == pytest.approx(1024 / 2, rel=0.01)
     assert set(rows[("sa", 8, 0)]["pos:position_ppl_1k"]) == {"ppl@1-63", "ppl@64-127", "ppl@128-255",
                                                              "ppl@256-511", "ppl@512-1023"}
@@ -286,7 +286,7 @@ def test_the_lm_eval_model_takes_a_gguf_name_through_the_one_loading_path(llama,
     monkeypatch.setattr(sources, "resolve", lambda name: sources.ModelSource("/models", "m.gguf"))
     monkeypatch.setattr(sources, "load_causal_lm", lambda source, *a, **k: seen.append(source) or llama)
     monkeypatch.setattr(sources, "load_tokenizer", lambda source, *a, **k: tok)
-    lm = PatchedHFLM("smollm2", mode="sa", window=8, batch_size=2)
+    lm = PatchedHFLM("smollm2", variant="sa", window=8, batch_size=2)
     assert seen == [sources.ModelSource("/models", "m.gguf")] and lm.model is llama and lm.tokenizer is tok
-    assert patcher.spec_of(llama.config).mode == "sa"
+    assert patcher.spec_of(llama).variant == "sa"
     unpatch(llama)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sa_lightning.cli import run
+from sa_lightning.lit.cli import run
 from tests.helpers import run_cli, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ def trained(tmp_path_factory):
     return root, last
 
 
-@pytest.mark.parametrize("flag, value, saved", [("arch.variant", "full", "'sa_swa'"), ("arch.window", "32", "16"),
+@pytest.mark.parametrize("flag, value, saved", [("arch.attention.variant", "full", "'sa_swa'"), ("arch.attention.window", "32", "16"),
                                                 ("arch.d_model", "128", "64")])
 def test_a_model_setting_that_differs_from_the_checkpoint_is_refused_not_dropped(flag, value, saved, trained, tmp_path):
     root, last = trained
@@ -35,7 +35,7 @@ def test_a_model_setting_that_differs_from_the_checkpoint_is_refused_not_dropped
         run(["fit", *BASE, *QUIET, f"--model.{flag}", value, "--ckpt_path", str(last),
              "--trainer.max_steps", "3", "--trainer.default_root_dir", str(tmp_path)])
     message = str(err.value)
-    shown = repr(value) if flag == "arch.variant" else value
+    shown = repr(value) if flag == "arch.attention.variant" else value
     assert f"this command sets model.{flag}={shown}" in message and f"trained with model.{flag}={saved}" in message
     assert "drop --ckpt_path" in message and f"--model.init_weights {last}" in message
     assert not (tmp_path / "tb").exists()  # nothing ran
@@ -46,7 +46,7 @@ def test_the_refusal_is_one_line_and_covers_settings_from_a_config_file(trained,
     proc = run_cli_here("fit", *BASE, *QUIET, "--model", str(ROOT / "configs/model/swa.yaml"), "--ckpt_path", str(last),
                         "--trainer.default_root_dir", str(tmp_path))
     line = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode != 0 and line.startswith("error: this command sets model.arch.variant='swa'"), proc.stderr[-2000:]
+    assert proc.returncode != 0 and line.startswith("error: this command sets model.arch.attention.variant='swa'"), proc.stderr[-2000:]
 
 
 def test_resume_keeps_the_checkpoint_model_and_honours_evaluation_only_settings(trained, tmp_path):
@@ -56,17 +56,17 @@ def test_resume_keeps_the_checkpoint_model_and_honours_evaluation_only_settings(
     cli = run(["validate", *BASE, *QUIET, "--ckpt_path", "last", "--model.eval_samples", "3",
                "--trainer.default_root_dir", str(root)])
     assert cli.config.validate.ckpt_path == str(last)
-    assert cli.model.hparams.eval_samples == 3 and cli.model.arch.window == 16 and cli.model.arch.variant == "sa_swa"
+    assert cli.model.hparams.eval_samples == 3 and cli.model.arch.attention.window == 16 and cli.model.arch.attention.variant == "sa_swa"
 
 
 def test_init_weights_starts_a_new_run_from_a_checkpoints_weights(trained, tmp_path):
     root, last = trained
     saved = torch.load(last, weights_only=True)["state_dict"]
-    start = ["--model.init_weights", str(last), "--model.arch.window", "32", "--trainer.default_root_dir", str(tmp_path)]
+    start = ["--model.init_weights", str(last), "--model.arch.attention.window", "32", "--trainer.default_root_dir", str(tmp_path)]
     cli = run([*BASE, *QUIET, *start], run=False)
     loaded = cli.model.state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in saved.items() if k.startswith("net."))
-    assert cli.model.arch.window == 32
+    assert cli.model.arch.attention.window == 32
     first = run(["fit", *BASE, *QUIET, *start, "--trainer.max_steps", "1"])
     assert first.trainer.global_step == 1 and first.model.micro_step == 1  # a new run: from step 0
     # its resume (the same command, as a requeued job repeats it) needs no init file: the checkpoint has the weights
@@ -76,7 +76,7 @@ def test_init_weights_starts_a_new_run_from_a_checkpoints_weights(trained, tmp_p
 
 @pytest.mark.parametrize("flag, value, needle", [
     ("arch.d_model", "128", "does not fit this model: embed.weight is (4096, 64) in the checkpoint and (4096, 128) here"),
-    ("arch.variant", "swa", "does not fit this model: blocks.0.attn.gate.gates.attn.weight is missing there; blocks.0.attn.gate.gates.sa.weight has no place here"),
+    ("arch.attention.variant", "swa", "does not fit this model: blocks.0.attn.gate.gates.attn.weight is missing there; blocks.0.attn.gate.gates.sa.weight has no place here"),
 ])
 def test_init_weights_refuses_a_model_that_does_not_fit(flag, value, needle, trained, tmp_path):
     root, last = trained

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sa_lightning.attention import VARIANTS
-from sa_lightning.cli import run
+from sa_lightning.lit.cli import run
 from tests.helpers import run_cli, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ def test_fast_dev_run_trains_every_variant(variant, tmp_path):
     cli = run(["fit", *BASE, "--model", str(ROOT / f"configs/model/{variant}.yaml"),
                "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path)])
     metrics = cli.trainer.callback_metrics
-    assert cli.model.arch.variant == variant and cli.model.arch.vocab_size == 4096  # linked from the tokenizer
+    assert cli.model.arch.attention.variant == variant and cli.model.arch.vocab_size == 4096  # linked from the tokenizer
     assert torch.isfinite(metrics["train/loss"]) and torch.isfinite(metrics["val/ppl"])
     assert metrics["val/ppl"] == pytest.approx(torch.exp(metrics["val/loss"]).item(), rel=1e-5)
 
@@ -71,8 +71,8 @@ def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data_and_evaluates_on_rank_
     proc = run_cli("fit", *BASE, "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.max_steps", "4",
                 "--trainer.default_root_dir", str(tmp_path), *_callbacks(
                     ("tests.helpers.RecordBatches", {"out": str(out)}),
-                    ("sa_lightning.eval.ZeroShotEval", {"tasks": "shakespeare_lastword", "every_n_steps": 2, "limit": 2}),
-                    ("sa_lightning.eval.AttentionMapLogger", {"every_n_steps": 4, "tokens": 12})))
+                    ("sa_lightning.lit.ZeroShotEval", {"tasks": "shakespeare_lastword", "every_n_steps": 2, "limit": 2}),
+                    ("sa_lightning.lit.AttentionMapLogger", {"every_n_steps": 4, "tokens": 12})))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "eval" / "step2.json").read_text())["shakespeare_lastword"]["acc"] >= 0
     assert json.loads((tmp_path / "eval" / "step4.json").read_text())
@@ -84,9 +84,9 @@ def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data_and_evaluates_on_rank_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model.arch.variant", "sax"], "error: unknown attention variant 'sax'; choose one of full, swa, sa, sa_swa, moba, sa_swa_union. Did you mean"),
+    (["--model.arch.attention.variant", "sax"], "error: unknown attention variant 'sax'; choose one of full, swa, sa, sa_swa, moba, sa_swa_union. Did you mean"),
     (["--model.arch.n_head", "3"], "error: model d_model=128 must be divisible by n_head=3."),
-    (["--model.arch.window", "0"], "error: window must be"),
+    (["--model.arch.attention.window", "0"], "error: window must be"),
     (["--data.train", '{"kind": "files", "paths": ["/no/such/dir/*.txt"]}'], "error: data path '/no/such/dir/*.txt' matches no file."),
     (["--data.train", '{"kind": "hub", "path": "DKYoon/SlimPajama-6B"}'], "needs the network"),
 ])
@@ -99,7 +99,7 @@ def test_bad_input_fails_in_one_line_before_training(args, message, tmp_path):
 
 
 def test_window_longer_than_the_sequence_trains_as_full_attention(tmp_path):
-    cli = run(["fit", *BASE, "--model.arch.variant", "sa", "--model.arch.window", "1000",
+    cli = run(["fit", *BASE, "--model.arch.attention.variant", "sa", "--model.arch.attention.window", "1000",
                "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path)])
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
 
@@ -131,7 +131,7 @@ def test_paper_config_runs_its_hub_code_path_with_local_stand_ins(tmp_path):
                "--data.tokenizer", str(tok_dir), "--data.train.path", str(hub_dir), "--data.val.path", str(hub_dir),
                "--data.seq_len", "128", "--data.batch_size", "2", "--data.num_workers", "0", "--data.progress", "false",
                "--model.arch.n_layer", "2", "--model.arch.d_model", "64", "--model.arch.n_head", "4",
-               "--model.arch.max_seq_len", "128", "--model.arch.window", "32"])
+               "--model.arch.max_seq_len", "128", "--model.arch.attention.window", "32"])
     assert cli.datamodule.train_source.describe() == f"hub:{hub_dir}:train"
     assert cli.trainer.accumulate_grad_batches == 30 and cli.model.hparams.max_tokens == 15_000_000_000
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
@@ -153,7 +153,7 @@ def test_last_checkpoint_is_written_at_max_steps_and_loads_weights_only(tmp_path
     ckpt = torch.load(tmp_path / "ck" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 2 and ckpt["LMDataModule"]["consumed_blocks"] == 2 * 4
     model = LitLM.load_from_checkpoint(tmp_path / "ck" / "last.ckpt", weights_only=True)
-    assert model.arch.variant == "sa_swa" and model.arch.vocab_size == 4096
+    assert model.arch.attention.variant == "sa_swa" and model.arch.vocab_size == 4096
 
 
 def test_config_is_saved_and_a_requeued_run_into_the_same_folder_does_not_fail(tmp_path):
@@ -169,7 +169,7 @@ def test_qwen3_backbone_trains_through_the_registry_and_exports_a_plain_hf_model
     for variant in ("sa", "full"):
         out = tmp_path / variant
         cli = run(["fit", "--config", str(ROOT / "configs/tiny_qwen3.yaml"), "--config",
-                   str(ROOT / "tests/configs/fast.yaml"), "--model.arch.variant", variant,
+                   str(ROOT / "tests/configs/fast.yaml"), "--model.arch.attention.variant", variant,
                    "--trainer.max_steps", "3", "--trainer.default_root_dir", str(out), *_callbacks(
                        ("sa_lightning.lit.ExportHF", {"dirpath": str(out / "hf")}))])
         assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
@@ -189,7 +189,7 @@ def test_continued_pretraining_starts_from_an_exported_model_and_checks_its_size
     run([*base, "--trainer.default_root_dir", str(tmp_path / "a"),
          *_callbacks(("sa_lightning.lit.ExportHF", {"dirpath": str(tmp_path / "hf")}))])
     start = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").state_dict()
-    cli = run([*base, "--model.arch.variant", "sa", "--model.arch.init_from", str(tmp_path / "hf"),
+    cli = run([*base, "--model.arch.attention.variant", "sa", "--model.arch.init_from", str(tmp_path / "hf"),
                "--trainer.max_steps", "0", "--trainer.default_root_dir", str(tmp_path / "b")])
     loaded = cli.model.net.hf.state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in start.items())

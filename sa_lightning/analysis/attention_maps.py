@@ -22,6 +22,7 @@ from ..attention import AttentionSpec, get_variant, layer_generator, masks, samp
 from ..attention.oracle import moba_mask
 from ..models.transformer import Transformer, apply_rope
 from ..utils.atomic import savefig
+from ..utils.report import pyplot
 
 TITLES = {"full": "Full Attention", "swa": "SWA", "sa": "Stochastic Attention", "sa_swa": "SA + SWA", "moba": "MoBA"}
 
@@ -114,11 +115,9 @@ def variant_maps(q: torch.Tensor, k: torch.Tensor, head: int, variants: list[str
 
 def draw(maps: dict[str, tuple], labels: list[str], title: str):
     """A row of heat maps: masked cells gray, weights in blue. Returns the matplotlib figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot()
 
     cmap = plt.get_cmap("Blues").copy()
     cmap.set_bad("#BDBDBD")
@@ -163,7 +162,7 @@ def attention_maps(model: Transformer, tokenizer, *, text: str | None = None, to
     maps = variant_maps(q.cpu(), k.cpu(), head, list(variants), window, block_size=max(1, window // 2),
                         top_k=2, seed=seed, layer=layer, perm=own, gates=gates)
     labels = [tokenizer.decode([t]).replace("\n", "\\n") for t in ids]
-    title = f"Attention weights, layer {layer}, head {head}, {len(ids)} tokens, w={window} ({model.cfg.variant} model)"
+    title = f"Attention weights, layer {layer}, head {head}, {len(ids)} tokens, w={window} ({model.cfg.attention.variant} model)"
     if "sa_swa" in variants:
         title += ("; SA+SWA weighted by its learned gates" if gates else "; SA+SWA: equal weights (no gates in this model)")
     return draw(maps, labels, title), maps, labels
@@ -171,7 +170,7 @@ def attention_maps(model: Transformer, tokenizer, *, text: str | None = None, to
 
 def main(argv: list[str] | None = None) -> Path:
     from ..data.tokenizer import load_tokenizer
-    from ..eval.checkpoint import load_checkpoint
+    from ..models.checkpoint import load_checkpoint
 
     p = argparse.ArgumentParser(prog="cli.py analyze attention-maps", description=__doc__.splitlines()[0])
     p.add_argument("--ckpt", required=True, help="a checkpoint written by `cli.py fit`")

@@ -21,9 +21,10 @@ from pathlib import Path
 import torch
 
 from ..attention import AttentionSpec, get_variant, masks
+from ..utils.atomic import savefig
+from ..utils.report import COLORS, pyplot
 from ..utils.tables import write_csv
 from .attention_maps import layer_gates, layer_qk, variant_maps
-from ..utils.atomic import savefig
 
 PATHS = ("sa", "swa")
 REACH_BINS = 10
@@ -33,8 +34,8 @@ MIN_PLOTTED = 30  # buckets with fewer (sequence, head, query) values stay in th
 def check_two_gates(model) -> None:
     """One clear sentence unless every layer has the SA and SWA gates."""
     if set(model.cfg.paths) != set(PATHS):
-        raise ValueError(f"`analyze gates` needs an SA+SWA checkpoint (model.arch.variant: sa_swa, two gates per "
-                         f"layer); this one is {model.cfg.variant!r} with the gate(s) {', '.join(model.cfg.paths)}.")
+        raise ValueError(f"`analyze gates` needs an SA+SWA checkpoint (model.arch.attention.variant: sa_swa, two gates per "
+                         f"layer); this one is {model.cfg.attention.variant!r} with the gate(s) {', '.join(model.cfg.paths)}.")
 
 
 def held_out_sequences(tokenizer, tokens: int, count: int, text: str | None = None) -> list[torch.Tensor]:
@@ -62,7 +63,7 @@ def path_reach(model, n: int, layer: int) -> dict[str, torch.Tensor]:
     """Per path, the farthest key distance each query may read in ``layer``, with the model's own SA
     permutation (stream 0, as ``layer_gates`` runs the model)."""
     perm = model.permutations(n, 0, "cpu")[layer]
-    spec = AttentionSpec("sa", window=model.cfg.window)
+    spec = AttentionSpec("sa", window=model.cfg.attention.window)
     distance = (torch.arange(n).view(-1, 1) - torch.arange(n).view(1, -1)).double()
     reach = {}
     for path in PATHS:
@@ -75,7 +76,7 @@ def read_distance(model, idx: torch.Tensor, layer: int, q: torch.Tensor, k: torc
     """Per path, each query's attention-weighted mean key distance in ``head``, (n,)."""
     n = idx.shape[1]
     perm = model.permutations(n, 0, "cpu")[layer]
-    maps = variant_maps(q.cpu(), k.cpu(), head, list(PATHS), model.cfg.window, perm=perm)
+    maps = variant_maps(q.cpu(), k.cpu(), head, list(PATHS), model.cfg.attention.window, perm=perm)
     distance = (torch.arange(n).view(-1, 1) - torch.arange(n).view(1, -1)).double()
     return {path: (maps[path][0] * distance).sum(1) for path in PATHS}
 
@@ -141,7 +142,7 @@ def _bucket_row(layer, path, axis, lo, hi, values) -> dict:
 def distance_rows(data: dict, model) -> list[dict]:
     """Mean gate per bucket of query position, and per bucket of relative read distance (queries i >= w)."""
     rows = []
-    window = model.cfg.window
+    window = model.cfg.attention.window
     for layer, paths in data.items():
         n = paths["sa"]["gate"].shape[-1]
         reach = path_reach(model, n, layer)
@@ -164,12 +165,7 @@ def distance_rows(data: dict, model) -> list[dict]:
 def draw(data: dict, buckets: list[dict], title: str):
     """Three panels: per-layer distributions, mean gate against query position and against the relative
     read distance. Returns the matplotlib figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colors = {"sa": "#E74C3C", "swa": "#4A90D9"}
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     gen = torch.Generator().manual_seed(0)
     for offset, path in ((-0.18, "sa"), (0.18, "swa")):
@@ -180,9 +176,9 @@ def draw(data: dict, buckets: list[dict], title: str):
         parts = axes[0].violinplot(values, positions=[layer + offset for layer in data], widths=0.32,
                                    showmeans=True, showextrema=False)
         for body in parts["bodies"]:
-            body.set_color(colors[path])
-        parts["cmeans"].set_color(colors[path])
-        axes[0].plot([], [], color=colors[path], label=f"g_{path}")
+            body.set_color(COLORS[path])
+        parts["cmeans"].set_color(COLORS[path])
+        axes[0].plot([], [], color=COLORS[path], label=f"g_{path}")
     axes[0].set(xlabel="layer", ylabel="gate activation (head mean)", xticks=list(data), title="distribution per layer")
     shades = plt.get_cmap("viridis")
     for axis, ax, xlabel in (("query_position", axes[1], "query position i (bucket start)"),
@@ -211,7 +207,7 @@ def draw(data: dict, buckets: list[dict], title: str):
 
 def main(argv: list[str] | None = None) -> Path:
     from ..data.tokenizer import load_tokenizer
-    from ..eval.checkpoint import load_checkpoint
+    from ..models.checkpoint import load_checkpoint
 
     p = argparse.ArgumentParser(prog="cli.py analyze gates", description=__doc__.splitlines()[0])
     p.add_argument("--ckpt", required=True, help="an SA+SWA checkpoint written by `cli.py fit`")
@@ -234,7 +230,7 @@ def main(argv: list[str] | None = None) -> Path:
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "gates.csv", summary, digits=6)
     write_csv(args.out / "gates_by_distance.csv", buckets, digits=6)
-    title = (f"SA+SWA gates, {info['path']} (step {info['step']}), w={model.cfg.window}, "
+    title = (f"SA+SWA gates, {info['path']} (step {info['step']}), w={model.cfg.attention.window}, "
              f"{len(sequences)} held-out sequences of {tokens} tokens")
     fig = draw(data, buckets, title)
     savefig(fig, args.out / "gates.png", dpi=150)

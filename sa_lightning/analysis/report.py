@@ -7,20 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..utils.atomic import savefig
+from ..utils.report import COLORS, pyplot, variant_label
 from ..utils.tables import write_csv
 from . import graphs, mechanism
-from ..utils.atomic import savefig
 
-COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "moba": "#F39C12"}
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+#: the variants ``analyze coverage`` can grow a receptive field through
+COVERAGE_VARIANTS = ("full", "moba", "sa", "sa_swa", "swa")
 
 
 def _save(fig, ax, path: Path, legend_size: int | None = None) -> None:
@@ -41,10 +34,10 @@ def run_coverage(args) -> Path:
         print(f"coverage {variant:>6}: 99% after {mechanism.layers_to_cover(curve)} layers "
               f"(log_w n = {math.log(args.n) / math.log(args.window):.2f}, n/w = {args.n / args.window:.0f})", flush=True)
     write_csv(args.out / "coverage.csv", rows)
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for variant, curve in curves.items():
-        ax.plot(range(len(curve)), curve.numpy(), label=variant.replace("_", "+").upper(), color=COLORS[variant])
+        ax.plot(range(len(curve)), curve.numpy(), label=variant_label(variant), color=COLORS[variant])
     ax.set(xlabel="layers", ylabel="receptive-field coverage", ylim=(0, 1.02),
            title=f"Coverage vs depth (n={args.n}, w={args.window}, {convention})")
     _save(fig, ax, args.out / "coverage.png")
@@ -65,7 +58,7 @@ def _window_figure(args, rows: list[dict], name: str, series, legend_size: int |
     """Write ``<name>.csv`` and a log-log ``<name>.png`` of ``series`` ((column, style, color, label), ...)
     against the window; returns the CSV path."""
     write_csv(args.out / f"{name}.csv", rows)
-    fig, ax = _pyplot().subplots(figsize=(5, 3.6))
+    fig, ax = pyplot().subplots(figsize=(5, 3.6))
     ws = [r["window"] for r in rows]
     for column, style, color, label in series:
         ax.plot(ws, [r[column] for r in rows], style, color=color, label=label)
@@ -103,10 +96,6 @@ def run_variance(args) -> Path:
     ], legend_size=8, title=f"SA at infinite temperature (n={args.n})")
 
 
-def _label(graph: str) -> str:
-    return graph.replace("_", "+").upper()
-
-
 def _random_span(n: int) -> float:
     """Mean |i - j| / n over all unordered pairs i != j: (n + 1) / (3n)."""
     return (n + 1) / (3 * n)
@@ -136,7 +125,7 @@ def run_connectome(args) -> Path:
               f"{rows[-1]['band_fraction_random']:.3f} raw, {rows[-1]['band_fraction_random_rcm']:.3f} after RCM)",
               flush=True)
     write_csv(args.out / "connectome.csv", rows)
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(2, len(result), figsize=(3.4 * len(result), 7.0), squeeze=False)
     for col, (graph, r) in enumerate(result.items()):
         rcm = r["adjacency"].toarray()[r["order"]][:, r["order"]] > 0
@@ -144,7 +133,7 @@ def run_connectome(args) -> Path:
                                                    (rcm, "after RCM (undirected)", r["rcm"]))):
             ax = axes[row][col]
             ax.imshow(image, cmap="Greys", interpolation="antialiased", vmin=0, vmax=1)
-            ax.set_title(f"{_label(graph)}, {what}\n"
+            ax.set_title(f"{variant_label(graph)}, {what}\n"
                          f"bandwidth {stats['bandwidth']}, in-band {stats['band_fraction']:.2f}", fontsize=9)
             ax.set_xticks([])
             ax.set_yticks([])
@@ -187,17 +176,17 @@ def run_spectrum(args) -> Path:
           f"circulant lambda_2 = {graphs.circulant_lambda2(args.n, args.window):.6f}", flush=True)
     write_csv(args.out / "spectrum_eigenvalues.csv", eig_rows)
     write_csv(args.out / "spectrum.csv", mix_rows)
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     for graph, values in spectra.items():
         style = "--" if graph == "sa" else "-"
         axes[0].plot(np.arange(len(values)) / len(values), np.sort(values.real)[::-1], style, color=COLORS[graph],
-                     label=_label(graph))
+                     label=variant_label(graph))
         curve = [r for r in mix_rows if r["graph"] == graph]
         layers = [r["layers"] for r in curve]
         if convention == "theory":
-            axes[1].plot(layers, [r["sigma2"] for r in curve], "o-", color=COLORS[graph], label=_label(graph))
-        axes[2].plot(layers, [r["tv_to_uniform"] for r in curve], "o-", color=COLORS[graph], label=_label(graph))
+            axes[1].plot(layers, [r["sigma2"] for r in curve], "o-", color=COLORS[graph], label=variant_label(graph))
+        axes[2].plot(layers, [r["tv_to_uniform"] for r in curve], "o-", color=COLORS[graph], label=variant_label(graph))
     axes[0].set(xlabel="eigenvalue rank / n", ylabel="eigenvalue (real part)", title="one layer's operator")
     if convention == "theory":
         layers = [r["layers"] for r in mix_rows if r["graph"] == "swa"]
@@ -232,7 +221,7 @@ def run_small_world(args) -> Path:
     rows = graphs.small_world(args.n, args.window, args.layers, seed=args.seed, convention=convention,
                               progress=lambda line: print(line, flush=True))
     write_csv(args.out / "small_world.csv", rows, digits=6)
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -242,7 +231,7 @@ def run_small_world(args) -> Path:
             marker, size = {"swa": ("o", 110), "sa": ("D", 35), "sa_swa": ("s", 60)}[r["graph"]]
             ax.scatter(_ratio(r["path_length"], r["path_length_random"]),
                        _ratio(r["clustering"], r["clustering_random"]), s=size, marker=marker, color=COLORS[r["graph"]],
-                       label=f"{_label(r['graph'])} (k={r['mean_degree']:.0f}, σ={r['sigma']:.1f})")
+                       label=f"{variant_label(r['graph'])} (k={r['mean_degree']:.0f}, σ={r['sigma']:.1f})")
         ax.scatter(1, 1, marker="x", color="black", label="random graph, same k")
         ax.set(xscale="log", yscale="log", xlabel="L / L_random (path length)", ylabel="C / C_random (clustering)",
                title="one layer" if scope == "layer" else f"union of {args.layers} layers")
@@ -278,7 +267,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--depth", type=int, default=72, help="layers to grow the receptive field")
     parser.add_argument("--layers", type=int, default=4,
                         help="layers in the stack for connectome, spectrum and small-world (one permutation each)")
-    parser.add_argument("--variants", nargs="+", default=["sa", "swa", "sa_swa"], choices=sorted(COLORS))
+    parser.add_argument("--variants", nargs="+", default=["sa", "swa", "sa_swa"], choices=COVERAGE_VARIANTS)
     parser.add_argument("--convention", choices=mechanism.CONVENTIONS, default=None,
                         help="theory: Appendix A's circular window; causal: the masks the models run "
                              "(default: causal for connectome, theory for the others)")

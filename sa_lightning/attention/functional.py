@@ -12,8 +12,10 @@ import torch.nn.functional as F
 from . import masks
 from ._checks import check_lengths, check_padded_perm, check_perm, check_positive, check_qkv, default_scale
 from ._finite import guard_nonfinite, kv_finite
-from .banded import (Band, _fused_forward_applies, banded_attention, dense_masked_attention, merge_partials,
-                     multi_band_attention)
+from .band_common import fused_forward_applies
+from .band_inplace import Band, multi_band_attention
+from .banded import banded_attention
+from .dense import dense_masked_attention, merge_partials
 from .moba import moba_kernel, moba_selection
 from .permutation import gather_tokens, invert_permutation, sample_permutation
 
@@ -136,7 +138,7 @@ def sa_swa_attention(q, k, v, window, perm=None, *, generator=None, scale=None, 
     backend = _backend(backend, q)
 
     def both(q, k, v):
-        if backend != "banded" or n < 2 * window or _fused_forward_applies(q, k, v):
+        if backend != "banded" or n < 2 * window or fused_forward_applies(q, k, v):
             y_sa = _sa(q, k, v, window, perm, inv, lengths, scale, backend)
             return y_sa, _swa(q, k, v, window, scale, backend)
         half = masks.sa_half_width(window)

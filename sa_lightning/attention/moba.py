@@ -11,13 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from .banded import (
-    _fold_groups,
-    _fused_forward_applies,
-    _sdpa_lse,
-    _softmax_dtype,
-    _unfold_groups,
-)
+from .band_common import fold_groups, fused_forward_applies, sdpa_lse, softmax_dtype, unfold_groups
 
 # Elements of gathered keys one chunk of queries may hold (about 64 MiB in fp32).
 _CHUNK_ELEMENTS = 1 << 24
@@ -29,16 +23,16 @@ def _own_block(q, k, v, c: int, nblk: int, scale: float):
     Hkv = k.shape[1]
     G = Hq // Hkv
     pad = nblk * c - n
-    qb = _fold_groups(F.pad(q * scale, (0, 0, 0, pad)), Hkv, nblk, c)  # (B, Hkv, nblk, G*c, d)
+    qb = fold_groups(F.pad(q * scale, (0, 0, 0, pad)), Hkv, nblk, c)  # (B, Hkv, nblk, G*c, d)
     kb = F.pad(k, (0, 0, 0, pad)).view(B, Hkv, nblk, c, d)
     vb = F.pad(v, (0, 0, 0, pad)).view(B, Hkv, nblk, c, d)
-    scores = torch.matmul(qb, kb.transpose(-1, -2)).to(_softmax_dtype(q.dtype))
+    scores = torch.matmul(qb, kb.transpose(-1, -2)).to(softmax_dtype(q.dtype))
     causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
     scores = scores.view(B, Hkv, nblk, G, c, c).masked_fill(~causal, torch.finfo(scores.dtype).min)
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)
     probs = torch.exp(scores - lse).to(v.dtype).view(B, Hkv, nblk, G * c, c)
-    out = _unfold_groups(torch.matmul(probs, vb), Hq, n)
-    lse = _unfold_groups(lse.view(B, Hkv, nblk, G * c, 1), Hq, n)
+    out = unfold_groups(torch.matmul(probs, vb), Hq, n)
+    lse = unfold_groups(lse.view(B, Hkv, nblk, G * c, 1), Hq, n)
     return out, lse
 
 
@@ -52,7 +46,7 @@ def select_blocks(q, k, c: int, picks: int):
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
     full = n // c  # only complete blocks can be past blocks of anyone
-    gdt = _softmax_dtype(q.dtype)  # half inputs gate in fp32; float64 keeps its precision near ties
+    gdt = softmax_dtype(q.dtype)  # half inputs gate in fp32; float64 keeps its precision near ties
     means = k[:, :, : full * c].reshape(B, Hkv, full, c, d).to(gdt).mean(3)
     gate = torch.matmul(q.reshape(B, Hkv, -1, d).to(gdt), means.transpose(-1, -2))  # (B, Hkv, G*n, full)
     own = (torch.arange(n, device=q.device) // c).repeat(Hq // Hkv)
@@ -71,7 +65,7 @@ def _selected_chunk(q, kb_flat, vb_flat, flat_index, valid):
     q (B, Hkv, Qc, d) pre-scaled; flat_index/valid (B, Hkv, Qc, T); kb_flat/vb_flat (B*Hkv*nblk, c, d).
     """
     kg, vg = kb_flat[flat_index], vb_flat[flat_index]  # (B, Hkv, Qc, T, c, d)
-    scores = torch.einsum("bhqd,bhqtcd->bhqtc", q, kg).to(_softmax_dtype(q.dtype))
+    scores = torch.einsum("bhqd,bhqtcd->bhqtc", q, kg).to(softmax_dtype(q.dtype))
     scores = scores.masked_fill(~valid.unsqueeze(-1), torch.finfo(scores.dtype).min)
     flat = scores.flatten(-2)
     lse = torch.logsumexp(flat, dim=-1, keepdim=True)
@@ -120,8 +114,8 @@ def _own_block_fused(q, k, v, c: int, nblk: int, scale: float):
     qp, kp, vp = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
     outs, lses = [], []
     for b in range(B):
-        o, lse = _sdpa_lse(qp[b].view(Hq, nblk, c, d).transpose(0, 1), kp[b].view(Hkv, nblk, c, d).transpose(0, 1),
-                           vp[b].view(Hkv, nblk, c, d).transpose(0, 1), causal=True, scale=scale)
+        o, lse = sdpa_lse(qp[b].view(Hq, nblk, c, d).transpose(0, 1), kp[b].view(Hkv, nblk, c, d).transpose(0, 1),
+                          vp[b].view(Hkv, nblk, c, d).transpose(0, 1), causal=True, scale=scale)
         outs.append(o.transpose(0, 1).reshape(Hq, nblk * c, d)[:, :n])  # (nblk, Hq, c, d) -> (Hq, n, d)
         lses.append(lse.transpose(0, 1).reshape(Hq, nblk * c)[:, :n])
     return torch.stack(outs), torch.stack(lses).unsqueeze(-1)
@@ -160,8 +154,8 @@ def _selected_fused(q, k, v, index, valid, c: int, scale: float):
     tile_block = torch.repeat_interleave(torch.arange(groups, device=q.device), tiles)
     qt = q.new_zeros(num_tiles * _TILE, d)
     qt[where] = q.reshape(-1, d)[pair // picks]  # (B, Hq, n) is (B, Hkv, G*n) folded
-    o, lse = _sdpa_lse(qt.view(num_tiles, 1, _TILE, d), kb[tile_block].unsqueeze(1), vb[tile_block].unsqueeze(1),
-                       causal=False, scale=scale)
+    o, lse = sdpa_lse(qt.view(num_tiles, 1, _TILE, d), kb[tile_block].unsqueeze(1), vb[tile_block].unsqueeze(1),
+                      causal=False, scale=scale)
     rows = B * Hkv * G * n
     out = q.new_zeros(rows * picks, d)
     lse_out = torch.full((rows * picks,), torch.finfo(lse.dtype).min, dtype=lse.dtype, device=q.device)
@@ -188,7 +182,7 @@ def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float, selection
     n = q.shape[2]
     c = block_size
     # Forward only on CPU, both parts run through SDPA's fused kernel; otherwise the autograd path.
-    fused = _fused_forward_applies(q, k, v)
+    fused = fused_forward_applies(q, k, v)
     own_block, selected_blocks = (_own_block_fused, _selected_fused) if fused else (_own_block, _selected_blocks)
     nblk = -(-n // c)
     out_own, lse_own = own_block(q, k, v, c, nblk, scale)

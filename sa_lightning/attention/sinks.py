@@ -17,7 +17,8 @@ import torch
 from . import masks
 from ._checks import check_lengths, check_nonnegative, check_positive, check_qkv, default_scale
 from ._finite import guard_nonfinite
-from .banded import banded_attention, dense_masked_attention, merge_partials
+from .banded import banded_attention
+from .dense import dense_masked_attention, merge_partials
 from .permutation import invert_permutation
 
 #: the variants that take sinks (training-free: the gated two-path sa_swa is not among them)

@@ -28,10 +28,11 @@ from pathlib import Path
 import torch
 
 from ..attention import AttentionSpec, get_variant, invert_permutation, sample_permutation
-from ..utils.tables import number, write_csv
+from ..utils.atomic import savefig, write_text
+from ..utils.report import COLORS, head, number, pyplot, row, variant_label
+from ..utils.tables import write_csv
 from .machine import describe, positive_int, sync
 from .memory import peak_bytes
-from ..utils.atomic import savefig, write_text
 
 PRESETS = {
     # Small enough for a 2-core CPU in under three minutes.
@@ -44,8 +45,6 @@ PRESETS = {
 VARIANTS = ("full", "full_window", "swa", "sa", "sa_swa", "moba")
 #: bench-only names: which registry variant each runs, and with what
 ALIASES = {"full_window": "swa", "sa_flex": "sa"}
-COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "full_window": "#333333",
-          "moba": "#F39C12", "sa_flex": "#9B59B6"}
 #: the CPU dense path of a band covering the row keeps about this many (B, H, n, n) float32 tensors live
 _DENSE_LIVE = 4
 
@@ -190,44 +189,37 @@ def paper_table(rows, variants) -> str:
         by_n.setdefault(r["n"], {})[r["variant"]] = r
     ref = "full_window" if "full_window" in variants else "full" if "full" in variants else None
     others = [v for v in variants if v not in ("full", "full_window")] if ref else []
-    head = ["n", *(f"{v} ms" for v in variants), *(f"{v} speed-up" for v in others)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    lines = head(["n", *(f"{v} ms" for v in variants), *(f"{v} speed-up" for v in others)], "---:")
     for n, cell in by_n.items():
         ms = [number(cell[v]["ms"], ".1f") for v in variants]
         ups = [number(cell[ref]["ms"] / cell[v]["ms"], ".1f") for v in others]
         ups = [u if u == "–" else u + "×" for u in ups]
-        lines.append(f"| {n} | " + " | ".join(ms + ups) + " |")
+        lines.append(row([n, *ms, *ups]))
     note = f"Speed-up is {ref}'s time over the variant's." if ref else ""
     return "\n".join(lines) + ("\n\n" + note if note else "") + "\n"
 
 
 def markdown(rows, args) -> str:
-    head = (f"Measured {date.today().isoformat()} on {describe(args.device)}; "
-            f"B={args.batch}, H={args.heads}, Hkv={args.kv_heads}, d={args.dim}, w={args.window}, {args.dtype}, "
-            f"{'forward only' if args.forward_only else 'forward+backward'}, median of {args.repeats} interleaved repeats, "
-            f"{'all lengths in one process' if args.same_process else 'each length in its own process'}; sigma and "
-            f"sigma^-1 precomputed outside the timed region. full = SDPA; full_window = the SWA kernel with w = n. "
-            f"MoBA: c={max(1, args.window // args.moba_top_k)}, k={args.moba_top_k}. sa_flex is forward only on CPU.\n\n")
-    lines = ["| n | variant | ms | × SWA | × full | × full_window | peak MiB | mem × SWA | note |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    intro = (f"Measured {date.today().isoformat()} on {describe(args.device)}; "
+             f"B={args.batch}, H={args.heads}, Hkv={args.kv_heads}, d={args.dim}, w={args.window}, {args.dtype}, "
+             f"{'forward only' if args.forward_only else 'forward+backward'}, median of {args.repeats} interleaved repeats, "
+             f"{'all lengths in one process' if args.same_process else 'each length in its own process'}; sigma and "
+             f"sigma^-1 precomputed outside the timed region. full = SDPA; full_window = the SWA kernel with w = n. "
+             f"MoBA: c={max(1, args.window // args.moba_top_k)}, k={args.moba_top_k}. sa_flex is forward only on CPU.\n\n")
+    lines = head(["n", "variant", "ms", "× SWA", "× full", "× full_window", "peak MiB", "mem × SWA", "note"],
+                 ["---:", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---"])
     for r in rows:
-        lines.append(f"| {r['n']} | {r['variant']} | {number(r['ms'], '.1f')} | {number(r['x_swa'], '.2f')} | "
-                     f"{number(r['x_full'], '.3f')} | {number(r['x_full_window'], '.3f')} | {number(r['peak_mib'], '.1f')} | "
-                     f"{number(r['mem_x_swa'], '.2f')} | {r['note']} |")
-    return head + paper_table(rows, args.variants) + "\n" + "\n".join(lines) + "\n"
+        lines.append(row([r["n"], r["variant"], number(r["ms"], ".1f"), number(r["x_swa"], ".2f"),
+                          number(r["x_full"], ".3f"), number(r["x_full_window"], ".3f"), number(r["peak_mib"], ".1f"),
+                          number(r["mem_x_swa"], ".2f"), r["note"]]))
+    return intro + paper_table(rows, args.variants) + "\n" + "\n".join(lines) + "\n"
 
 
 def plot(rows, path: Path, args) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig, axes = pyplot().subplots(1, 2, figsize=(9, 3.6))
     for variant in args.variants:
         pts = [r for r in rows if r["variant"] == variant and not math.isnan(r["ms"])]
-        label = {"full": "FULL (SDPA)", "full_window": "FULL (w=n)"}.get(
-            variant, variant.replace("_", "+").upper().replace("+FLEX", " (flex fwd)"))
+        label = "Full (SDPA)" if variant == "full" else variant_label(variant)
         axes[0].plot([r["n"] for r in pts], [r["ms"] for r in pts], "o-", label=label, color=COLORS[variant])
         if not args.no_memory:
             axes[1].plot([r["n"] for r in pts], [r["peak_mib"] for r in pts], "o-", label=label, color=COLORS[variant])

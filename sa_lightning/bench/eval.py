@@ -63,7 +63,7 @@ def noise(model, tokenizer, samples: list[int], seeds: int, count: int, batch_si
 
 def main(argv: list[str] | None = None) -> list[dict]:
     from ..data.tokenizer import load_tokenizer
-    from ..eval.checkpoint import load_checkpoint
+    from ..models.checkpoint import load_checkpoint
     from ..eval.harness import run_tasks
     from ..eval.lm import SALM
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     model, info = load_checkpoint(args.ckpt)
     tokenizer = load_tokenizer(info["tokenizer"])
     lines = [f"# bench eval ({date.today()}, {describe(torch.device('cpu'))})", "",
-             f"checkpoint: {args.ckpt} ({info['arch']['variant']}, w={info['arch']['window']})", ""]
+             f"checkpoint: {args.ckpt} ({info['arch']['attention']['variant']}, w={info['arch']['attention']['window']})", ""]
     if not args.skip_timing:
         start = time.perf_counter()
         results = run_tasks(SALM(model, tokenizer, batch_size=args.batch_size), ["offline"])

@@ -28,7 +28,7 @@ from .machine import available_bytes, describe, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import write_text
 
-MODES = ("full", "swa", "sa", "sa_swa", "moba")
+MODES = ("full", "swa", "sa", "sa_swa_union", "moba")
 # Qwen/Qwen3-8B's config.json: 36 layers, GQA 32/8 heads of 128, untied 151,936-token embedding; 8.19B parameters.
 QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, hidden_act="silu", attention_bias=False,
@@ -107,7 +107,7 @@ def build_model(args, device: torch.device, dtype: torch.dtype):
 
 
 def run(args) -> list[dict]:
-    from ..inference.patcher import PatchSpec, patch, unpatch
+    from ..models.patcher import PatchSpec, patch, unpatch
 
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
@@ -117,7 +117,7 @@ def run(args) -> list[dict]:
     print(f"model {args.model}: {args.params / 1e9:.2f}B parameters, {model.config.num_hidden_layers} layers, "
           f"built in {time.perf_counter() - t0:.1f} s", flush=True)
     specs = {"full": PatchSpec("full"), "swa": PatchSpec("swa", args.window), "sa": PatchSpec("sa", args.window),
-             "sa_swa": PatchSpec("sa_swa", args.window),
+             "sa_swa_union": PatchSpec("sa_swa_union", args.window),
              "moba": PatchSpec("moba", block_size=args.window // 2, top_k=2)}
     rows = []
     for n in args.lengths:

@@ -38,7 +38,7 @@ from ..models.flops import matmul_params, train_flops_per_token
 from .machine import describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import write_text
-from ..utils.tables import number
+from ..utils.report import number, variant_label
 
 VARIANTS = ("full", "swa", "sa", "sa_swa", "moba")
 PRESETS = {
@@ -62,7 +62,7 @@ class StepCase:
     def __init__(self, variant: str, args, device: torch.device):
         layers = {"n_layer": args.layers} if args.layers else {}
         self.cfg = ModelConfig.from_name(args.model, variant=variant, window=args.window, max_seq_len=args.seq_len,
-                                         moba_block_size=args.moba_block_size, **layers)
+                                         block_size=args.moba_block_size, **layers)
         torch.manual_seed(0)
         self.model = Transformer(self.cfg).to(device)
         self.forward = self.model
@@ -135,7 +135,7 @@ def build_cases(args, device: torch.device) -> dict[tuple[str, bool], StepCase |
 
 
 def _label(key: tuple[str, bool]) -> str:
-    return f"{key[0]}{' compiled' if key[1] else ''}"
+    return f"{variant_label(key[0])}{' compiled' if key[1] else ''}"
 
 
 def time_cases(cases: dict, args) -> dict[tuple[str, bool], list[float]]:

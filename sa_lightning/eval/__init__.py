@@ -1,4 +1,5 @@
-"""Zero-shot evaluation: the lm-eval model, the offline tasks, the Table 1 layout and the callbacks."""
-from .callbacks import AttentionMapLogger, ZeroShotEval
+"""Zero-shot evaluation: the lm-eval model, the offline tasks and the Table 1 layout.
 
-__all__ = ["ZeroShotEval", "AttentionMapLogger"]
+The Lightning callbacks that run it during ``fit`` and ``test`` live in ``sa_lightning.lit``
+(``ZeroShotEval``, ``AttentionMapLogger``).
+"""

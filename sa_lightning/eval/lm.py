@@ -47,7 +47,7 @@ class SALM(TemplateLM):
         from ..data.tokenizer import load_tokenizer
 
         if isinstance(model, (str, Path)):
-            from .checkpoint import load_checkpoint
+            from ..models.checkpoint import load_checkpoint
 
             model, info = load_checkpoint(model)
             tokenizer = tokenizer or info["tokenizer"]

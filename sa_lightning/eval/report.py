@@ -16,16 +16,14 @@ from pathlib import Path
 from .harness import layout_for, run_tasks
 from .table import markdown_table
 from ..utils.atomic import write_text
+from ..utils.report import variant_label
 
 
 def label_of(info: dict) -> str:
-    arch = info["arch"]
-    variant = arch["variant"]
-    if variant in ("swa", "sa", "sa_swa"):
-        return f"{variant.replace('_', '+').upper()} (w={arch['window']})"
-    if variant == "moba":
-        return f"MoBA (c={arch['moba_block_size']}, k={arch['moba_top_k']})"
-    return "Full"
+    """A checkpoint's row name from its ``arch``: ``SA+SWA (w=32)``, ``MoBA (c=64, k=2)``, ``Full``."""
+    attention = info["arch"]["attention"]
+    return variant_label(attention["variant"], attention.get("window"), attention.get("block_size"),
+                         attention.get("top_k"), attention.get("sink", 0))
 
 
 def _unique(labels: list[str]) -> list[str]:
@@ -60,7 +58,7 @@ def log_tensorboard(folder: Path, metrics: dict[str, dict[str, float]], step: in
 
 
 def evaluate(args: argparse.Namespace) -> dict:
-    from .checkpoint import load_checkpoint
+    from ..models.checkpoint import load_checkpoint
     from .harness import load_tasks, resolve_tasks
     from .lm import SALM
 

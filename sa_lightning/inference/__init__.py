@@ -1,4 +1,8 @@
-"""Training-free inference: swap the prefill attention of Hugging Face models for SWA, SA, SA+SWA or MoBA."""
-from .patcher import MODES, PatchSpec, patch, patched, unpatch
+"""Training-free inference: swap the prefill attention of Hugging Face models for SWA, SA, SA+SWA or MoBA.
 
-__all__ = ["MODES", "PatchSpec", "patch", "patched", "unpatch"]
+The patcher itself is model code (``sa_lightning.models.patcher``, which the Qwen3 backbone also trains
+through); this package runs it: the lm-eval model and the window sweeps.
+"""
+from ..models.patcher import VARIANTS, PatchSpec, patch, patched, unpatch
+
+__all__ = ["VARIANTS", "PatchSpec", "patch", "patched", "unpatch"]

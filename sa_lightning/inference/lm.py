@@ -6,7 +6,7 @@ there; SA does read them (its permuted window wraps around the whole padded row)
 would then change with the batch size. ``PatchedHFLM`` records each row's real length as HFLM
 batches it and passes the matching ``attention_mask``, so the patcher permutes only real tokens.
 
-Registered as ``sa_lightning_hf``: ``model_args="pretrained=Qwen/Qwen3-8B,mode=sa,window=256"``; ``pretrained``
+Registered as ``sa_lightning_hf``: ``model_args="pretrained=Qwen/Qwen3-8B,variant=sa,window=256"``; ``pretrained``
 may also be a ``.gguf`` file or ``smollm2`` once fetched (``models.sources``), which load through the
 project's one ``from_pretrained`` path (HFLM itself would not hand ``gguf_file`` to the tokenizer).
 """
@@ -16,19 +16,19 @@ import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
-from .patcher import PatchSpec, patch
+from ..models.patcher import PatchSpec, patch
 
 
 @register_model("sa_lightning_hf")
 class PatchedHFLM(HFLM):
     """Args: HFLM's (``pretrained`` a hub id, a local path, a .gguf file, ``smollm2`` or a loaded model;
-    ``trust_remote_code`` stays False unless given), plus the patch: ``mode``, ``window``, ``block_size``,
+    ``trust_remote_code`` stays False unless given), plus the patch: ``variant``, ``window``, ``block_size``,
     ``top_k``, ``seed``, ``sink``."""
 
-    def __init__(self, pretrained, mode: str = "full", window: int | None = None, block_size: int = 64,
+    def __init__(self, pretrained, variant: str = "full", window: int | None = None, block_size: int = 64,
                  top_k: int = 2, seed: int = 0, sink: int = 0, **kwargs):
-        spec = PatchSpec(mode, None if window in (None, "None") else int(window), int(block_size), int(top_k),
-                         int(seed), sink=int(sink))
+        spec = PatchSpec(variant, None if window in (None, "None") else int(window), int(block_size), int(top_k),
+                         seed=int(seed), sink=int(sink))
         kwargs.setdefault("trust_remote_code", False)
         if isinstance(pretrained, str):
             pretrained, kwargs = _gguf_loaded(pretrained, kwargs)

@@ -58,14 +58,14 @@ class LitLM(L.LightningModule):
         if eval_samples < 1:
             raise ValueError(f"model eval_samples must be >= 1, got {eval_samples}.")
         if isinstance(arch, dict):  # from a checkpoint's hyper_parameters
-            arch = ModelConfig(**arch)
+            arch = ModelConfig.from_dict(arch)
         # hparams hold plain types only, so checkpoints load with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["arch"])
         self.hparams["arch"] = arch.to_dict()
         self.arch = arch
         self.net = build_model(arch)
         if init_weights:
-            from .checkpoint import load_weights
+            from ..models.checkpoint import load_weights
 
             load_weights(self.net, init_weights)
         self.compile = compile
@@ -233,14 +233,11 @@ class LitLM(L.LightningModule):
                                       "log_version": getattr(logger, "version", None)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        from ..models.checkpoint import check_architecture
+        from ..models.config import upgrade_arch
+
         state = checkpoint.get("sa_lightning", {})
-        saved = state.get("arch", {})
-        for key in ("vocab_size", "d_model", "n_layer", "n_head", "variant"):
-            if key in saved and saved[key] != getattr(self.arch, key):
-                raise ValueError(
-                    f"the checkpoint has model {key}={saved[key]!r} but this run configures {getattr(self.arch, key)!r}; "
-                    "resume with the checkpoint's model and data config (its config.yaml sits next to the logs)."
-                )
+        check_architecture(upgrade_arch(state.get("arch", {})), self.arch)
         self.micro_step = state.get("micro_step", 0)
         self.trained_steps = int(checkpoint.get("global_step") or 0)  # trainer.global_step stays 0 in test
         self.tokens_seen = state.get("tokens_seen", 0)

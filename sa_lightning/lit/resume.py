@@ -12,28 +12,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: files preferred by ``--ckpt_path last`` among equally new ones: ModelCheckpoint's last (and its -vN
-#: copies), SLURM's requeue file; any other ``*.ckpt`` (the periodic ``stepN.ckpt``) is a fallback
-LAST_PATTERNS = ("last.ckpt", "last-v*.ckpt", "hpc_ckpt_*.ckpt")
+from ..models.checkpoint import checkpoint_candidates
+
 #: model keys a resumed run takes from the user, not the checkpoint: they change neither the weights'
 #: meaning nor the optimizer's state (averaging over permutations, compilation, the kernel implementation)
-USER_WINS_ON_RESUME = ("eval_samples", "compile", "arch.backend")
+USER_WINS_ON_RESUME = ("eval_samples", "compile", "arch.attention.backend")
 #: linked from the data's tokenizer after parsing, so the parsed value says nothing about the user
 NOT_COMPARED = ("arch.vocab_size",)
 #: keys set through another flag, named by that flag in messages
 FLAG_OF = {"arch.seed": "seed_everything"}
-
-
-def checkpoint_candidates(*roots: str | os.PathLike) -> list[Path]:
-    """Every checkpoint file under ``roots`` (recursively), newest first; among equally new files the
-    last/hpc ones first. Hidden files (``AtomicCheckpointIO``'s partial writes) are never candidates."""
-    found = {p for root in map(Path, roots) if root.is_dir() for p in root.rglob("*.ckpt")
-             if p.is_file() and not p.name.startswith(".")}
-
-    def newest_first(p: Path):
-        return (-p.stat().st_mtime_ns, not any(p.match(pattern) for pattern in LAST_PATTERNS), str(p))
-
-    return sorted(found, key=newest_first)
 
 
 def find_last_checkpoint(*roots: str | os.PathLike, readable=None) -> tuple[Path | None, list[tuple[Path, str]]]:
@@ -54,7 +41,7 @@ def find_last_checkpoint(*roots: str | os.PathLike, readable=None) -> tuple[Path
 
 
 def flatten(tree, prefix: str = "") -> dict:
-    """{"arch": {"window": 32}} -> {"arch.window": 32}; tuples become lists so YAML and checkpoints compare."""
+    """{"arch": {"attention": {"window": 32}}} -> {"arch.attention.window": 32}; tuples become lists so YAML and checkpoints compare."""
     out = {}
     for key, value in (tree or {}).items():
         name = f"{prefix}{key}"
@@ -98,7 +85,7 @@ def conflict_message(path, found: list[tuple[str, object, object]]) -> str:
 
 
 def named_model_keys(argv: list[str]) -> set[str]:
-    """Model keys written out on the command line (``--model.arch.window 64`` -> ``arch.window``)."""
+    """Model keys written out on the command line (``--model.arch.attention.window 64`` -> ``arch.attention.window``)."""
     keys = set()
     for arg in argv:
         if arg.startswith("--model.") and not arg.startswith("--model.init_args."):

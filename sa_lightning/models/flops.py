@@ -47,7 +47,8 @@ def keys_per_query(variant: str, seq_len: int, window: int, block_size: int, top
 
 
 def train_flops_per_token(cfg, seq_len: int, params: int) -> float:
-    """6N + 12 L d keys for a ``ModelConfig`` (``cfg.variant``, ``window``, ``moba_*``, ``n_layer``, ``d_model``);
-    ``params`` is N, the model's ``matmul_params``."""
-    keys = keys_per_query(cfg.variant, seq_len, cfg.window, cfg.moba_block_size, cfg.moba_top_k)
+    """6N + 12 L d keys for a ``ModelConfig`` (its ``attention``, ``n_layer`` and ``d_model``); ``params`` is N,
+    the model's ``matmul_params``."""
+    att = cfg.attention
+    keys = keys_per_query(att.variant, seq_len, att.window, att.block_size, att.top_k)
     return 6 * params + 12 * cfg.n_layer * cfg.d_model * keys

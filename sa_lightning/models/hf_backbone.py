@@ -1,22 +1,21 @@
 """A Hugging Face causal-LM backbone (the Qwen3 architecture) trained through the same attention registry.
 
-The model is a plain ``Qwen3ForCausalLM`` whose attention is patched by ``sa_lightning.inference``,
-so every variant runs the registry's kernels (with their backward) and the trained model exports with
-``save_pretrained`` into a folder that any transformers install loads, and that ``cli.py sweep`` can
-patch again. ``sa_swa`` has no gate here: it is the union of both masks in one softmax. It has the
-same interface as ``Transformer`` for the Lightning module and the evaluator.
+The model is a plain ``Qwen3ForCausalLM`` whose attention is patched by ``models.patcher`` with the
+config's own ``AttentionSpec``, so every variant runs the registry's kernels (with their backward) and the
+trained model exports with ``save_pretrained`` into a folder that any transformers install loads, and that
+``cli.py sweep`` can patch again. There is no output gate here: ``ModelConfig`` refuses the gated
+``sa_swa`` on this backbone (``sa_swa_union`` is one softmax over both masks). It has the same interface
+as ``Transformer`` for the Lightning module and the evaluator.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from .config import ModelConfig
-
-#: registry variant -> patcher mode (gated sa_swa has no HF counterpart: the union takes its place)
-MODES = {"full": "full", "swa": "swa", "sa": "sa", "sa_swa": "sa_swa", "sa_swa_union": "sa_swa", "moba": "moba"}
 
 
 def qwen3_config(cfg: ModelConfig):
@@ -35,14 +34,14 @@ class HFBackbone(nn.Module):
         super().__init__()
         from transformers import Qwen3ForCausalLM
 
-        from ..inference.patcher import PatchSpec, patch
+        from .patcher import PatchSpec, patch
 
         self.cfg = cfg
         self.hf = Qwen3ForCausalLM(qwen3_config(cfg)) if cfg.init_from is None else self._pretrained(cfg)
-        self.spec = PatchSpec(MODES[cfg.variant], cfg.window, cfg.moba_block_size, cfg.moba_top_k, cfg.seed,
-                              cfg.backend, "deterministic" if cfg.permutation == "fixed" else "stochastic")
+        self.spec = PatchSpec(**asdict(cfg.attention), seed=cfg.seed,
+                              sa_mode="deterministic" if cfg.permutation == "fixed" else "stochastic")
         patch(self.hf, self.spec)
-        self.uses_permutation = self.spec.mode in ("sa", "sa_swa")
+        self.uses_permutation = self.spec.uses_permutation
 
     @staticmethod
     def _pretrained(cfg: ModelConfig):
@@ -78,7 +77,7 @@ class HFBackbone(nn.Module):
 
     def _reseed(self, stream: int | None) -> None:
         """Stochastic mode: fresh permutations per training step (the patcher keys them by seed and layer)."""
-        from ..inference.patcher import set_seed
+        from .patcher import set_seed
         from .transformer import _stream_seed
 
         if self.uses_permutation and self.cfg.permutation == "stochastic" and stream is not None:
@@ -97,7 +96,7 @@ class HFBackbone(nn.Module):
 
     def save_pretrained(self, folder: str | Path, tokenizer=None) -> Path:
         """A plain transformers folder: the model loads with ``AutoModelForCausalLM`` and no sa_lightning."""
-        from ..inference.patcher import patch, unpatch
+        from .patcher import patch, unpatch
 
         folder = Path(folder)
         unpatch(self.hf)

@@ -48,8 +48,8 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim, bias=False)
         self.gate = GatedPaths(cfg.d_model, cfg.paths)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.spec = cfg.attention_spec()
-        self.variant = get_variant(cfg.variant)
+        self.spec = cfg.attention
+        self.variant = get_variant(cfg.attention.variant)
 
     def forward(self, x, cos, sin, perm=None, lengths=None):
         B, n, d = x.shape
@@ -102,7 +102,7 @@ class Transformer(nn.Module):
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.embed.weight  # tied
-        self.uses_permutation = get_variant(cfg.variant).uses_permutation
+        self.uses_permutation = get_variant(cfg.attention.variant).uses_permutation
         self._eval_calls = 0
         self.reset_parameters()
 

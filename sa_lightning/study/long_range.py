@@ -24,10 +24,10 @@ from pathlib import Path
 
 import yaml
 
-from ..utils.tables import write_csv
 from ..utils.atomic import savefig, write_text
+from ..utils.report import COLORS, head, number, pyplot, ranked_cells, row, variant_label
+from ..utils.tables import write_csv
 
-COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F"}
 TARGET = 0.9
 GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
 
@@ -83,8 +83,8 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
     """The ``cli.py fit`` command line of one cell: the task's config, changed only in size and variant."""
     config = settings.get("fit_config", "configs/synthetic/{task}.yaml").format(task=cell["task"])
     args = ["fit", "--config", config,
-            "--model.arch.variant", cell["variant"], "--model.arch.n_layer", str(cell["depth"]),
-            "--model.arch.window", str(cell["window"]), "--seed_everything", str(cell["seed"]),
+            "--model.arch.attention.variant", cell["variant"], "--model.arch.n_layer", str(cell["depth"]),
+            "--model.arch.attention.window", str(cell["window"]), "--seed_everything", str(cell["seed"]),
             "--trainer.default_root_dir", str(folder),
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
     for key, value in (settings.get("fit_overrides") or {}).items():
@@ -113,7 +113,7 @@ def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
     ``eval_samples`` (once if it has no permutation); returns what goes in ``cells/<id>.json``."""
     import lightning as L
 
-    from ..cli import run as run_cli
+    from ..lit.cli import run as run_cli
 
     start = time.perf_counter()
     cli = run_cli(args, run=True)
@@ -150,12 +150,12 @@ def rows(results: list[dict]) -> list[dict]:
     out = []
     for r in results:
         for k, s in sorted(r["scores"].items()):
-            row = {key: r[key] for key in ("task", "variant", "depth", "window", "seed", "seq_len", "receptive_field",
-                                           "steps", "train_seconds")}
-            row.update(eval_samples=k, acc=round(s["acc"], 4), acc_beyond_rf=round(beyond(r, k), 4),
-                       loss=round(s["loss"], 4))
-            row.update({f"acc@{name}": round(a, 4) for name, a in s["buckets"].items()})
-            out.append(row)
+            flat = {key: r[key] for key in ("task", "variant", "depth", "window", "seed", "seq_len", "receptive_field",
+                                            "steps", "train_seconds")}
+            flat.update(eval_samples=k, acc=round(s["acc"], 4), acc_beyond_rf=round(beyond(r, k), 4),
+                        loss=round(s["loss"], 4))
+            flat.update({f"acc@{name}": round(a, 4) for name, a in s["buckets"].items()})
+            out.append(flat)
     return out
 
 
@@ -166,21 +166,17 @@ def table(results: list[dict]) -> str:
         return ""
     buckets = [c for c in flat[0] if c.startswith("acc@")]
     cols = ["acc", "acc_beyond_rf", *buckets]
-    head = ["task", "L", "w", "L·(w−1)", "variant", "K", "all", "beyond L·(w−1)", *(c[4:] for c in buckets)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 6 + "---:|" * (len(head) - 6)]
+    names = ["task", "L", "w", "L·(w−1)", "variant", "K", "all", "beyond L·(w−1)", *(c[4:] for c in buckets)]
+    lines = head(names, ["---"] * 6 + ["---:"] * (len(names) - 6))
     groups: dict[tuple, list[dict]] = {}
-    for row in flat:
-        groups.setdefault((row["task"], row["depth"], row["window"]), []).append(row)
+    for r in flat:
+        groups.setdefault((r["task"], r["depth"], r["window"]), []).append(r)
     for (task, depth, window), group in groups.items():
-        best = {c: max((r[c] for r in group if not math.isnan(r[c])), default=math.nan) for c in cols}
-        for r in group:
-            cells_ = []
-            for c in cols:
-                v = r[c]
-                text = "–" if math.isnan(v) else f"{100 * v:.1f}"
-                cells_.append(f"**{text}**" if not math.isnan(v) and v == best[c] else text)
-            lines.append(f"| {task} | {depth} | {window} | {r['receptive_field']} | {r['variant']} | {r['eval_samples']} | "
-                         + " | ".join(cells_) + " |")
+        marked = [ranked_cells([r[c] for r in group], [number(100 * r[c], ".1f") for r in group], top=1,
+                               rank_alone=True) for c in cols]
+        for i, r in enumerate(group):
+            lines.append(row([task, depth, window, r["receptive_field"], r["variant"], r["eval_samples"],
+                              *(column[i] for column in marked)]))
     return "\n".join(lines) + "\n"
 
 
@@ -189,8 +185,8 @@ def reach(results: list[dict]) -> str:
     the coverage analysis's prediction for that depth (``cli.py analyze coverage``, causal convention)."""
     from ..analysis.mechanism import coverage_curve
 
-    lines = ["| task | variant | w | K | depth reaching 90% beyond L·(w−1) | beyond-RF accuracy by depth | "
-             "coverage by depth (`analyze coverage`, causal) |", "|---|---|---:|---:|---|---|---|"]
+    lines = head(["task", "variant", "w", "K", "depth reaching 90% beyond L·(w−1)", "beyond-RF accuracy by depth",
+                  "coverage by depth (`analyze coverage`, causal)"], ["---", "---", "---:", "---:", "---", "---", "---"])
     keyed: dict[tuple, dict[int, dict]] = {}
     for r in results:
         keyed.setdefault((r["task"], r["variant"], r["window"], r["seed"]), {})[r["depth"]] = r
@@ -204,32 +200,27 @@ def reach(results: list[dict]) -> str:
             first = next((d for d in depths if acc.get(d, 0) >= TARGET), None)
             acc_text = ", ".join(f"L={d}: {100 * a:.0f}%" for d, a in acc.items())
             cov_text = ", ".join(f"L={d}: {100 * float(cover[d]):.0f}%" for d in depths) if cover is not None else "–"
-            lines.append(f"| {task} | {variant} | {window} | {k} | {first or 'not within ' + str(max(depths))} | "
-                         f"{acc_text} | {cov_text} |")
+            lines.append(row([task, variant, window, k, first or f"not within {max(depths)}", acc_text, cov_text]))
     return "\n".join(lines) + "\n"
 
 
 def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = sorted({(r["task"], r["depth"], r["window"]) for r in results})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (task, depth, window) in zip(axes[0], panels):
         for r in sorted((r for r in results if (r["task"], r["depth"], r["window"]) == (task, depth, window)),
                         key=lambda r: list(COLORS).index(r["variant"]) if r["variant"] in COLORS else 9):
             mids = [sum(_bucket_bounds(b)) / 2 for b in r["scores"][1]["buckets"]]
-            label, color = r["variant"].replace("_", "+").upper(), COLORS.get(r["variant"], "k")
+            label, color = variant_label(r["variant"]), COLORS.get(r["variant"], "k")
             ax.plot(mids, list(r["scores"][1]["buckets"].values()), "o-", color=color, label=label, markersize=4)
             k = max(r["scores"])
             if k > 1:  # the same model, its prediction averaged over K permutations
                 ax.plot(mids, list(r["scores"][k]["buckets"].values()), "s:", color=color, label=f"{label} (K={k})",
                         markersize=4)
         rf = depth * (window - 1)
-        ax.axvline(rf, color="#4A90D9", linestyle="--", linewidth=1)
-        ax.text(rf, 0.02, f" L·(w−1)={rf}", color="#4A90D9", fontsize=7)
+        ax.axvline(rf, color=COLORS["swa"], linestyle="--", linewidth=1)
+        ax.text(rf, 0.02, f" L·(w−1)={rf}", color=COLORS["swa"], fontsize=7)
         ax.set(xscale="log", ylim=(-0.02, 1.02), xlabel="key–query distance", ylabel="accuracy",
                title=f"{task}, L={depth}, w={window}")
         ax.grid(alpha=0.3, which="both")

@@ -7,11 +7,6 @@ from pathlib import Path
 from .atomic import replacing
 
 
-def number(value: float | None, spec: str) -> str:
-    """``format(value, spec)`` for a table cell, or "–" for a value that is missing (None) or not a number."""
-    return "–" if value is None or value != value else format(value, spec)
-
-
 def write_csv(path: Path, rows: list[dict], digits: int | None = None, fields: list[str] | None = None) -> None:
     """``rows`` as a CSV with a header, written atomically: ``fields`` (default: the first row's keys) are
     the columns, a row's other keys are left out; floats are rounded to ``digits`` when given."""

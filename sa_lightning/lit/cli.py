@@ -21,8 +21,8 @@ import lightning as L
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
-from .lit import LitLM
-from .lit.schedule import steps_for_tokens, tokens_per_step
+from .module import LitLM
+from .schedule import steps_for_tokens, tokens_per_step
 
 
 def _int_seed(seed) -> int:
@@ -83,8 +83,8 @@ class SACLI(LightningCLI):
         fresh start. A model key the user set that differs from the checkpoint's stops it too (LightningCLI
         would silently take the checkpoint's); ``USER_WINS_ON_RESUME`` keys keep the user's value.
         """
-        from .lit.checkpoint import read_checkpoint
-        from .lit.resume import USER_WINS_ON_RESUME, conflict_message, conflicts, flatten, named_model_keys
+        from ..models.checkpoint import read_checkpoint
+        from .resume import USER_WINS_ON_RESUME, conflict_message, conflicts, flatten, named_model_keys
 
         subcommand = self.config.get("subcommand")
         if not subcommand:
@@ -133,8 +133,8 @@ class SACLI(LightningCLI):
         """``--ckpt_path last``: the newest readable checkpoint of this run folder, whatever logger version
         wrote it; newer files that cannot be read are skipped with one line each. None (a fresh start) only
         with ``--fresh_if_no_last true``; otherwise no checkpoint is refused."""
-        from .lit.checkpoint import read_checkpoint
-        from .lit.resume import find_last_checkpoint
+        from ..models.checkpoint import read_checkpoint
+        from .resume import find_last_checkpoint
 
         roots = _run_roots(cfg.trainer)
         path, skipped = find_last_checkpoint(*roots, readable=lambda p: read_checkpoint(p, mmap=True))
@@ -212,7 +212,7 @@ def _check_writable(folder: str) -> None:
     disk, a file in the way, or a full disk stop the run in one sentence instead of a traceback later."""
     from pathlib import Path
 
-    from .utils.atomic import describe_os_error
+    from ..utils.atomic import describe_os_error
 
     probe = Path(folder) / f".sa_lightning_probe.{os.getpid()}"
     try:

@@ -19,6 +19,13 @@ padding mask (B, kv_len) instead of an n x n one.
   ``sa_mode="deterministic"`` fixes one sigma per (seed, layer, length) instead.
 - ``sink=k`` (beyond the paper; 0 by default) also shows every query the first k tokens of its row in the
   swa, sa and sa_swa modes, as StreamingLLM's attention sinks; positions count the row's valid tokens.
+- The spec is the registry's ``AttentionSpec`` plus what inference adds (``PatchSpec``: ``seed``,
+  ``sa_mode``), and its variant is a registry name: ``sa_swa_union`` is training-free SA+SWA, one softmax
+  over both masks. The gated ``sa_swa`` needs trained output gates, which a Hugging Face model lacks, so it
+  is refused in one sentence.
+- A patched model's state (its spec, and each row's sigma key for the forward under way) is one object
+  held as an attribute by the model and every submodule, so the attention function reads it from the
+  module it is called with; two patched models never share anything.
 - Inside ``counting_keys()``, every prefill adds to ``BUDGET`` the keys its masks let each valid query read
   (and the queries): the equal-budget axis of the sweep. Outside it nothing is counted, so a plain patched
   model (a benchmark, the Qwen3 backbone in training) pays nothing. Decoding is dense in every mode and
@@ -31,70 +38,81 @@ import difflib
 import hashlib
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from ..attention import AttentionSpec, get_variant
-from ..attention.permutation import SA_MODES, gather_tokens, invert_permutation, row_key, row_permutations
-from ..attention._checks import check_nonnegative
 from ..attention.sinks import keys_per_query
+from ..attention.permutation import SA_MODES, gather_tokens, invert_permutation, row_key, row_permutations
 
 NAME = "sa_lightning"
-#: patcher mode -> registry variant. ``sa_swa`` is training-free: one softmax over the union of both masks.
-MODES = {"full": "full", "swa": "swa", "sa": "sa", "sa_swa": "sa_swa_union", "moba": "moba"}
+#: the attribute that holds a patched model's ``_Patched`` state, on the model and on each of its submodules
+STATE = "_sa_lightning"
+#: the variants a pretrained Hugging Face model can run without training (no output gate)
+VARIANTS = ("full", "swa", "sa", "sa_swa_union", "moba")
+#: the variants that read ``window``
+WINDOWED = ("swa", "sa", "sa_swa_union")
 #: how many attention calls took each path; tests read it to check that decoding stays dense
 CALLS: Counter = Counter()
 #: "keys" and "queries" summed over the prefill calls (all layers, valid queries) run inside ``counting_keys()``
 BUDGET: Counter = Counter()
 _COUNTING = [False]
-_SPECS: dict[int, tuple[object, "PatchSpec"]] = {}
-#: id(config) -> each row's sigma key for the forward pass under way (set by the base model's pre-hook)
-_ROW_KEYS: dict[int, list[tuple]] = {}
 
 
 @dataclass(frozen=True)
-class PatchSpec:
-    """mode: full | swa | sa | sa_swa | moba. window: w for swa/sa/sa_swa. block_size, top_k: MoBA
-    (effective window block_size * top_k). seed: SA permutations. backend: as the attention core.
-    sa_mode: ``stochastic`` (each input its own sigma, the default) or ``deterministic``.
-    sink: the first ``sink`` tokens of each row stay visible to every query (swa, sa, sa_swa; 0: the paper)."""
+class PatchSpec(AttentionSpec):
+    """The registry's ``AttentionSpec`` plus what inference adds.
 
-    mode: str
+    variant: full | swa | sa | sa_swa_union | moba. window: w for swa, sa and sa_swa_union (None for full
+    and moba). block_size, top_k: MoBA (effective window block_size * top_k). backend: as the attention core.
+    sink: the first ``sink`` tokens of each row stay visible to every query (swa, sa, sa_swa_union; 0: the
+    paper). seed: SA permutations. sa_mode: ``stochastic`` (each input its own sigma, the default) or
+    ``deterministic``."""
+
+    variant: str = "sa"
     window: int | None = None
-    block_size: int = 64
-    top_k: int = 2
     seed: int = 0
-    backend: str = "auto"
     sa_mode: str = "stochastic"
-    sink: int = 0
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            close = difflib.get_close_matches(str(self.mode), MODES, n=2)
+        if self.variant == "sa_swa":
+            raise ValueError("variant 'sa_swa' is the gated SA+SWA pair, whose output gates only a model trained "
+                             "with them has; a Hugging Face model runs SA+SWA training-free as 'sa_swa_union' "
+                             "(one softmax over both masks).")
+        if self.variant not in VARIANTS:
+            close = difflib.get_close_matches(str(self.variant), VARIANTS, n=2)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(f"unknown mode {self.mode!r}; choose one of {', '.join(MODES)}.{hint}")
-        if self.mode in ("swa", "sa", "sa_swa") and (self.window is None or isinstance(self.window, bool)
-                                                     or not isinstance(self.window, int) or self.window < 1):
-            raise ValueError(f"mode {self.mode!r} needs a window >= 1, got {self.window!r}.")
+            raise ValueError(f"unknown attention variant {self.variant!r} for a Hugging Face model; choose one of "
+                             f"{', '.join(VARIANTS)}.{hint}")
+        if self.variant in WINDOWED and self.window is None:
+            raise ValueError(f"variant {self.variant!r} needs a window >= 1, got None.")
+        # the registry's checks: an unknown variant (with close matches), window, block_size, top_k, sink
+        AttentionSpec(self.variant, 1 if self.window is None else self.window, self.block_size, self.top_k,
+                      self.backend, self.sink)
         if self.sa_mode not in SA_MODES:
             raise ValueError(f"sa_mode must be one of {', '.join(SA_MODES)}, got {self.sa_mode!r}.")
-        for name in ("block_size", "top_k"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-        check_nonnegative("sink", self.sink)
-        if self.sink and self.mode not in ("swa", "sa", "sa_swa"):
-            raise ValueError(f"sink applies to the modes swa, sa and sa_swa, not {self.mode!r}.")
 
     @property
     def effective_window(self) -> int | None:
-        return self.block_size * self.top_k if self.mode == "moba" else self.window
+        return self.block_size * self.top_k if self.variant == "moba" else self.window
 
-    def attention_spec(self) -> AttentionSpec:
-        return AttentionSpec(variant=MODES[self.mode], window=self.window or 1, block_size=self.block_size,
-                             top_k=self.top_k, backend=self.backend, sink=self.sink)
+    @property
+    def uses_permutation(self) -> bool:
+        return get_variant(self.variant).uses_permutation
+
+
+@dataclass
+class _Patched:
+    """A patched model's state: its spec, the implementation it had, the pre-hook, and each row's sigma key
+    for the forward pass under way (set by the base model's pre-hook, read by every layer)."""
+
+    spec: PatchSpec
+    previous: str | None
+    hook: object = None
+    row_keys: list | None = field(default=None, repr=False)
 
 
 # ---- the two registered functions --------------------------------------------------------------
@@ -109,7 +127,8 @@ def padding_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_
 
 def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, **kwargs):
     """transformers' attention signature: q (B, Hq, q_len, d), k/v (B, Hkv, kv_len, d) -> ((B, q_len, Hq, d), None)."""
-    spec = spec_of(module.config)
+    state = state_of(module)
+    spec = state.spec
     if attention_mask is not None and attention_mask.dim() != 2:
         raise ValueError(f"a model patched by sa_lightning takes a 2-D padding mask (batch, length); got a "
                          f"{attention_mask.dim()}-D attention_mask, which would need an n x n mask at prefill.")
@@ -119,7 +138,7 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         raise ValueError(f"{type(module).__name__} has {query.shape[1]} query heads and {key.shape[1]} kv heads, which "
                          f"does not match its num_key_value_groups={groups}.")
     scale = d ** -0.5 if scaling is None else float(scaling)
-    if q_len != kv_len or spec.mode == "full":
+    if q_len != kv_len or spec.variant == "full":
         CALLS["dense"] += 1
         if q_len == kv_len and _COUNTING[0]:  # full-mode prefill: every valid query reads its causal prefix
             _count(spec, kv_len, None, None if attention_mask is None else attention_mask.sum(-1), query.shape[0])
@@ -127,7 +146,7 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     else:
         CALLS["prefill"] += 1
         out = _prefill(spec, getattr(module, "layer_idx", 0) or 0, query, key, value, attention_mask, scale,
-                       _ROW_KEYS.get(id(module.config)))
+                       state.row_keys)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -158,7 +177,7 @@ def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale, keys: list[tupl
         lengths = valid.sum(-1)
     if scale != d ** -0.5:  # the kernels take the default 1/sqrt(d)
         q = q * (scale * math.sqrt(d))
-    variant = get_variant(MODES[spec.mode])
+    variant = get_variant(spec.variant)
     perm = None
     if variant.uses_permutation:
         rows = lengths.tolist() if lengths is not None else [n] * B
@@ -167,7 +186,7 @@ def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale, keys: list[tupl
                                "must be called with input_ids or inputs_embeds (its pre-hook reads them).")
         perm = row_permutations(rows, n, seed=spec.seed, layer=layer, mode=spec.sa_mode,
                                 keys=keys if spec.sa_mode == "stochastic" else None, device=q.device)
-    (y,) = variant(q, k, v, spec.attention_spec(), perm, lengths)
+    (y,) = variant(q, k, v, spec, perm, lengths)
     _count(spec, n, perm, lengths, B)
     if order is not None:
         y = gather_tokens(y, invert_permutation(order)) * valid.view(B, 1, n, 1).to(y.dtype)
@@ -190,25 +209,24 @@ def _count(spec: PatchSpec, n: int, perm, lengths, batch: int) -> None:
     """Add this call's keys and valid queries to ``BUDGET``, from the masks the kernel just used."""
     if not _COUNTING[0]:
         return
-    keys, queries = keys_per_query(MODES[spec.mode], n, window=spec.window or 1, perm=perm, lengths=lengths,
+    keys, queries = keys_per_query(spec.variant, n, window=spec.window or 1, perm=perm, lengths=lengths,
                                    block_size=spec.block_size, top_k=spec.top_k, sink=spec.sink, batch=batch)
     BUDGET["keys"] += keys
     BUDGET["queries"] += queries
 
 
 # ---- each row's identity, read once per forward --------------------------------------------------
-def _keys_hook(module, args, kwargs):
+def _keys_hook(state: _Patched, module, args, kwargs):
     """Forward pre-hook of the patched model's base model: every row's ``row_key`` from its own tokens
     (the positions its padding mask keeps, in order), so sigma never depends on padding or batch."""
-    config = module.config
-    spec = spec_of(config)
-    if not get_variant(MODES[spec.mode]).uses_permutation or spec.sa_mode != "stochastic":
+    spec = state.spec
+    if not spec.uses_permutation or spec.sa_mode != "stochastic":
         return None  # no sigma, or one per length: nothing to hash on this forward
     ids = kwargs.get("input_ids", args[0] if args else None)
     embeds = kwargs.get("inputs_embeds")
     mask = kwargs.get("attention_mask")
     if ids is None and embeds is None:
-        _ROW_KEYS.pop(id(config), None)
+        state.row_keys = None
         return None
     source = ids if ids is not None else embeds
     if mask is not None and mask.dim() != 2:
@@ -220,7 +238,7 @@ def _keys_hook(module, args, kwargs):
             keys.append(row_key(row.tolist()))
         else:  # embeddings: their bytes identify the input (same input, same sigma)
             keys.append((0, hashlib.blake2b(row.detach().float().cpu().numpy().tobytes(), digest_size=16).digest()))
-    _ROW_KEYS[id(config)] = keys
+    state.row_keys = keys
     return None
 
 
@@ -233,12 +251,18 @@ def _register() -> None:
     AttentionMaskInterface.register(NAME, padding_mask)
 
 
-def spec_of(config) -> PatchSpec:
-    try:
-        return _SPECS[id(config)][1]
-    except KeyError:
+def state_of(module) -> _Patched:
+    """The patch state a patched model gave ``module`` (any of its submodules)."""
+    state = module.__dict__.get(STATE)
+    if state is None:
         raise RuntimeError(f"attn_implementation {NAME!r} is set on a model that sa_lightning did not patch; "
-                           "use sa_lightning.inference.patch(model, ...).") from None
+                           "use sa_lightning.inference.patch(model, ...).")
+    return state
+
+
+def spec_of(model) -> PatchSpec:
+    """The spec a patched model (or any of its submodules) runs."""
+    return state_of(model).spec
 
 
 def _check_patchable(model) -> None:
@@ -252,21 +276,24 @@ def _check_patchable(model) -> None:
                          "AttentionInterface (the model class does not declare _supports_attention_backend).")
 
 
-def patch(model, mode: str | PatchSpec = "sa", window: int | None = None, *, block_size: int = 64, top_k: int = 2,
-          seed: int = 0, backend: str = "auto", sa_mode: str = "stochastic", sink: int = 0):
-    """Make ``model``'s prefill use ``mode``; returns the model. Patching again replaces the spec."""
-    spec = mode if isinstance(mode, PatchSpec) else PatchSpec(mode, window, block_size, top_k, seed, backend, sa_mode,
-                                                              sink)
+def patch(model, variant: str | PatchSpec = "sa", window: int | None = None, *, block_size: int = 64,
+          top_k: int = 2, seed: int = 0, backend: str = "auto", sa_mode: str = "stochastic", sink: int = 0):
+    """Make ``model``'s prefill use ``variant``; returns the model. Patching again replaces the spec."""
+    spec = variant if isinstance(variant, PatchSpec) else PatchSpec(variant, window, block_size, top_k, backend, sink,
+                                                                    seed, sa_mode)
     _check_patchable(model)
     limit = getattr(model.config, "max_position_embeddings", None)
-    if spec.mode == "moba" and limit and spec.effective_window > limit:
+    if spec.variant == "moba" and limit and spec.effective_window > limit:
         raise ValueError(f"MoBA's block_size * top_k = {spec.effective_window} does not fit the model's "
                          f"max_position_embeddings={limit}; choose a smaller block_size or top_k.")
     _register()
-    if id(model.config) not in _SPECS:
-        model._sa_lightning_previous = model.config._attn_implementation
-        model._sa_lightning_hook = model.base_model.register_forward_pre_hook(_keys_hook, with_kwargs=True)
-    _SPECS[id(model.config)] = (model.config, spec)
+    state = model.__dict__.get(STATE)
+    if state is None:
+        state = _Patched(spec, model.config._attn_implementation)
+        state.hook = model.base_model.register_forward_pre_hook(partial(_keys_hook, state), with_kwargs=True)
+        for module in model.modules():  # the attention layers read it from the module they are called with
+            module.__dict__[STATE] = state
+    state.spec = spec
     model.set_attn_implementation(NAME)
     return model
 
@@ -274,26 +301,26 @@ def patch(model, mode: str | PatchSpec = "sa", window: int | None = None, *, blo
 def set_seed(model, seed: int) -> None:
     """Change a patched model's SA permutation seed in place: called every training step by the Qwen3
     backbone, so it only swaps the stored spec (no re-registration, no implementation switch)."""
-    config, spec = _SPECS[id(model.config)]
-    _SPECS[id(model.config)] = (config, replace(spec, seed=seed))
+    state = state_of(model)
+    state.spec = replace(state.spec, seed=seed)
 
 
 def unpatch(model):
     """Restore the attention implementation the model had before ``patch``."""
-    if id(model.config) not in _SPECS:
+    state = model.__dict__.get(STATE)
+    if state is None:
         return model
-    model.set_attn_implementation(model._sa_lightning_previous)
-    model._sa_lightning_hook.remove()
-    del _SPECS[id(model.config)]
-    _ROW_KEYS.pop(id(model.config), None)
-    del model._sa_lightning_previous, model._sa_lightning_hook
+    model.set_attn_implementation(state.previous)
+    state.hook.remove()
+    for module in model.modules():
+        module.__dict__.pop(STATE, None)
     return model
 
 
 @contextlib.contextmanager
-def patched(model, mode: str | PatchSpec = "sa", window: int | None = None, **kwargs):
+def patched(model, variant: str | PatchSpec = "sa", window: int | None = None, **kwargs):
     """``with patched(model, "sa", 256): ...`` patches for the block and restores afterwards."""
-    patch(model, mode, window, **kwargs)
+    patch(model, variant, window, **kwargs)
     try:
         yield model
     finally:

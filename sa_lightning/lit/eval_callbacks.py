@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..lit.callbacks import EveryNSteps, log_folder
+from .callbacks import EveryNSteps, log_folder
 from ..utils.atomic import savefig, write_text
 
 
@@ -27,7 +27,7 @@ class ZeroShotEval(EveryNSteps):
     def __init__(self, tasks: str | list[str] = "offline", every_n_steps: int = 0, limit: int | None = None,
                  on_test: bool = True, test_limit: int | None = None, batch_size: int = 32, eval_samples: int = 1, sa_mode: str = "stochastic",
                  seed: int = 0):
-        from .harness import resolve_tasks
+        from ..eval.harness import resolve_tasks
 
         super().__init__(every_n_steps)
         self.tasks = resolve_tasks(tasks)  # a bad name fails at start-up, not after hours of training
@@ -37,7 +37,7 @@ class ZeroShotEval(EveryNSteps):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if trainer.is_global_zero and self.every_n_steps:
-            from .harness import load_tasks
+            from ..eval.harness import load_tasks
 
             load_tasks(self.tasks)  # an unreachable dataset fails now, in one sentence
 
@@ -54,9 +54,9 @@ class ZeroShotEval(EveryNSteps):
         name = f"{name}_step{step}" if name == "test" else name
         folder = Path(log_folder(trainer, "eval"))
         if trainer.is_global_zero:
-            from .harness import layout_for, run_tasks, scalars
-            from .lm import SALM
-            from .table import markdown_table
+            from ..eval.harness import layout_for, run_tasks, scalars
+            from ..eval.lm import SALM
+            from ..eval.table import markdown_table
 
             net = pl_module.net
             was_training = net.training
@@ -69,7 +69,7 @@ class ZeroShotEval(EveryNSteps):
             self.last_results = results
             for logger in trainer.loggers:
                 logger.log_metrics(scalars(results), step=step)
-            from .report import label_of
+            from ..eval.report import label_of
 
             table = markdown_table({label_of({"arch": pl_module.arch.to_dict()}): results}, layout_for(results))
             folder.mkdir(parents=True, exist_ok=True)

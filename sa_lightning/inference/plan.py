@@ -1,0 +1,209 @@
+"""The plan of a training-free sweep (``cli.py sweep``): its config, its cells and their file names, and
+what can be refused before a model loads. ``cluster.py`` splits a sweep into SLURM array tasks from this
+module alone; ``sweep.py`` runs the cells and ``sweep_report.py`` turns them into tables and plots.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from ..eval.position import context_length, is_position_task
+from ..models.patcher import PatchSpec
+
+#: task names that run model-written code (refused without confirm_run_unsafe_code)
+CODE_TASKS = ("humaneval",)
+
+
+@dataclass
+class SweepConfig:
+    """Args:
+        model: a Hub id, a local folder of a causal LM (``save_pretrained`` output), a ``.gguf`` file, or
+            ``smollm2`` once ``python cli.py fetch smollm2`` has placed it (``sa_lightning.models.sources``).
+        tokenizer: defaults to the model's.
+        dtype: auto | bfloat16 | float16 | float32. device_map: e.g. auto, cuda, cpu.
+        tasks: lm-eval task names (the offline ones work without a network).
+        modes: attention variants, any of full, swa, sa, sa_swa_union (training-free SA+SWA), moba; ``full`` is
+            the one baseline row.
+        windows: w for swa, sa and sa_swa_union. moba_block_sizes, moba_top_k: MoBA rows at w_eff = c * k.
+        sinks: attention sinks for swa, sa and sa_swa_union rows (0: the paper's masks; k: the first k tokens of a row
+            stay visible to every query, StreamingLLM's sinks).
+        seeds: SA permutation seeds; the rows of ``seed_modes`` (default sa and sa_swa_union) average over them, the
+            other modes run the first seed only (their masks draw nothing). limit: documents per task; task_limits
+            overrides it per task. presets: named sets of overrides, picked by ``--preset NAME``.
+        sa_mode: ``stochastic`` (the paper's §3.3: every input draws its own sigma from the seed, the layer
+            and its tokens) or ``deterministic`` (one sigma per seed, layer and length).
+        confirm_run_unsafe_code: required for tasks that run model-written code (HumanEval).
+        trust_remote_code: let the model's repo run its own code (off unless you opt in).
+    """
+
+    model: str
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    device_map: str | None = None
+    batch_size: int = 8
+    max_length: int | None = None
+    tasks: list[str] = field(default_factory=lambda: ["hellaswag", "mmlu", "arc_challenge", "boolq",
+                                                       "lambada_openai", "arc_easy"])
+    modes: list[str] = field(default_factory=lambda: ["full", "swa", "sa", "moba"])
+    windows: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256, 512])
+    moba_block_sizes: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
+    moba_top_k: int = 2
+    sinks: list[int] = field(default_factory=lambda: [0])
+    seeds: list[int] = field(default_factory=lambda: [0])
+    seed_modes: list[str] = field(default_factory=lambda: ["sa", "sa_swa_union"])
+    sa_mode: str = "stochastic"
+    limit: float | None = None
+    task_limits: dict[str, float] | None = None
+    presets: dict[str, dict] | None = None
+    num_fewshot: int | None = None
+    confirm_run_unsafe_code: bool = False
+    trust_remote_code: bool = False
+    out: str = "outputs/sweep"
+
+    def __post_init__(self):
+        for mode in self.modes:
+            PatchSpec(mode, 1)  # an unknown mode fails here, with close matches
+        for name in ("windows", "moba_block_sizes"):
+            for value in getattr(self, name):
+                if value < 1:
+                    raise ValueError(f"sweep {name} must all be >= 1, got {value}.")
+        if self.moba_top_k < 1:
+            raise ValueError(f"sweep moba_top_k must be >= 1, got {self.moba_top_k}.")
+        if not self.seeds:
+            raise ValueError("sweep seeds must name at least one seed.")
+        for mode in self.seed_modes:
+            PatchSpec(mode, 1)  # a misspelt seed mode fails like a misspelt mode
+        for sink in self.sinks:
+            PatchSpec("swa", 1, sink=sink)  # a negative or non-integer sink fails here, in one sentence
+        PatchSpec("full", sa_mode=self.sa_mode)  # an unknown sa_mode fails here
+        unsafe = [t for t in self.tasks if str(t).startswith(CODE_TASKS)]
+        if unsafe and not self.confirm_run_unsafe_code:
+            raise ValueError(f"task(s) {', '.join(unsafe)} execute model-written code; set "
+                             "confirm_run_unsafe_code: true (or --confirm_run_unsafe_code true) to allow it.")
+
+
+@dataclass(frozen=True)
+class Cell:
+    mode: str
+    w_eff: int | None  # None for full
+    seed: int
+    task: str
+    spec: PatchSpec
+
+    @property
+    def sink(self) -> int:
+        return self.spec.sink
+
+    @property
+    def key(self) -> str:
+        fixed = "_det" if self.spec.sa_mode == "deterministic" and self.spec.uses_permutation else ""
+        sink = f"_k{self.sink}" if self.sink else ""  # sink 0 keeps the names cells had before sinks existed
+        return f"{self.mode}_w{self.w_eff or 'all'}{sink}_s{self.seed}{fixed}_{self.task}"
+
+
+def cells(cfg: SweepConfig) -> list[Cell]:
+    out = []
+    for mode in cfg.modes:
+        if mode == "full":
+            settings = [(None, PatchSpec("full"))]
+        elif mode == "moba":
+            settings = [(c * cfg.moba_top_k, PatchSpec("moba", None, c, cfg.moba_top_k)) for c in cfg.moba_block_sizes]
+        else:
+            settings = [(w, PatchSpec(mode, w, sink=k)) for w in cfg.windows for k in cfg.sinks]
+        seeds = cfg.seeds if mode in cfg.seed_modes else cfg.seeds[:1]
+        for w_eff, spec in settings:
+            for seed in seeds:
+                for task in cfg.tasks:
+                    out.append(Cell(mode, w_eff, seed, task, replace(spec, seed=seed, sa_mode=cfg.sa_mode)))
+    return out
+
+
+def cell_path(out: Path, cell: Cell) -> Path:
+    """Where a finished cell's record lives."""
+    return out / "cells" / f"{cell.key}.json"
+
+
+def is_done(path: Path, cell: Cell) -> bool:
+    """A cell file counts as done only if it was run with this cell's exact spec (a file from before a
+    change of spec, such as sa_mode, is run again rather than mixed into the table)."""
+    if not path.exists():
+        return False
+    try:
+        stored = json.loads(path.read_text()).get("spec")
+    except ValueError:
+        return False
+    # a field added to PatchSpec later (sink) reads as its default in cells written before it existed
+    defaults = {f.name: f.default for f in fields(PatchSpec)}
+    return isinstance(stored, dict) and {**defaults, **stored} == asdict(cell.spec)
+
+
+def context_of(task: str) -> int | None:
+    """The tokens a long-context task puts in one prompt (None: a task of short documents)."""
+    from ..eval.offline import CONTEXT_LENGTHS
+
+    return context_length(task) if is_position_task(task) else CONTEXT_LENGTHS.get(task)
+
+
+def load_error(cfg: SweepConfig, err: Exception) -> ValueError:
+    """One sentence for a model that cannot be read: one that ships its own code, or one not found."""
+    text = str(err)
+    if "trust_remote_code" in text:
+        return ValueError(f"model {cfg.model!r} ships its own code; it runs only if you opt in with "
+                          "trust_remote_code: true.")
+    return ValueError(f"model {cfg.model!r} cannot be loaded: it is neither a local model folder, a GGUF file nor a "
+                      f"reachable Hub repo ({text.splitlines()[0][:200] if text else type(err).__name__}).")
+
+
+def check_before_loading(cfg: SweepConfig, source, tasks: list[str]) -> None:
+    """What can be refused from the model's config alone (cheap), before its weights load: a task context
+    or a MoBA window longer than ``max_position_embeddings``."""
+    from ..models.sources import load_config as load_model_config
+
+    try:
+        config = load_model_config(source, cfg.trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise load_error(cfg, err) from None
+    limit = getattr(config, "max_position_embeddings", None)
+    if not limit:
+        return
+    too_long = [f"{t} ({context_of(t)} tokens)" for t in tasks if (context_of(t) or 0) > limit]
+    if too_long:
+        raise ValueError(f"task(s) {', '.join(too_long)} need a longer context than the model's "
+                         f"max_position_embeddings={limit}; drop them from tasks.")
+    too_wide = sorted({c * cfg.moba_top_k for c in cfg.moba_block_sizes if c * cfg.moba_top_k > limit}) \
+        if "moba" in cfg.modes else []
+    if too_wide:
+        raise ValueError(f"MoBA's block_size * top_k = {too_wide} does not fit the model's "
+                         f"max_position_embeddings={limit}; drop those moba_block_sizes.")
+
+
+def load_config(argv: list[str] | None = None, description: str | None = None) -> SweepConfig:
+    """The sweep config from ``--config FILE`` and flag overrides (as ``cli.py sweep`` and ``cli.py submit`` read
+    it); ``description`` heads ``--help``."""
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    parser = ArgumentParser(prog="cli.py sweep", description=description)
+    parser.add_argument("--config", action=ActionConfigFile)
+    parser.add_argument("--preset", type=str | None, default=None,
+                        help="apply the config's presets[NAME] (flags given on the command line still win)")
+    parser.add_class_arguments(SweepConfig, nested_key=None, fail_untyped=False)
+    argv = list(sys.argv[2:] if argv is None else argv)
+    args = vars(parser.parse_args(argv))
+    if args.get("preset"):
+        presets = args.get("presets") or {}
+        if args["preset"] not in presets:
+            raise ValueError(f"unknown preset {args['preset']!r}; this config has "
+                             f"{', '.join(presets) or 'no presets'}.")
+        unknown = set(presets[args["preset"]]) - set(SweepConfig.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"preset {args['preset']!r} sets unknown field(s) {', '.join(sorted(unknown))}.")
+        # the preset goes in as flags right after the config file: over the file, under the user's own flags
+        flags = [part for key, value in presets[args["preset"]].items()
+                 for part in (f"--{key}", value if isinstance(value, str) else json.dumps(value))]
+        cut = max((i + (1 if a.startswith("--config=") else 2) for i, a in enumerate(argv)
+                   if a == "--config" or a.startswith("--config=")), default=0)
+        args = vars(parser.parse_args(argv[:cut] + flags + argv[cut:]))
+    values = {k: v for k, v in args.items() if k in SweepConfig.__dataclass_fields__}
+    return SweepConfig(**values)

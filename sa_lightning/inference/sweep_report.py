@@ -1,0 +1,219 @@
+"""The tables and plots of a training-free sweep (``cli.py sweep``), made from the cell files its run wrote.
+
+``results.json``, ``results.csv``, ``table.md`` (rows w_eff x mode, columns the tasks and their average; best
+in bold and second underlined within each w_eff) and the plots ``average.png`` (Figure 4), ``tasks.png``
+(Figures 5-8), ``budget.png`` (score against keys per query) and ``position.png`` (perplexity by position).
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+
+from ..eval.position import context_length, is_position_task
+from ..utils.atomic import savefig, write_text
+from ..utils.report import COLORS, head, number, pyplot, ranked_cells, row, score, task_label, variant_label
+from ..utils.tables import write_csv
+from .plan import SweepConfig, cell_path, cells
+
+#: the metric each task's column shows (the paper: accuracy; HellaSwag acc_norm; HumanEval pass@1)
+METRICS = {"hellaswag": "acc_norm", "arc_challenge": "acc_norm", "humaneval": "pass@1",
+           "humaneval_exec": "pass_at_k", "shakespeare_choice": "acc_norm"}
+
+
+def metric_of(task: str, metrics: dict[str, float]) -> tuple[str, float | None]:
+    if is_position_task(task):
+        return "ppl", metrics.get("ppl")
+    name = METRICS.get(task) or next((m for m in ("acc", "acc_norm", "exact_match", "pass@1") if m in metrics), None)
+    return name, (metrics.get(name) if name else None)
+
+
+def lower_is_better(task: str) -> bool:
+    return is_position_task(task)
+
+
+def column_label(task: str) -> str:
+    """A task's column name: its short name, or ``PPL@<context>`` for a perplexity-by-position task."""
+    return task_label(task, context_length(task) if is_position_task(task) else None)
+
+
+def collect(cfg: SweepConfig, out: Path) -> list[dict]:
+    """One row per (mode, w_eff, sink): each task's metric averaged over seeds (accuracies in %), ``avg`` the
+    mean of the accuracy tasks (perplexities stay out of it), ``kpq`` the keys per query averaged over the
+    same accuracy tasks (so ``avg`` and ``kpq`` describe one set of inputs), ``kpq:<task>`` each task's own, and ``pos:<task>`` the perplexity by position of a
+    ``position_ppl_*`` task."""
+    records = [json.loads(cell_path(out, c).read_text()) for c in cells(cfg) if cell_path(out, c).exists()]
+    rows: dict[tuple, dict] = {}
+    for rec in records:
+        key = (rec["mode"], rec["w_eff"], rec.get("sink", 0))
+        entry = rows.setdefault(key, {"mode": key[0], "w_eff": key[1], "sink": key[2], "tasks": {}, "kpq": {},
+                                      "pos": {}})
+        _, value = metric_of(rec["task"], rec["metrics"])
+        if value is not None:
+            entry["tasks"].setdefault(rec["task"], []).append(value)
+        if rec.get("keys_per_query") is not None:
+            entry["kpq"].setdefault(rec["task"], []).append(rec["keys_per_query"])
+        if is_position_task(rec["task"]):
+            for name, v in rec["metrics"].items():
+                if name.startswith("ppl@"):
+                    entry["pos"].setdefault(rec["task"], {}).setdefault(name, []).append(v)
+    return [_summary(cfg, entry) for entry in rows.values()]
+
+
+def _summary(cfg: SweepConfig, entry: dict) -> dict:
+    """One table row from a (mode, w_eff, sink)'s collected values."""
+    scores = {t: statistics.fmean(v) * (1 if lower_is_better(t) else 100) for t, v in entry["tasks"].items()}
+    accuracy = [t for t in cfg.tasks if not lower_is_better(t)]
+    done = [scores[t] for t in accuracy if t in scores]
+    budgets = {t: statistics.fmean(v) for t, v in entry["kpq"].items()}
+    summary = {"mode": entry["mode"], "w_eff": entry["w_eff"], "sink": entry["sink"], **scores,
+               "avg": statistics.fmean(done) if done and len(done) == len(accuracy) else None,
+               "kpq": _mean([budgets[t] for t in accuracy if t in budgets])}
+    summary.update({f"kpq:{t}": b for t, b in budgets.items()})
+    for task, by_bucket in entry["pos"].items():
+        summary[f"pos:{task}"] = {name: statistics.fmean(v) for name, v in by_bucket.items()}
+    return summary
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _row_order(cfg: SweepConfig):
+    return lambda r: (cfg.modes.index(r["mode"]), r.get("sink", 0))
+
+
+def markdown(cfg: SweepConfig, table: list[dict]) -> str:
+    cols = [*cfg.tasks, "avg"]
+    lower = {c: lower_is_better(c) for c in cfg.tasks} | {"avg": False}
+    heads = [column_label(t) + (" ↓" if lower[t] else "") for t in cfg.tasks]
+    lines = head(["w_eff", "Mode", "keys/q", *heads, "Avg."], ["---", "---", "---:", *["---"] * len(cols)])
+    for w in sorted({r["w_eff"] for r in table if r["w_eff"] is not None}):
+        group = sorted((r for r in table if r["w_eff"] == w), key=_row_order(cfg))
+        marked = [ranked_cells([r.get(col) for r in group], [score(r.get(col), lower[col]) for r in group], lower[col])
+                  for col in cols]
+        for i, r in enumerate(group):
+            lines.append(row([w, variant_label(r["mode"], sink=r.get("sink", 0)), number(r.get("kpq"), ".1f"),
+                              *(column[i] for column in marked)]))
+    for r in table:
+        if r["mode"] == "full":
+            lines.append(row(["all", variant_label("full"), number(r.get("kpq"), ".1f"),
+                              *(score(r.get(c), lower[c]) for c in cols)]))
+    return "\n".join(lines) + "\n"
+
+
+def _series(cfg: SweepConfig, table: list[dict]):
+    """(mode, sink, rows) for every line of the plots, in the config's order."""
+    for mode in cfg.modes:
+        if mode == "full":
+            continue
+        for sink in sorted({r.get("sink", 0) for r in table if r["mode"] == mode}):
+            yield mode, sink, [r for r in table if r["mode"] == mode and r.get("sink", 0) == sink]
+
+
+def _style(mode: str, sink: int) -> dict:
+    return {"color": COLORS.get(mode), "linestyle": "--" if sink else "-", "marker": "s" if sink else "o",
+            "label": variant_label(mode, sink=sink)}
+
+
+def _panels(n_panels: int):
+    """A figure of ``n_panels`` panels, at most 4 a row; the unused ones hidden."""
+    ncol = min(4, n_panels)
+    nrow = -(-n_panels // ncol)
+    fig, axes = pyplot().subplots(nrow, ncol, figsize=(4.2 * ncol, 3.3 * nrow), squeeze=False)
+    for ax in list(axes.flat)[n_panels:]:
+        ax.axis("off")
+    return fig, axes
+
+
+def _ylabel(col: str) -> str:
+    return "perplexity" if col != "avg" and lower_is_better(col) else "accuracy (%)"
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    savefig(fig, path, dpi=150)
+    pyplot().close(fig)
+    return path
+
+
+def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
+    full = next((r for r in table if r["mode"] == "full"), None)
+    written = []
+    # Figures 4-8: score against w_eff; budget.png: the same scores against the keys each query attended
+    for name, columns, x_of in (("average", ["avg"], None), ("tasks", cfg.tasks, None),
+                                ("budget", ["avg", *cfg.tasks], "kpq")):
+        fig, axes = _panels(len(columns))
+        for ax, col in zip(axes.flat, columns):
+            xkey = None if x_of is None else ("kpq" if col == "avg" else f"kpq:{col}")
+            for mode, sink, rows in _series(cfg, table):
+                pts = sorted((r["w_eff"] if xkey is None else r.get(xkey), r[col]) for r in rows
+                             if r.get(col) is not None and (xkey is None or r.get(xkey) is not None))
+                if pts:
+                    ax.plot(*zip(*pts), **_style(mode, sink))
+            if full is not None and full.get(col) is not None:
+                ax.axhline(full[col], color="gray", linestyle=":", label=variant_label("full"))
+            ax.set_xscale("log", base=2)
+            if xkey is None:
+                ticks = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
+                ax.set_xticks(ticks, [str(t) for t in ticks])
+                ax.minorticks_off()
+            ax.set(xlabel="effective window $w_{eff}$" if xkey is None else "keys per query (measured)",
+                   ylabel=_ylabel(col), title="Average" if col == "avg" else column_label(col))
+            if col != "avg" and lower_is_better(col):
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=6)
+        fig.suptitle(f"{cfg.model}: training-free prefill attention" +
+                     (", score against the measured budget" if x_of else ""), fontsize=10)
+        written.append(_save(fig, out / f"{name}.png"))
+    position = position_plot(cfg, table, out)
+    return written + ([position] if position else [])
+
+
+def position_plot(cfg: SweepConfig, table: list[dict], out: Path) -> Path | None:
+    """position.png: perplexity by distance from the start, one panel per (position task, window)."""
+    tasks = [t for t in cfg.tasks if is_position_task(t)]
+    windows = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
+    if not tasks or not windows:
+        return None
+    full = next((r for r in table if r["mode"] == "full"), None)
+    panels = [(t, w) for t in tasks for w in windows]
+    fig, axes = _panels(len(panels))
+    for ax, (task, w) in zip(axes.flat, panels):
+        for mode, sink, rows in _series(cfg, table):
+            found = next((r for r in rows if r["w_eff"] == w and f"pos:{task}" in r), None)
+            if found:
+                _draw_buckets(ax, found[f"pos:{task}"], **_style(mode, sink))
+        if full and f"pos:{task}" in full:
+            _draw_buckets(ax, full[f"pos:{task}"], color="gray", linestyle=":", label=variant_label("full"))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set(xlabel="tokens before the predicted one", ylabel="perplexity", title=f"{column_label(task)}, w_eff={w}")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6)
+    fig.suptitle(f"{cfg.model}: perplexity by position", fontsize=10)
+    return _save(fig, out / "position.png")
+
+
+def _draw_buckets(ax, by_bucket: dict[str, float], **style) -> None:
+    pts = []
+    for name, value in by_bucket.items():
+        lo, hi = (int(x) for x in name.removeprefix("ppl@").split("-"))
+        pts.append((math.sqrt(lo * (hi + 1)), value))  # the bucket's geometric middle
+    ax.plot(*zip(*sorted(pts)), **style)
+
+
+def report(cfg: SweepConfig, out: Path) -> dict:
+    table = collect(cfg, out)
+    write_text(out / "results.json", json.dumps({"config": asdict(cfg), "rows": table}, indent=2))
+    write_csv(out / "results.csv", table,
+              fields=["mode", "w_eff", "sink", *cfg.tasks, "avg", "kpq", *(f"kpq:{t}" for t in cfg.tasks)])
+    text = markdown(cfg, table)
+    write_text(out / "table.md", text)
+    figures = plots(cfg, table, out)
+    print(text)
+    print(f"wrote {out / 'results.json'}, results.csv, table.md, {', '.join(p.name for p in figures)}")
+    return {"rows": table, "table": text}
