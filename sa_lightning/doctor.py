@@ -142,10 +142,10 @@ def write_report(out: Path, stages, elapsed: float) -> dict:
              f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}, CUDA {env.get('cuda') or '–'}, "
              f"lightning {env.get('lightning', '?')}, transformers {env.get('transformers', '?')}. "
              f"{elapsed:.0f} s so far.", "",
-             "| stage | status | seconds (budget) |", "|---|---|---:|"]
+             *head(["stage", "status", "seconds (budget)"], ["---", "---", "---:"])]
     for name, r in records.items():
         took = f"{r['seconds']:.0f} ({r['budget_s']:.0f})" if "seconds" in r else "–"
-        lines.append(f"| {name} | {r['status']} | {took} |")
+        lines.append(row([name, r["status"], took]))
     for name, r in records.items():
         if r.get("summary"):
             lines += ["", f"## {name}: {r['status']}", "", r["summary"].rstrip()]
@@ -218,10 +218,10 @@ def stage_tests(out: Path, tiny: bool) -> dict:
     status = "fail" if bad or status == "fail" else status
     lines += ["", f"Exactness against the float64 oracle on {device.type}, relative to the reference's largest "
               "magnitude (bounds: float32 1e-5 forward / 1e-4 backward, bfloat16 3e-2 / 6e-2):", "",
-              "| variant | backend | dtype | forward | backward | ok |", "|---|---|---|---:|---:|---|"]
-    lines += [f"| {r['variant']} | {r['backend']} | {r['dtype']} | {r['forward']:.1e} | "
-              f"{r['backward']:.1e} | {'yes' if r['ok'] else '**NO**'} |"
-              for r in grid]
+              *head(["variant", "backend", "dtype", "forward", "backward", "ok"],
+                    ["---", "---", "---", "---:", "---:", "---"])]
+    lines += [row([r["variant"], r["backend"], r["dtype"], f"{r['forward']:.1e}", f"{r['backward']:.1e}",
+                   "yes" if r["ok"] else "**NO**"]) for r in grid]
     return {"status": status, "summary": "\n".join(lines), "data": data}
 
 
@@ -348,14 +348,13 @@ def stage_table2(out: Path, tiny: bool) -> dict:
              "--variants", "full_window", "swa", "sa"] if tiny else ["--preset", "paper"])
     rows = bench_attention([*argv, "--out", str(out / "table2")])
     by = {(r["n"], r["variant"]): r["ms"] for r in rows}
-    lines = ["| n | SA ms | full_window ms | speed-up | paper A100: SA ms | full ms | speed-up |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = head(["n", "SA ms", "full_window ms", "speed-up", "paper A100: SA ms", "full ms", "speed-up"], "---:")
     for n in sorted({r["n"] for r in rows}):
         sa, full = by.get((n, "sa")), by.get((n, "full_window"))
         paper = PAPER_TABLE2.get(n)
         ours = f"{full / sa:.1f}×" if sa and full and sa == sa and full == full else "–"
-        theirs = f"{paper[0]} | {paper[1]} | {paper[1] / paper[0]:.1f}×" if paper else "– | – | –"
-        lines.append(f"| {n} | {number(sa, '.1f')} | {number(full, '.1f')} | {ours} | {theirs} |")
+        theirs = [paper[0], paper[1], f"{paper[1] / paper[0]:.1f}×"] if paper else ["–"] * 3
+        lines.append(row([n, number(sa, ".1f"), number(full, ".1f"), ours, *theirs]))
     lines += ["", f"Every variant and measure: `{out / 'table2'}`."]
     failed = [r for r in rows if r["ms"] != r["ms"] and not r.get("note")]
     return {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}

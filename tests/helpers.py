@@ -26,24 +26,31 @@ def run_cli_here(*args) -> subprocess.CompletedProcess:
     """``python cli.py *args`` in this process, for bad-input checks that need no process of their own: the
     shell's entry point (``main_with_clean_errors``) with ``sys.argv`` set, stdout and stderr captured, and a
     ``SystemExit`` turned into the exit code and the line Python would print. It saves the 7 s that a fresh
-    interpreter spends importing Lightning and transformers."""
+    interpreter spends importing Lightning and transformers. Lightning's rank-zero lines (``--ckpt_path last:
+    resuming from ...``), which a process prints on stderr, land in stderr here too."""
     import contextlib
     import io
+    import logging
     from unittest import mock
 
     from sa_lightning.main import main_with_clean_errors
 
     out, err, code = io.StringIO(), io.StringIO(), 0
-    with mock.patch.object(sys, "argv", ["cli.py", *args]), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
-        try:
-            main_with_clean_errors()
-        except SystemExit as stop:
-            if isinstance(stop.code, str):
-                print(stop.code, file=sys.stderr)
-                code = 1
-            else:
-                code = stop.code or 0
+    lightning_log, handler = logging.getLogger("lightning.pytorch"), logging.StreamHandler(err)
+    lightning_log.addHandler(handler)
+    try:
+        with mock.patch.object(sys, "argv", ["cli.py", *args]), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            try:
+                main_with_clean_errors()
+            except SystemExit as stop:
+                if isinstance(stop.code, str):
+                    print(stop.code, file=sys.stderr)
+                    code = 1
+                else:
+                    code = stop.code or 0
+    finally:
+        lightning_log.removeHandler(handler)
     return subprocess.CompletedProcess(["cli.py", *args], code, out.getvalue(), err.getvalue())
 
 
@@ -75,6 +82,22 @@ class RecordBatches(L.Callback):
         for cb in trainer.callbacks:
             if isinstance(cb, RecordBatches):
                 cb.flush(trainer)
+
+
+class SkipUnusedWork(L.Callback):
+    """Turns off the shipped config's work that a fault test never looks at: AttentionMapLogger's drawing
+    (Figure 3's maps at the end of every fit, several seconds each; ``test_resume.py`` and ``test_eval.py``
+    check the maps) and ZeroShotEval's loading of its tasks at the start of fit (its first evaluation, at step
+    150, is past these 6-step runs). Every other shipped callback runs as configured."""
+
+    def setup(self, trainer, pl_module, stage):
+        from sa_lightning.lit import AttentionMapLogger, ZeroShotEval
+
+        for cb in trainer.callbacks:
+            if isinstance(cb, AttentionMapLogger):
+                cb.every_n_steps, cb.at_fit_end = 0, False
+            elif isinstance(cb, ZeroShotEval):
+                cb.every_n_steps = 0
 
 
 class StopAfter(L.Callback):

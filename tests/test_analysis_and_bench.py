@@ -119,8 +119,9 @@ def test_bench_full_window_is_the_swa_kernel_with_w_equal_to_n():
       "--windows", "16", "0"], "windows must be integers >= 1, got 0 in [16, 0]; nothing was trained."),
     (["fly"], "unknown command"),
 ])
-def test_cli_bad_input_is_one_clear_line(args, needle, tmp_path):
-    res = run_cli(*args, cwd=tmp_path)
+def test_cli_bad_input_is_one_clear_line(args, needle, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = run_cli_here(*args)
     assert res.returncode != 0 and needle in res.stderr
     assert "Traceback" not in res.stderr
 

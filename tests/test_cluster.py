@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import run_cli_here
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIM = """#!/usr/bin/env bash
 printf "%s\n" "$(basename "$0") $*" >> "$SHIM_LOG"
@@ -24,11 +26,14 @@ def _shims(folder: Path) -> dict:
     return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", "SHIM_LOG": str(log), "PYTHONPATH": str(ROOT)}
 
 
-def _submit(tmp_path, *args):
+def _submit(tmp_path, monkeypatch, *args):
+    """``cli.py submit`` run from ``tmp_path`` with the fake SLURM commands first on PATH, in this process
+    (``run_cli_here``: no interpreter start); the environment is returned for the scripts it wrote."""
     env = _shims(tmp_path)
-    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "submit", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
-    return proc, env
+    for key in ("PATH", "SHIM_LOG"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.chdir(tmp_path)
+    return run_cli_here("submit", *args), env
 
 
 @pytest.mark.parametrize("script", sorted((ROOT / "slurm").glob("*.sbatch")), ids=lambda p: p.name)
@@ -36,8 +41,8 @@ def test_every_slurm_script_parses(script):
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
 
 
-def test_pretrain_submission_runs_srun_with_one_task_per_gpu_and_requeue(tmp_path):
-    proc, env = _submit(tmp_path, "pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--nodes", "2",
+def test_pretrain_submission_runs_srun_with_one_task_per_gpu_and_requeue(tmp_path, monkeypatch):
+    proc, env = _submit(tmp_path, monkeypatch, "pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--nodes", "2",
                         "--gpus_per_node", "4", "--time", "1-00:00:00", "--sbatch=--account=abc",
                         "--model", str(ROOT / "configs/model/sa.yaml"))
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -60,9 +65,9 @@ def test_pretrain_submission_runs_srun_with_one_task_per_gpu_and_requeue(tmp_pat
     assert srun.endswith(f"--model {ROOT / 'configs/model/sa.yaml'}")
 
 
-def test_pretrain_with_prepare_tokenizes_in_a_cpu_job_first_and_trains_from_the_cache(tmp_path):
+def test_pretrain_with_prepare_tokenizes_in_a_cpu_job_first_and_trains_from_the_cache(tmp_path, monkeypatch):
     config = str(ROOT / "configs/pretrain_360m.yaml")
-    proc, env = _submit(tmp_path, "pretrain", "--config", config, "--prepare", "--model", str(ROOT / "configs/model/sa.yaml"))
+    proc, env = _submit(tmp_path, monkeypatch, "pretrain", "--config", config, "--prepare", "--model", str(ROOT / "configs/model/sa.yaml"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     prepare = (tmp_path / "runs/pretrain_360m/submit_prepare.sbatch").read_text()
     assert "#SBATCH --cpus-per-task=32" in prepare and "--gpus" not in prepare
@@ -78,8 +83,8 @@ def test_pretrain_with_prepare_tokenizes_in_a_cpu_job_first_and_trains_from_the_
     assert train.rstrip().endswith("--data.mode cache")
 
 
-def test_sweep_submission_is_a_job_array_plus_a_report_job(tmp_path):
-    proc, env = _submit(tmp_path, "sweep", "--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"))
+def test_sweep_submission_is_a_job_array_plus_a_report_job(tmp_path, monkeypatch):
+    proc, env = _submit(tmp_path, monkeypatch, "sweep", "--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     script = tmp_path / "outputs/sweep/qwen3_8b/submit_sweep.sbatch"
     text = script.read_text()
@@ -101,8 +106,8 @@ def test_sweep_submission_is_a_job_array_plus_a_report_job(tmp_path):
     (["pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--nodes", "0"], "--nodes must be >= 1"),
     (["sweep", "--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"), "--nodes", "2"], "--nodes must be 1"),
 ])
-def test_bad_submissions_fail_in_one_line(args, message, tmp_path):
-    proc, env = _submit(tmp_path, *args)
+def test_bad_submissions_fail_in_one_line(args, message, tmp_path, monkeypatch):
+    proc, env = _submit(tmp_path, monkeypatch, *args)
     assert proc.returncode != 0
     assert message in proc.stderr.strip().splitlines()[-1]
     assert not Path(env["SHIM_LOG"]).exists()

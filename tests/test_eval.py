@@ -14,7 +14,7 @@ from sa_lightning.eval.harness import OFFLINE, TABLE1, load_tasks, resolve_tasks
 from sa_lightning.eval.lm import SALM
 from sa_lightning.eval.table import markdown_table
 from sa_lightning.models import ModelConfig, Transformer
-from tests.helpers import run_cli, run_cli_here
+from tests.helpers import run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -222,7 +222,7 @@ def test_attention_maps_command_draws_every_variant(checkpoint, tmp_path):
         torch.testing.assert_close(weights.sum(-1), torch.ones(27, dtype=weights.dtype))
         assert not visible.triu(1).any()  # causal
     assert maps["swa"][1].sum() < maps["sa_swa"][1].sum() <= maps["full"][1].sum()
-    proc = run_cli("analyze", "attention-maps", "--ckpt", str(checkpoint), "--out", str(tmp_path))
+    proc = run_cli_here("analyze", "attention-maps", "--ckpt", str(checkpoint), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "attention_maps.png").stat().st_size > 10_000
 

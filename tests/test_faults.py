@@ -1,7 +1,9 @@
 """Faults on CPU: kill -9, SIGTERM and SIGUSR1 mid-training, and corrupt checkpoints.
 
 Every interrupted run is resumed with ``--ckpt_path last`` and must continue with exactly the batches
-(row hashes) and losses of an uninterrupted run: no block repeated or skipped.
+(row hashes) and losses of an uninterrupted run: no block repeated or skipped. The interrupted runs (signals,
+kill -9) and the DDP runs are processes of their own; the reference run, the resumes and the refusals run in
+this process (``run_cli_here``), which saves an interpreter start (~7 s) each.
 """
 import json
 import os
@@ -11,16 +13,21 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+pytestmark = pytest.mark.slow  # every test trains, or reads the checkpoints of a run trained for the module
 
 ROOT = Path(__file__).resolve().parents[1]
 # The shipped default run, reduced in size only (tests/configs/small.yaml): its own logger, ModelCheckpoint,
-# SaveOnSignal and every other callback stay; tests only append observers.
+# SaveOnSignal and every other callback stay; tests only append observers, and SkipUnusedWork, which turns off
+# the attention-map drawing and zero-shot task loading that no fault test looks at.
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/small.yaml")]
 CKPT_DIR = Path("tb") / "version_0" / "checkpoints"  # where the shipped config's first run keeps its checkpoints
 
 
 def _fit_args(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()) -> list[str]:
-    appended = [{"class_path": "tests.helpers.RecordBatches", "init_args": {"out": str(record)}}, *callbacks]
+    appended = [{"class_path": "tests.helpers.RecordBatches", "init_args": {"out": str(record)}},
+                {"class_path": "tests.helpers.SkipUnusedWork"}, *callbacks]
     args = ["fit", *BASE, "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false", *extra]
     args += [f"--trainer.callbacks+={json.dumps(cb)}" for cb in appended]
     return args + (["--ckpt_path", ckpt_path] if ckpt_path else [])
@@ -28,21 +35,28 @@ def _fit_args(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()) ->
 
 def _refused_here(root: Path, record: Path, ckpt_path: str):
     """A fit that must be refused before training, run in this process (``run_cli_here``: no interpreter start)."""
+    return _fit_here(root, record, ckpt_path=ckpt_path)
+
+
+def _fit_here(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()):
+    """``_fit`` in this process: for runs that neither signal nor kill themselves nor spawn ranks."""
     from tests.helpers import run_cli_here
 
-    return run_cli_here(*_fit_args(root, record, ckpt_path=ckpt_path))
+    return run_cli_here(*_fit_args(root, record, *callbacks, ckpt_path=ckpt_path, extra=extra))
 
 
 def _fit(root: Path, record: Path, *callbacks, ckpt_path=None, extra=(), env=None):
     args = [sys.executable, str(ROOT / "cli.py"), *_fit_args(root, record, *callbacks, ckpt_path=ckpt_path, extra=extra)]
+    # as many threads as this process (conftest.py), so that its losses equal those of runs in this process
     return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(torch.get_num_threads()),
+                               **(env or {})})
 
 
 @pytest.fixture(scope="module")
 def uninterrupted_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("full")
-    proc = _fit(root, root / "rec")
+    proc = _fit_here(root, root / "rec")
     assert proc.returncode == 0, proc.stderr[-3000:]
     steps = json.loads((root / "rec" / "rank0.json").read_text())
     assert len(steps) == 6
@@ -74,7 +88,7 @@ def _resume_matches(sig, saved_step, uninterrupted, tmp_path, extra=(), referenc
     assert last["global_step"] == saved_step
     seen = json.loads((tmp_path / "first" / "rank0.json").read_text())
     assert [s["rows"] for s in seen] == [s["rows"] for s in uninterrupted[:3]]
-    rest = _fit(tmp_path, tmp_path / "rest", ckpt_path="last", extra=extra)
+    rest = _fit_here(tmp_path, tmp_path / "rest", ckpt_path="last", extra=extra)
     assert rest.returncode == 0, rest.stderr[-3000:]
     assert f"--ckpt_path last: resuming from {tmp_path / CKPT_DIR / 'last.ckpt'}" in rest.stdout + rest.stderr
     resumed = json.loads((tmp_path / "rest" / "rank0.json").read_text())
@@ -122,13 +136,14 @@ def _other_file_system(near: Path) -> Path:
 
 @pytest.mark.parametrize("nth, saved_step", [(1, 2), (2, 4)])
 def test_kill_9_during_a_save_with_tmpdir_on_another_file_system_loses_nothing(nth, saved_step, uninterrupted,
-                                                                               tmp_path):
+                                                                               tmp_path, monkeypatch):
     """kill -9 while step 4's checkpoint (nth=1: step4.ckpt) or last.ckpt (nth=2) is being written, with
     TMPDIR on another file system: nothing checkpoint-sized is left there, and ``--ckpt_path last`` resumes
     exactly from the newest intact checkpoint. For nth=2 the test then truncates last.ckpt and makes it the
     newest file, as Lightning's copy from TMPDIR into place left it when killed: the resume skips it, says
     so, and takes step4.ckpt."""
     import shutil
+    import tempfile
 
     tmpdir = _other_file_system(tmp_path)
     folder = tmp_path / CKPT_DIR
@@ -141,7 +156,9 @@ def test_kill_9_during_a_save_with_tmpdir_on_another_file_system_loses_nothing(n
         if nth == 2:
             last = folder / "last.ckpt"
             last.write_bytes(last.read_bytes()[:5000])
-        rest = _fit(tmp_path, tmp_path / "rest", ckpt_path="last", env={"TMPDIR": str(tmpdir)})
+        monkeypatch.setenv("TMPDIR", str(tmpdir))  # the resume, in this process, with the same TMPDIR
+        monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+        rest = _fit_here(tmp_path, tmp_path / "rest", ckpt_path="last")
         assert rest.returncode == 0, rest.stderr[-3000:]
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
@@ -161,7 +178,7 @@ def test_ckpt_path_last_refuses_an_empty_run_folder_unless_told_to_start_fresh(t
     line = refused.stderr.strip().splitlines()[-1]
     assert line.startswith("error: --ckpt_path last found no last.ckpt") and "--fresh_if_no_last true" in line, line
     assert not (tmp_path / "rec").exists()  # nothing was trained
-    fresh = _fit(tmp_path, tmp_path / "rec", ckpt_path="last", extra=["--fresh_if_no_last", "true",
+    fresh = _fit_here(tmp_path, tmp_path / "rec", ckpt_path="last", extra=["--fresh_if_no_last", "true",
                                                                        "--trainer.max_steps", "2"])
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert [s["step"] for s in json.loads((tmp_path / "rec" / "rank0.json").read_text())] == [1, 2]
@@ -198,7 +215,8 @@ def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_valida
     step2 = next((tmp_path / "keep").glob("*step=2.ckpt"))
     # another batch size (and one process): with 2 workers a batch-size change once trained again on rows already
     # seen; now every difference is refused at once
-    refused = _fit(tmp_path, tmp_path / "refused", ckpt_path=str(step2), extra=[*stream_args, "--data.batch_size", "8"])
+    refused = _fit_here(tmp_path, tmp_path / "refused", ckpt_path=str(step2),
+                        extra=[*stream_args, "--data.batch_size", "8"])
     assert refused.returncode != 0 and not (tmp_path / "refused").exists()
     assert refused.stderr.strip().splitlines()[-1] == (
         "error: the checkpoint's data stream cannot continue in this run, because data.batch_size was 4 but is 8 now; "
@@ -211,11 +229,12 @@ def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_valida
         assert [s["rows"] for s in resumed] == [s["rows"] for s in ranks[r][2:]]
     two = json.loads((tmp_path / "metrics" / "val_rank0.json").read_text())
     assert two["step"] == 6 and json.loads((tmp_path / "metrics" / "val_rank1.json").read_text()) == two
-    one = subprocess.run([sys.executable, str(ROOT / "cli.py"), "validate", *BASE, *stream_args,
-                          "--trainer.limit_val_batches", "1.0", "--trainer.default_root_dir", str(tmp_path / "v"),
-                          "--trainer.callbacks", json.dumps([{**metrics, "init_args": {"out": str(tmp_path / "one")}}]),
-                          "--ckpt_path", str(tmp_path / CKPT_DIR / "last.ckpt")],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    from tests.helpers import run_cli_here
+
+    one = run_cli_here("validate", *BASE, *stream_args, "--trainer.limit_val_batches", "1.0",
+                       "--trainer.default_root_dir", str(tmp_path / "v"),
+                       "--trainer.callbacks", json.dumps([{**metrics, "init_args": {"out": str(tmp_path / "one")}}]),
+                       "--ckpt_path", str(tmp_path / CKPT_DIR / "last.ckpt"))
     assert one.returncode == 0, one.stderr[-3000:]
     single = json.loads((tmp_path / "one" / "val_rank0.json").read_text())
     assert single["val/loss"] == pytest.approx(two["val/loss"], rel=1e-5)

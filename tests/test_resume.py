@@ -86,14 +86,16 @@ def test_init_weights_refuses_a_model_that_does_not_fit(flag, value, needle, tra
     assert proc.returncode != 0 and line.startswith("error: model.init_weights") and needle in line, proc.stderr[-2000:]
 
 
-def test_default_root_dir_alone_moves_logs_checkpoints_eval_tables_and_maps(tmp_path):
-    """Run from an empty working directory: everything lands under --trainer.default_root_dir, nothing beside it."""
+def test_default_root_dir_alone_moves_logs_checkpoints_eval_tables_and_maps(tmp_path, monkeypatch):
+    """Run from an empty working directory: everything lands under --trainer.default_root_dir, nothing beside it
+    (both commands in this process, started in that directory)."""
     cwd, out = tmp_path / "cwd", tmp_path / "cwd" / "elsewhere"
     cwd.mkdir()
-    fit = run_cli("fit", *BASE, *QUIET, "--trainer.default_root_dir", "elsewhere", cwd=cwd)
+    monkeypatch.chdir(cwd)
+    fit = run_cli_here("fit", *BASE, *QUIET, "--trainer.default_root_dir", "elsewhere")
     assert fit.returncode == 0, fit.stderr[-3000:]
-    test = run_cli("test", *BASE, *QUIET, "--trainer.default_root_dir", "elsewhere", "--ckpt_path", "last",
-                   "--trainer.callbacks.init_args.test_limit", "8", cwd=cwd)  # ZeroShotEval, last in the list
+    test = run_cli_here("test", *BASE, *QUIET, "--trainer.default_root_dir", "elsewhere", "--ckpt_path", "last",
+                        "--trainer.callbacks.init_args.test_limit", "8")  # ZeroShotEval, last in the list
     assert test.returncode == 0, test.stderr[-3000:]
     assert sorted(p.name for p in cwd.iterdir()) == ["elsewhere"]
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}

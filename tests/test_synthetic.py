@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sa_lightning.data.synthetic import IGNORE, RecallTask, SyntheticDataModule, bucket_names, default_buckets
-from tests.helpers import ROOT, run_cli, run_cli_here
+from tests.helpers import ROOT, run_cli_here
 
 MQAR = RecallTask("mqar", seq_len=128, num_pairs=8, num_queries=8, num_keys=16, num_values=16, num_filler=8)
 PASSKEY = RecallTask("passkey", seq_len=128, num_keys=16, num_values=16, num_filler=8)
@@ -137,7 +137,7 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
             "--eval_samples", "1", "2", "--out", str(out), "--set", "trainer.max_steps=4",
             "--set", "data.init_args.seq_len=64", "--set", "model.arch.max_seq_len=64",
             "--set", "data.init_args.val_examples=16", "--set", "data.init_args.batch_size=8"]
-    res = run_cli(*args)
+    res = run_cli_here(*args)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "[1/1] passkey_sa_L1_w8_s0" in res.stdout
     rows = list(csv.DictReader((out / "results.csv").open()))
@@ -150,21 +150,23 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     cell = json.loads(path.read_text())
     assert cell["steps"] == 4
     path.write_text(path.read_text()[:200])  # what a kill mid-write left before cells were written atomically
-    again = run_cli(*args)
+    again = run_cli_here(*args)
     assert again.returncode == 0 and f"{path} is damaged (cut short?); running that cell again" in again.stdout
     assert json.loads(path.read_text())["steps"] == 4
     skipped = run_cli_here(*args)
     assert skipped.returncode == 0 and "done before" in skipped.stdout
 
 
-def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_path):
+def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_path, monkeypatch):
     """What a user runs: the shipped config, the variant swapped by --model, only the size reduced."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    res = run_cli("fit", "--config", "configs/synthetic/passkey.yaml", "--model", "configs/model/swa.yaml",
-                  "--trainer.max_steps", "3", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1", "--data.init_args.val_examples", "16",
-                  "--data.init_args.batch_size", "8", "--trainer.default_root_dir", str(tmp_path),
-                  "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_progress_bar", "false")
+    monkeypatch.chdir(ROOT)  # the command's relative config paths
+    res = run_cli_here("fit", "--config", "configs/synthetic/passkey.yaml", "--model", "configs/model/swa.yaml",
+                       "--trainer.max_steps", "3", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
+                       "--data.init_args.val_examples", "16", "--data.init_args.batch_size", "8",
+                       "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
+                       "--trainer.enable_progress_bar", "false")
     assert res.returncode == 0, res.stderr[-2000:]
     events = EventAccumulator(str(next(tmp_path.glob("tb/version_*")))).Reload()
     tags = set(events.Tags()["scalars"])

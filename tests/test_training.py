@@ -199,8 +199,8 @@ def test_continued_pretraining_starts_from_an_exported_model_and_checks_its_size
 
 
 def test_fsdp_config_parses_and_asks_for_gpus_on_a_cpu(tmp_path):
-    proc = run_cli("fit", *BASE, "--trainer", str(ROOT / "configs/trainer/fsdp_4gpu.yaml"), "--trainer.accelerator",
-                "cpu", "--trainer.devices", "1", "--trainer.default_root_dir", str(tmp_path))
+    proc = run_cli_here("fit", *BASE, "--trainer", str(ROOT / "configs/trainer/fsdp_4gpu.yaml"), "--trainer.accelerator",
+                        "cpu", "--trainer.devices", "1", "--trainer.default_root_dir", str(tmp_path))
     assert proc.returncode != 0
     assert "error: The strategy `fsdp` requires a GPU accelerator" in proc.stderr.strip().splitlines()[-1]
     # the strategy itself builds on a CPU: blocks of both backbones are the FSDP wrap units

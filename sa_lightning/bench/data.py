@@ -20,6 +20,7 @@ import time
 from datetime import date
 
 from ..utils.atomic import write_text
+from ..utils.report import head, row
 from .machine import describe, positive_int
 
 
@@ -95,10 +96,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     counts = args.workers or sorted({1, max(configured, 1)})
     rows = []
     for w in counts:
-        row = measure(args.config, overrides, w, args.seconds)
-        rows.append(row)
-        print(f"{w} worker(s): first batch after {row['first_batch_s']:.1f} s, {row['tokens_per_s']:,.0f} tokens/s",
-              flush=True)
+        measured = measure(args.config, overrides, w, args.seconds)
+        rows.append(measured)
+        print(f"{w} worker(s): first batch after {measured['first_batch_s']:.1f} s, "
+              f"{measured['tokens_per_s']:,.0f} tokens/s", flush=True)
     text = markdown(rows, args, configured)
     print(text)
     if args.out:
@@ -108,12 +109,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 def markdown(rows: list[dict], args, configured: int) -> str:
     r0 = rows[0]
-    head = (f"Stream mode, {args.config} ({r0['source']}), tokenizer {r0['tokenizer']} (vocab {r0['vocab']}), "
-            f"batch {r0['batch'][0]} x {r0['batch'][1]} tokens, config's workers {configured}; {describe('cpu')}, "
-            f"{os.cpu_count()} cores, {date.today().isoformat()}.")
-    lines = [head, "", "| workers | first batch (s) | tokens/s | tokens/s per worker | x one GPU's need |",
-             "|---:|---:|---:|---:|---:|"]
+    intro = (f"Stream mode, {args.config} ({r0['source']}), tokenizer {r0['tokenizer']} (vocab {r0['vocab']}), "
+             f"batch {r0['batch'][0]} x {r0['batch'][1]} tokens, config's workers {configured}; {describe('cpu')}, "
+             f"{os.cpu_count()} cores, {date.today().isoformat()}.")
+    lines = [intro, "", *head(["workers", "first batch (s)", "tokens/s", "tokens/s per worker", "x one GPU's need"],
+                              "---:")]
     for r in rows:
-        lines.append(f"| {r['workers']} | {r['first_batch_s']:.1f} | {r['tokens_per_s']:,.0f} | {r['per_worker']:,.0f} | "
-                     f"{r['tokens_per_s'] / args.gpu_tokens_per_s:.1f} |")
+        lines.append(row([r["workers"], f"{r['first_batch_s']:.1f}", f"{r['tokens_per_s']:,.0f}",
+                          f"{r['per_worker']:,.0f}", f"{r['tokens_per_s'] / args.gpu_tokens_per_s:.1f}"]))
     return "\n".join(lines)

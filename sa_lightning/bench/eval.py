@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from .machine import describe, positive_int
 from ..utils.atomic import write_text
+from ..utils.report import head, row
+from .machine import describe, positive_int
 
 
 def _lastword_requests(lm, count: int) -> list:
@@ -90,10 +91,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if model.uses_permutation:
         rows = noise(model, tokenizer, args.samples, args.seeds, args.requests, args.batch_size)
         lines += [f"permutation noise over {args.seeds} seeds, {args.requests} last-word requests:", "",
-                  "| eval_samples K | request ll std | ×K=1 | 1/√K | mean ll std | acc std | mean ll |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['eval_samples']} | {r['request_ll_std']:.4f} | {r['ratio_to_k1']:.2f} | {r['ideal']:.2f} | "
-                  f"{r['mean_ll_std']:.4f} | {r['acc_std']:.4f} | {r['mean_ll']:.3f} |" for r in rows]
+                  *head(["eval_samples K", "request ll std", "×K=1", "1/√K", "mean ll std", "acc std", "mean ll"])]
+        lines += [row([r["eval_samples"], f"{r['request_ll_std']:.4f}", f"{r['ratio_to_k1']:.2f}", f"{r['ideal']:.2f}",
+                       f"{r['mean_ll_std']:.4f}", f"{r['acc_std']:.4f}", f"{r['mean_ll']:.3f}"]) for r in rows]
     text = "\n".join(lines) + "\n"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,10 @@ from pathlib import Path
 
 import torch
 
+from ..utils.atomic import write_text
+from ..utils.report import head, row
 from .machine import available_bytes, describe, positive_int, sync
 from .memory import peak_bytes
-from ..utils.atomic import write_text
 
 MODES = ("full", "swa", "sa", "sa_swa_union", "moba")
 # Qwen/Qwen3-8B's config.json: 36 layers, GQA 32/8 heads of 128, untied 151,936-token embedding; 8.19B parameters.
@@ -138,9 +139,8 @@ def run(args) -> list[dict]:
                 times[mode].append(time.perf_counter() - start)
         for mode in args.modes:
             patch(model, specs[mode])
-            row = {"n": n, "mode": mode, "ms": statistics.median(times[mode]) * 1e3,
-                   "peak_mib": peak_bytes(forward, device) / 2**20}
-            rows.append(row)
+            rows.append({"n": n, "mode": mode, "ms": statistics.median(times[mode]) * 1e3,
+                         "peak_mib": peak_bytes(forward, device) / 2**20})
         swa = next(r for r in rows if r["n"] == n and r["mode"] == "swa")
         for r in rows:
             if r["n"] == n:
@@ -155,8 +155,8 @@ def markdown(rows: list[dict], args) -> str:
     layers = f" ({args.layers} layers)" if args.layers else ""
     lines = [f"# bench prefill ({date.today()}, {describe(torch.device(args.device))}, model {args.model}{layers}, "
              f"{args.params / 1e9:.2f}B parameters, batch {args.batch}, w={args.window}, {args.dtype})", "",
-             "| n | mode | ms | × SWA | peak MiB |", "|---:|---|---:|---:|---:|"]
-    lines += [f"| {r['n']} | {r['mode']} | {r['ms']:.1f} | {r['x_swa']:.2f} | {r['peak_mib']:.1f} |" for r in rows]
+             *head(["n", "mode", "ms", "× SWA", "peak MiB"], ["---:", "---", "---:", "---:", "---:"])]
+    lines += [row([r["n"], r["mode"], f"{r['ms']:.1f}", f"{r['x_swa']:.2f}", f"{r['peak_mib']:.1f}"]) for r in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -38,7 +38,7 @@ from ..models.flops import matmul_params, train_flops_per_token
 from .machine import describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import write_text
-from ..utils.report import number, variant_label
+from ..utils.report import head, number, row, variant_label
 
 VARIANTS = ("full", "swa", "sa", "sa_swa", "moba")
 PRESETS = {
@@ -202,25 +202,27 @@ def run(args) -> tuple[list[dict], dict]:
 
 def markdown(rows, data, args) -> str:
     peak = data.get("peak_flops")
-    head = (f"Training step, {args.preset} preset: model {args.model}"
-            f"{f' ({args.layers} layers)' if args.layers else ''}, B={args.batch}, seq {args.seq_len}, "
-            f"w={args.window}, {args.dtype}, {describe(args.device)}, "
-            f"{date.today()}; median of {args.repeats} interleaved repeats of {args.steps} steps after "
-            f"{args.warmup} warm-up steps per case. MFU: tokens/s x training FLOPs/token (models/flops.py) over "
-            f"{f'the device peak of {peak / 1e12:.1f} TFLOP/s' if peak else 'the device peak, unknown here'}; "
-            f"peak MiB: weights + optimizer state + batch + a step's peak allocation.\n\n")
-    lines = ["| variant | compile | params (M) | step (ms) | tokens/s | × SWA | MFU | peak MiB |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['variant']} | {r['compile']} | {number(r['params_M'], '.2f')} | {number(r['step_ms'], '.0f')} | "
-              f"{number(r['tokens_per_s'], ',.0f')} | {number(r['vs_swa'], '.2f')} | {number(r['mfu'] * 100, '.1f')}"
-              f"{'%' if r['mfu'] == r['mfu'] else ''} | {number(r['peak_mib'], ',.0f')} |" for r in rows]
+    intro = (f"Training step, {args.preset} preset: model {args.model}"
+             f"{f' ({args.layers} layers)' if args.layers else ''}, B={args.batch}, seq {args.seq_len}, "
+             f"w={args.window}, {args.dtype}, {describe(args.device)}, "
+             f"{date.today()}; median of {args.repeats} interleaved repeats of {args.steps} steps after "
+             f"{args.warmup} warm-up steps per case. MFU: tokens/s x training FLOPs/token (models/flops.py) over "
+             f"{f'the device peak of {peak / 1e12:.1f} TFLOP/s' if peak else 'the device peak, unknown here'}; "
+             f"peak MiB: weights + optimizer state + batch + a step's peak allocation.\n\n")
+    lines = head(["variant", "compile", "params (M)", "step (ms)", "tokens/s", "× SWA", "MFU", "peak MiB"],
+                 ["---", "---", *["---:"] * 6])
+    lines += [row([r["variant"], r["compile"], number(r["params_M"], ".2f"), number(r["step_ms"], ".0f"),
+                   number(r["tokens_per_s"], ",.0f"), number(r["vs_swa"], ".2f"),
+                   number(r["mfu"] * 100, ".1f") + ("%" if r["mfu"] == r["mfu"] else ""),
+                   number(r["peak_mib"], ",.0f")])
+              for r in rows]
     notes = sorted({r["note"] for r in rows if r["note"]})
     tail = "".join(f"\n\nCompiled rows {n}." for n in notes)
     if data["pack_tokens_per_s"] == data["pack_tokens_per_s"]:
         tail += (f"\n\nData pipeline (embedded corpus, cold cache): tokenize+pack {data['pack_tokens_per_s']:,.0f} tokens/s, "
                  f"read packed blocks {data['read_tokens_per_s']:,.0f} tokens/s; tokenize+pack is "
                  f"{data['pack_vs_fastest_training']:.0f}× the fastest variant's training tokens/s.")
-    return head + "\n".join(lines) + tail + "\n"
+    return intro + "\n".join(lines) + tail + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -112,9 +112,10 @@ class AttentionMapLogger(EveryNSteps):
         folder = Path(log_folder(trainer, "attention_maps"))
         if not trainer.is_global_zero:
             return
-        import matplotlib.pyplot as plt
-
         from ..analysis.attention_maps import attention_maps
+        from ..utils.report import pyplot
+
+        plt = pyplot()
 
         net = pl_module.net
         was_training = net.training

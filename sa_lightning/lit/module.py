@@ -229,7 +229,7 @@ class LitLM(L.LightningModule):
         logger = self.trainer.logger if self._trainer is not None else None
         checkpoint["sa_lightning"] = {"micro_step": self.micro_step, "tokens_seen": self.tokens_seen,
                                       "arch": self.arch.to_dict(),
-                                      # a resumed fit logs into the same version (see sa_lightning/cli.py)
+                                      # a resumed fit logs into the same version (see lit/cli.py)
                                       "log_version": getattr(logger, "version", None)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:

@@ -56,11 +56,6 @@ def pyplot():
     return plt
 
 
-def figure(*args, **kwargs):
-    """``pyplot().subplots(*args, **kwargs)``: (figure, axes)."""
-    return pyplot().subplots(*args, **kwargs)
-
-
 # ---- markdown tables ------------------------------------------------------------------------------
 def number(value: float | None, spec: str) -> str:
     """``format(value, spec)`` for a table cell, or "–" for a value that is missing (None) or not a number."""
