@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sa_lightning.analysis import mechanism
-from tests.helpers import run_cli, run_cli_here
+from tests.helpers import run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,19 +42,23 @@ def test_variance_shrinks_like_one_over_w():
     assert large["variance"] < small["variance"] / 4 and large["bias"] < small["bias"]
 
 
-def test_analyze_cli_writes_csv_and_png(tmp_path):
+@pytest.mark.slow
+def test_analyze_cli_writes_csv_and_png(tmp_path, monkeypatch):
     out = tmp_path / "an"
-    res = run_cli("analyze", "all", "--n", "256", "--window", "16", "--depth", "6", "--trials", "2",
-               "--windows", "4", "16", "--out", str(out), cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    res = run_cli_here("analyze", "all", "--n", "256", "--window", "16", "--depth", "6", "--trials", "2",
+                       "--windows", "4", "16", "--out", str(out))
     assert res.returncode == 0, res.stderr
     for name in ("coverage", "connection", "variance"):
         assert (out / f"{name}.png").stat().st_size > 1000
         assert len(list(csv.DictReader((out / f"{name}.csv").open()))) > 1
 
 
-def test_bench_cli_writes_table_with_ratios(tmp_path):
-    res = run_cli("bench", "attention", "--lengths", "512", "--heads", "2", "--kv-heads", "1", "--window", "64",
-               "--repeats", "1", "--out", str(tmp_path), cwd=tmp_path)
+@pytest.mark.slow  # each length in a process of its own
+def test_bench_cli_writes_table_with_ratios(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    res = run_cli_here("bench", "attention", "--lengths", "512", "--heads", "2", "--kv-heads", "1", "--window", "64",
+                       "--repeats", "1", "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr
     rows = list(csv.DictReader((tmp_path / "attention_cpu.csv").open()))
     assert {r["variant"] for r in rows} == {"full", "full_window", "swa", "sa", "sa_swa", "moba"}
@@ -136,6 +140,7 @@ def test_a_bad_length_is_refused_before_earlier_results_are_touched(tmp_path):
     assert {p: p.read_text() for p in earlier} == earlier and sorted(tmp_path.iterdir()) == sorted(earlier)
 
 
+@pytest.mark.slow
 def test_bench_train_times_every_variant_and_the_data_pipeline(tmp_path):
     from sa_lightning.bench.train import main as bench_train
 

@@ -65,6 +65,7 @@ def test_pretrain_submission_runs_srun_with_one_task_per_gpu_and_requeue(tmp_pat
     assert srun.endswith(f"--model {ROOT / 'configs/model/sa.yaml'}")
 
 
+@pytest.mark.slow  # the prepare job runs cli.py prepare
 def test_pretrain_with_prepare_tokenizes_in_a_cpu_job_first_and_trains_from_the_cache(tmp_path, monkeypatch):
     config = str(ROOT / "configs/pretrain_360m.yaml")
     proc, env = _submit(tmp_path, monkeypatch, "pretrain", "--config", config, "--prepare", "--model", str(ROOT / "configs/model/sa.yaml"))
@@ -113,6 +114,7 @@ def test_bad_submissions_fail_in_one_line(args, message, tmp_path, monkeypatch):
     assert not Path(env["SHIM_LOG"]).exists()
 
 
+@pytest.mark.slow
 def test_sigusr1_under_slurm_saves_requeues_and_the_requeued_job_resumes_exactly(tmp_path):
     """Lightning's SLURM path with fake scontrol: SIGUSR1 at step 3 -> hpc_ckpt + `scontrol requeue <job>`;
     the requeued job, started in the same run directory, resumes from it with the same batches and losses."""

@@ -1,11 +1,14 @@
 """``cli.py doctor --tiny``: every stage a lent GPU will run, at toy sizes on the CPU, down to the report."""
 import json
 
+import pytest
+
 from tests.helpers import run_cli, run_cli_here
 
 STAGES = ["env", "tests", "recompiles", "table2", "train", "prefill"]
 
 
+@pytest.mark.slow  # each stage is a process of its own
 def test_doctor_tiny_runs_every_stage_and_writes_the_report(tmp_path):
     out = tmp_path / "doctor"
     res = run_cli("doctor", "--tiny", "--out", str(out))
@@ -23,6 +26,7 @@ def test_doctor_tiny_runs_every_stage_and_writes_the_report(tmp_path):
     assert (out / "stages" / "prefill.log").is_file()
 
 
+@pytest.mark.slow  # each stage is a process of its own
 def test_a_stage_past_its_budget_is_killed_and_the_finished_stages_stay(tmp_path):
     out = tmp_path / "doctor"
     res = run_cli_here("doctor", "--tiny", "--out", str(out), "--stages", "env", "recompiles", "--budget", "recompiles=2")

@@ -153,6 +153,7 @@ def test_offline_tasks_load_through_the_task_manager():
     assert all(len(list(t.test_docs())) > 40 for t in tasks)
 
 
+@pytest.mark.slow
 def test_tiny_model_on_the_offline_tasks(checkpoint):
     model, info = load_checkpoint(checkpoint)
     results = run_tasks(SALM(model, info["tokenizer"], batch_size=16), ["offline"], limit=8)
@@ -183,6 +184,7 @@ def test_table_marks_best_bold_and_second_underlined():
 # ---- the commands ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     from sa_lightning.eval.report import main
 
@@ -196,6 +198,7 @@ def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow
 def test_test_command_runs_the_zero_shot_tasks_and_logs_them(checkpoint, tmp_path):
     cli = run(["test", *BASE, "--ckpt_path", str(checkpoint), "--trainer.default_root_dir", str(tmp_path),
                "--trainer.logger", json.dumps({"class_path": "lightning.pytorch.loggers.CSVLogger",
@@ -210,6 +213,7 @@ def test_test_command_runs_the_zero_shot_tasks_and_logs_them(checkpoint, tmp_pat
     assert "eval/shakespeare_lastword/acc" in header and "eval/shakespeare_rolling/word_perplexity" in header
 
 
+@pytest.mark.slow
 def test_attention_maps_command_draws_every_variant(checkpoint, tmp_path):
     from sa_lightning.analysis.attention_maps import attention_maps
 
@@ -288,6 +292,7 @@ def test_missing_checkpoint_in_the_cli_is_one_line(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: checkpoint '{tmp_path / 'nope.ckpt'}' does not exist")
 
 
+@pytest.mark.slow
 def test_truncated_checkpoint_is_refused(checkpoint, tmp_path):
     cut = tmp_path / "cut.ckpt"
     cut.write_bytes(checkpoint.read_bytes()[:4000])
@@ -295,12 +300,14 @@ def test_truncated_checkpoint_is_refused(checkpoint, tmp_path):
         load_checkpoint(cut)
 
 
+@pytest.mark.slow
 def test_unknown_task_in_the_cli_fails_before_scoring(checkpoint, tmp_path):
     proc = run_cli_here("evaluate", "--ckpt", str(checkpoint), "--tasks", "hellaswg", "--out", str(tmp_path))
     assert proc.returncode != 0
     assert "error: unknown task 'hellaswg'" in proc.stderr and "hellaswag" in proc.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_bench_eval_reports_permutation_noise_per_eval_samples(checkpoint, tmp_path):
     from sa_lightning.bench.eval import main
 
@@ -327,6 +334,7 @@ def test_qwen3_backbone_scores_do_not_depend_on_batch_size(variant, tokenizer):
                                atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_local_pass_at_k_runs_programs_in_a_subprocess_with_a_timeout():
     import sys
 
@@ -346,6 +354,7 @@ def test_local_pass_at_k_runs_programs_in_a_subprocess_with_a_timeout():
     assert "humaneval_exec" in resolve_tasks(["humaneval_exec"])
 
 
+@pytest.mark.slow
 def test_a_group_task_is_reported_with_its_aggregate(checkpoint, tmp_path, monkeypatch):
     """Groups such as mmlu must reach lm-eval by name, or their aggregate (the table's column) is lost."""
     from lm_eval.tasks import TaskManager

@@ -15,18 +15,21 @@ from tests.helpers import run_cli, run_cli_here
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/small.yaml")]
 QUIET = ["--trainer.enable_progress_bar", "false"]
+# appended where a run's attention maps and zero-shot tasks are not what the test looks at (tests/helpers.py)
+LEAN = ['--trainer.callbacks+={"class_path": "tests.helpers.SkipUnusedWork"}']
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A 2-step run of the shipped config (sa_swa, window 16, d_model 64): its folder and last.ckpt."""
     root = tmp_path_factory.mktemp("trained")
-    run(["fit", *BASE, *QUIET, "--trainer.max_steps", "2", "--trainer.default_root_dir", str(root)])
+    run(["fit", *BASE, *QUIET, *LEAN, "--trainer.max_steps", "2", "--trainer.default_root_dir", str(root)])
     last = root / "tb" / "version_0" / "checkpoints" / "last.ckpt"
     assert last.is_file()
     return root, last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag, value, saved", [("arch.attention.variant", "full", "'sa_swa'"), ("arch.attention.window", "32", "16"),
                                                 ("arch.d_model", "128", "64")])
 def test_a_model_setting_that_differs_from_the_checkpoint_is_refused_not_dropped(flag, value, saved, trained, tmp_path):
@@ -41,6 +44,7 @@ def test_a_model_setting_that_differs_from_the_checkpoint_is_refused_not_dropped
     assert not (tmp_path / "tb").exists()  # nothing ran
 
 
+@pytest.mark.slow
 def test_the_refusal_is_one_line_and_covers_settings_from_a_config_file(trained, tmp_path):
     root, last = trained
     proc = run_cli_here("fit", *BASE, *QUIET, "--model", str(ROOT / "configs/model/swa.yaml"), "--ckpt_path", str(last),
@@ -49,6 +53,7 @@ def test_the_refusal_is_one_line_and_covers_settings_from_a_config_file(trained,
     assert proc.returncode != 0 and line.startswith("error: this command sets model.arch.attention.variant='swa'"), proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_checkpoint_model_and_honours_evaluation_only_settings(trained, tmp_path):
     """No conflicting key: the checkpoint's hyperparameters stand; eval_samples (how validation averages over
     permutations) is the user's, since it changes neither the weights nor the optimizer."""
@@ -59,6 +64,7 @@ def test_resume_keeps_the_checkpoint_model_and_honours_evaluation_only_settings(
     assert cli.model.hparams.eval_samples == 3 and cli.model.arch.attention.window == 16 and cli.model.arch.attention.variant == "sa_swa"
 
 
+@pytest.mark.slow
 def test_init_weights_starts_a_new_run_from_a_checkpoints_weights(trained, tmp_path):
     root, last = trained
     saved = torch.load(last, weights_only=True)["state_dict"]
@@ -67,13 +73,14 @@ def test_init_weights_starts_a_new_run_from_a_checkpoints_weights(trained, tmp_p
     loaded = cli.model.state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in saved.items() if k.startswith("net."))
     assert cli.model.arch.attention.window == 32
-    first = run(["fit", *BASE, *QUIET, *start, "--trainer.max_steps", "1"])
+    first = run(["fit", *BASE, *QUIET, *LEAN, *start, "--trainer.max_steps", "1"])
     assert first.trainer.global_step == 1 and first.model.micro_step == 1  # a new run: from step 0
     # its resume (the same command, as a requeued job repeats it) needs no init file: the checkpoint has the weights
-    again = run(["fit", *BASE, *QUIET, *start, "--ckpt_path", "last", "--trainer.max_steps", "2"])
+    again = run(["fit", *BASE, *QUIET, *LEAN, *start, "--ckpt_path", "last", "--trainer.max_steps", "2"])
     assert again.model.hparams.init_weights is None and again.trainer.global_step == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag, value, needle", [
     ("arch.d_model", "128", "does not fit this model: embed.weight is (4096, 64) in the checkpoint and (4096, 128) here"),
     ("arch.attention.variant", "swa", "does not fit this model: blocks.0.attn.gate.gates.attn.weight is missing there; blocks.0.attn.gate.gates.sa.weight has no place here"),
@@ -86,6 +93,7 @@ def test_init_weights_refuses_a_model_that_does_not_fit(flag, value, needle, tra
     assert proc.returncode != 0 and line.startswith("error: model.init_weights") and needle in line, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_default_root_dir_alone_moves_logs_checkpoints_eval_tables_and_maps(tmp_path, monkeypatch):
     """Run from an empty working directory: everything lands under --trainer.default_root_dir, nothing beside it
     (both commands in this process, started in that directory)."""
@@ -104,6 +112,7 @@ def test_default_root_dir_alone_moves_logs_checkpoints_eval_tables_and_maps(tmp_
     assert any(f.startswith("tb/version_1/") and f.endswith(".md") for f in files), files  # the test's eval table
 
 
+@pytest.mark.slow
 def test_the_installed_command_is_cli_py():
     (script,) = [ep for ep in importlib.metadata.entry_points(group="console_scripts") if ep.name == "sa-lightning"]
     assert script.value == "sa_lightning.main:main_with_clean_errors"

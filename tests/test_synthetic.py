@@ -130,6 +130,7 @@ def test_eval_samples_average_the_probabilities_of_k_permutation_draws():
     assert not torch.allclose(draws, torch.softmax(lit(idx, -3), -1))  # the draws differ
 
 
+@pytest.mark.slow
 def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     """The shipped study config, reduced in size: tables, plot and a cell that a rerun skips."""
     out = tmp_path / "study"
@@ -157,6 +158,7 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     assert skipped.returncode == 0 and "done before" in skipped.stdout
 
 
+@pytest.mark.slow
 def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_path, monkeypatch):
     """What a user runs: the shipped config, the variant swapped by --model, only the size reduced."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -17,6 +17,7 @@ def _callbacks(*specs) -> list[str]:
     return ["--trainer.callbacks", json.dumps([{"class_path": c, "init_args": a} for c, a in specs])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_fast_dev_run_trains_every_variant(variant, tmp_path):
     cli = run(["fit", *BASE, "--model", str(ROOT / f"configs/model/{variant}.yaml"),
@@ -33,6 +34,7 @@ def _record(tmp_path, name, extra):
     return json.loads((out / "rank0.json").read_text())
 
 
+@pytest.mark.slow
 def test_resume_continues_with_the_next_unseen_batch_and_the_same_losses(tmp_path):
     full = _record(tmp_path, "full", lambda out: _callbacks(("tests.helpers.RecordBatches", {"out": str(out)})))
     ck = tmp_path / "ck"
@@ -49,6 +51,7 @@ def test_resume_continues_with_the_next_unseen_batch_and_the_same_losses(tmp_pat
     assert [s["loss"] for s in rest] == pytest.approx([s["loss"] for s in full[3:]], rel=1e-6, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_resume_with_another_tokenizer_is_refused(tmp_path):
     from sa_lightning.data import embedded_documents
     from sa_lightning.data.tokenizer import train_embedded_tokenizer
@@ -65,6 +68,7 @@ def test_resume_with_another_tokenizer_is_refused(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data_and_evaluates_on_rank_zero(tmp_path):
     out = tmp_path / "ddp"
     # the zero-shot callback runs on rank 0 at step 2 while rank 1 waits at its barrier: no deadlock
@@ -98,6 +102,7 @@ def test_bad_input_fails_in_one_line_before_training(args, message, tmp_path):
     assert not list(tmp_path.rglob("*.ckpt"))
 
 
+@pytest.mark.slow
 def test_window_longer_than_the_sequence_trains_as_full_attention(tmp_path):
     cli = run(["fit", *BASE, "--model.arch.attention.variant", "sa", "--model.arch.attention.window", "1000",
                "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path)])
@@ -115,6 +120,7 @@ def test_paper_recipe_arithmetic():
     assert f(128 + (3815 - 128) // 2) == pytest.approx(0.55, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_paper_config_runs_its_hub_code_path_with_local_stand_ins(tmp_path):
     """configs/pretrain_360m.yaml, with the Mistral tokenizer and SlimPajama replaced by local copies."""
     from sa_lightning.data import embedded_documents, load_tokenizer
@@ -137,6 +143,7 @@ def test_paper_config_runs_its_hub_code_path_with_local_stand_ins(tmp_path):
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
 
 
+@pytest.mark.slow
 def test_max_tokens_sets_max_steps(tmp_path):
     per_step = 4 * 64  # fast.yaml: batch 4 x seq 64, one process, no accumulation
     cli = run(["fit", *BASE, "--model.max_tokens", str(3 * per_step - 5), "--trainer.max_steps", "-1",
@@ -144,6 +151,7 @@ def test_max_tokens_sets_max_steps(tmp_path):
     assert cli.trainer.global_step == 3 and cli.model.tokens_seen == 3 * per_step
 
 
+@pytest.mark.slow
 def test_last_checkpoint_is_written_at_max_steps_and_loads_weights_only(tmp_path):
     from sa_lightning.lit import LitLM
 
@@ -156,12 +164,14 @@ def test_last_checkpoint_is_written_at_max_steps_and_loads_weights_only(tmp_path
     assert model.arch.attention.variant == "sa_swa" and model.arch.vocab_size == 4096
 
 
+@pytest.mark.slow
 def test_config_is_saved_and_a_requeued_run_into_the_same_folder_does_not_fail(tmp_path):
     for steps in ("1", "2"):  # the second run finds config.yaml from the first, as a requeued job does
         run(["fit", *BASE, "--trainer.max_steps", steps, "--trainer.default_root_dir", str(tmp_path)])
     assert "max_steps: 2" in (tmp_path / "config.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_qwen3_backbone_trains_through_the_registry_and_exports_a_plain_hf_model(tmp_path):
     """backbone: qwen3 trains every variant via the patcher; ExportHF writes a folder plain transformers loads."""
     from transformers import AutoModelForCausalLM
@@ -181,6 +191,7 @@ def test_qwen3_backbone_trains_through_the_registry_and_exports_a_plain_hf_model
         torch.testing.assert_close(plain(idx).logits, cli.model.net.eval()(idx), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_continued_pretraining_starts_from_an_exported_model_and_checks_its_sizes(tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -217,6 +228,7 @@ def test_fsdp_config_parses_and_asks_for_gpus_on_a_cpu(tmp_path):
     assert Block in strategy.kwargs["auto_wrap_policy"]._module_classes
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_fsdp_trains_on_gpus(tmp_path):
     cli = run(["fit", *BASE, "--trainer", str(ROOT / "configs/trainer/fsdp_4gpu.yaml"), "--trainer.devices", "1",
@@ -225,6 +237,7 @@ def test_fsdp_trains_on_gpus(tmp_path):
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
 
 
+@pytest.mark.slow
 def test_bf16_mixed_precision_and_gradient_accumulation_on_cpu(tmp_path):
     cli = run(["fit", *BASE, "--trainer.precision", "bf16-mixed", "--trainer.accumulate_grad_batches", "2",
                "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path)])
