@@ -54,6 +54,25 @@ def run_cli_here(*args) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["cli.py", *args], code, out.getvalue(), err.getvalue())
 
 
+def ddp_port() -> str:
+    """A free port below Linux's ephemeral range (32768-60999) for a DDP subprocess's ``MASTER_PORT``. Without it
+    the run takes a ``MASTER_PORT`` left in this process's environment by an in-process DDP run (whose store may
+    still listen there), or Lightning's own pick, free at that moment but in the range from which other
+    processes' connections take ports (test runs sharing a machine, ``pytest -n 2``): EADDRINUSE either way."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+        return str(port)
+    raise RuntimeError("no free port in 20000-32000")
+
+
 def row_hashes(batch) -> list[str]:
     return [hashlib.sha1(row.numpy().tobytes()).hexdigest()[:16] for row in batch.cpu()]
 

@@ -180,6 +180,7 @@ def test_bad_lengths_name_the_argument(lengths, word):
         stochastic_attention(q, k, v, 4, torch.arange(8), lengths=lengths)
 
 
+@pytest.mark.slow  # a fresh interpreter per case
 @pytest.mark.parametrize("optout", [False, True])
 def test_importing_the_kernels_tunes_malloc(optout):
     """``import sa_lightning.attention`` alone recycles freed score buffers (no page fault per reuse), as

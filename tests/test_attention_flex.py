@@ -52,6 +52,7 @@ def test_eager_flex_matches_oracle(per_row):
     torch.testing.assert_close(y, oracle.reference_attention(q, k, v, oracle.swa_mask(n, w), 0.25), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # compiles (Inductor, with its compile workers)
 def test_compiled_flex_cpu_forward_never_recompiles():
     """New permutations swap the mask_mod only: one graph serves every layer and step."""
     from torch._dynamo.utils import counters

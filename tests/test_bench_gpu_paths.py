@@ -14,6 +14,7 @@ from sa_lightning.bench import train as T
 TOY = ["--steps", "1", "--repeats", "1", "--seq-len", "64", "--batch", "2", "--no-data"]
 
 
+@pytest.mark.slow
 def test_compile_both_on_the_cpu_times_eager_and_lists_compiled_rows_as_skipped(tmp_path):
     rows, _ = T.main([*TOY, "--variants", "swa", "sa", "--compile", "both", "--out", str(tmp_path)])
     assert [(r["variant"], r["compile"]) for r in rows] == [("swa", False), ("swa", True), ("sa", False), ("sa", True)]
@@ -33,6 +34,7 @@ def test_compile_on_refuses_the_cpu_in_one_sentence(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_mfu_is_tokens_per_second_times_train_flops_per_token_over_the_peak(tmp_path, monkeypatch):
     """With a known peak (Lightning's table, patched) and the compiled path forced onto the CPU (dynamo with
     the eager backend: the plumbing, not Inductor), each row's MFU is exactly tokens/s x flops/token / peak,

@@ -115,24 +115,34 @@ def test_bad_submissions_fail_in_one_line(args, message, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_sigusr1_under_slurm_saves_requeues_and_the_requeued_job_resumes_exactly(tmp_path):
+def test_sigusr1_under_slurm_saves_requeues_and_the_requeued_job_resumes_exactly(tmp_path, monkeypatch):
     """Lightning's SLURM path with fake scontrol: SIGUSR1 at step 3 -> hpc_ckpt + `scontrol requeue <job>`;
-    the requeued job, started in the same run directory, resumes from it with the same batches and losses."""
+    the requeued job, started in the same run directory, resumes from it with the same batches and losses.
+    The signalled job is a process; the requeued one runs in this process, in the same environment."""
     import json
+
+    import torch
 
     env = {**_shims(tmp_path), "SLURM_JOB_ID": "77", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "sa_test",
            "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NNODES": "1",
-           "SLURM_NODELIST": "localhost", "SLURM_NTASKS_PER_NODE": "1"}
+           "SLURM_NODELIST": "localhost", "SLURM_NTASKS_PER_NODE": "1",
+           "OMP_NUM_THREADS": str(torch.get_num_threads())}  # this process's threads: the same losses
 
-    def fit(record, *extra):
+    def fit(record, *extra, here=False):
         callbacks = [{"class_path": "sa_lightning.lit.SaveOnSignal"},
                      {"class_path": "tests.helpers.RecordBatches", "init_args": {"out": str(tmp_path / record)}},
                      *extra]
-        proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / "configs/tiny.yaml"),
-                               "--config", str(ROOT / "tests/configs/fast.yaml"), "--trainer.default_root_dir",
-                               str(tmp_path / "run"), "--trainer.callbacks", json.dumps(callbacks),
-                               "--ckpt_path", "last", "--fresh_if_no_last", "true"],  # as slurm/pretrain.sbatch
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        args = ["fit", "--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml"),
+                "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.callbacks", json.dumps(callbacks),
+                "--ckpt_path", "last", "--fresh_if_no_last", "true"]  # as slurm/pretrain.sbatch
+        if here:
+            for key, value in env.items():
+                monkeypatch.setenv(key, value)
+            monkeypatch.chdir(ROOT)
+            proc = run_cli_here(*args)
+        else:
+            proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads((tmp_path / record / "rank0.json").read_text())
 
@@ -145,7 +155,7 @@ def test_sigusr1_under_slurm_saves_requeues_and_the_requeued_job_resumes_exactly
     for later in (tmp_path / "run").rglob("*.ckpt"):
         if later.stat().st_mtime_ns > hpc.stat().st_mtime_ns:
             later.unlink()
-    requeued = fit("requeued")
+    requeued = fit("requeued", here=True)
     assert [s["step"] for s in requeued] == [4, 5, 6]
     assert [s["rows"] for s in requeued] == [s["rows"] for s in first[3:]]
     assert [s["loss"] for s in requeued] == pytest.approx([s["loss"] for s in first[3:]], rel=1e-6, abs=1e-6)

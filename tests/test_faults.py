@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import ddp_port, run_cli_here
+
 pytestmark = pytest.mark.slow  # every test trains, or reads the checkpoints of a run trained for the module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,8 +42,6 @@ def _refused_here(root: Path, record: Path, ckpt_path: str):
 
 def _fit_here(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()):
     """``_fit`` in this process: for runs that neither signal nor kill themselves nor spawn ranks."""
-    from tests.helpers import run_cli_here
-
     return run_cli_here(*_fit_args(root, record, *callbacks, ckpt_path=ckpt_path, extra=extra))
 
 
@@ -116,8 +116,14 @@ def test_ctrl_c_saves_like_sigterm(tmp_path):
     checked above); before, a KeyboardInterrupt stopped the run and saved nothing."""
     import torch
 
-    first = _fit(tmp_path, tmp_path / "first", {"class_path": "tests.helpers.SignalAt",
-                                                 "init_args": {"step": 3, "signal": "SIGINT"}})
+    # a run started in the background (`&` in a script, nohup) ignores Ctrl-C and its children inherit that;
+    # a handler here (reset to the default in the child) gives the child the Ctrl-C of a terminal
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        first = _fit(tmp_path, tmp_path / "first", {"class_path": "tests.helpers.SignalAt",
+                                                     "init_args": {"step": 3, "signal": "SIGINT"}})
+    finally:
+        signal.signal(signal.SIGINT, previous)
     out = first.stdout + first.stderr
     assert "Ctrl-C: saving last.ckpt after this batch" in out and \
         f"saved {tmp_path / CKPT_DIR / 'last.ckpt'} at step 3" in out, out[-3000:]
@@ -207,7 +213,7 @@ def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_valida
     metrics = {"class_path": "tests.helpers.DumpMetrics", "init_args": {"out": str(tmp_path / "metrics")}}
     keep = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",  # keeps every step's file, for step 2
             "init_args": {"dirpath": str(tmp_path / "keep"), "every_n_train_steps": 1, "save_top_k": -1}}
-    full = _fit(tmp_path, tmp_path / "full", metrics, keep, extra=[*stream_args, *ddp])
+    full = _fit(tmp_path, tmp_path / "full", metrics, keep, extra=[*stream_args, *ddp], env={"MASTER_PORT": ddp_port()})
     assert full.returncode == 0, full.stderr[-3000:]
     ranks = [json.loads((tmp_path / "full" / f"rank{r}.json").read_text()) for r in (0, 1)]
     rows = [[h for s in steps for h in s["rows"]] for steps in ranks]
@@ -222,15 +228,14 @@ def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_valida
         "error: the checkpoint's data stream cannot continue in this run, because data.batch_size was 4 but is 8 now; "
         "the number of ranks (trainer.devices x trainer.num_nodes) was 2 but is 1 now; resume as the checkpoint was "
         "written (--data.batch_size 4, trainer.devices x trainer.num_nodes = 2) or start a new run without --ckpt_path.")
-    rest = _fit(tmp_path, tmp_path / "rest", ckpt_path=str(step2), extra=[*stream_args, *ddp])
+    rest = _fit(tmp_path, tmp_path / "rest", ckpt_path=str(step2), extra=[*stream_args, *ddp],
+                env={"MASTER_PORT": ddp_port()})
     assert rest.returncode == 0, rest.stderr[-3000:]
     for r in (0, 1):
         resumed = json.loads((tmp_path / "rest" / f"rank{r}.json").read_text())
         assert [s["rows"] for s in resumed] == [s["rows"] for s in ranks[r][2:]]
     two = json.loads((tmp_path / "metrics" / "val_rank0.json").read_text())
     assert two["step"] == 6 and json.loads((tmp_path / "metrics" / "val_rank1.json").read_text()) == two
-    from tests.helpers import run_cli_here
-
     one = run_cli_here("validate", *BASE, *stream_args, "--trainer.limit_val_batches", "1.0",
                        "--trainer.default_root_dir", str(tmp_path / "v"),
                        "--trainer.callbacks", json.dumps([{**metrics, "init_args": {"out": str(tmp_path / "one")}}]),

@@ -13,6 +13,7 @@ and Lightning's refusal of FSDP on a CPU is ``test_training.py::test_fsdp_config
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import torch
 
 from sa_lightning.lit.cli import run
@@ -98,6 +99,7 @@ def test_windowed_variants_get_attention_credit_for_their_band_only():
 
 # ---- B1. Compiled FlexAttention: new permutations are data, not recompiles --------------------------
 
+@pytest.mark.slow  # compiles (Inductor, with its compile workers)
 def test_compiled_flex_forward_serves_every_permutation_with_one_kernel(monkeypatch):
     """A model on the flex backend (what ``auto`` picks on CUDA), forward only (FlexAttention has no CPU
     backward): 4 layers x 4 passes draw 16 distinct permutations, twice Dynamo's recompile limit of 8. They
@@ -118,7 +120,7 @@ def test_compiled_flex_forward_serves_every_permutation_with_one_kernel(monkeypa
                       attention=AttentionSpec("sa", window=32, backend="flex"))
     torch.manual_seed(0)
     model = build_model(cfg).eval()
-    banded = build_model(replace(cfg, backend="banded")).eval()
+    banded = build_model(replace(cfg, attention=replace(cfg.attention, backend="banded"))).eval()
     banded.load_state_dict(model.state_dict())
     idx = torch.randint(0, 256, (2, 256), generator=torch.Generator().manual_seed(0))
     torch._dynamo.reset()  # count this test's compiles only
@@ -145,6 +147,7 @@ def test_compiled_flex_forward_serves_every_permutation_with_one_kernel(monkeypa
 
 # ---- B2. model.compile: true ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_model_compile_trains_the_tiny_config_on_cpu(tmp_path):
     """configs/tiny.yaml reduced in size (tests/configs/small.yaml: its callbacks and logger as shipped) with
     ``model.compile: true``. Before the attention kernels were kept out of the graph (``transformer._attend``)

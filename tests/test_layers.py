@@ -20,6 +20,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # lint-imports runs as a process
 def test_every_package_has_a_layer_and_the_code_keeps_them():
     contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
     assert contract["exhaustive"] and contract["containers"] == ["sa_lightning"]
@@ -30,6 +31,7 @@ def test_every_package_has_a_layer_and_the_code_keeps_them():
     assert proc.returncode == 0 and "1 kept, 0 broken" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module, line", [
     ("models/flops.py", "from ..lit import cli"),  # a lower layer importing a higher one, even lazily
     ("eval/offline.py", "from ..analysis import report"),  # two independent siblings

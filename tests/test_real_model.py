@@ -245,6 +245,8 @@ def smollm2():
     return sources.load_causal_lm(source, "float32"), sources.load_tokenizer(source)
 
 
+@pytest.mark.slow  # the real model: its GGUF is read and dequantized (~25 s, once per module)
+@pytest.mark.xdist_group("smollm2")  # ... and once per worker: both tests on one
 @needs_smollm2
 @torch.no_grad()
 def test_patched_smollm2_in_full_mode_equals_the_unpatched_model(smollm2):
@@ -264,6 +266,8 @@ def test_patched_smollm2_in_full_mode_equals_the_unpatched_model(smollm2):
     assert sources.check_gguf_patchable(SMOLLM2) == "llama"
 
 
+@pytest.mark.slow  # the real model: its GGUF is read and dequantized (~25 s, once per module)
+@pytest.mark.xdist_group("smollm2")  # ... and once per worker: both tests on one
 @needs_smollm2
 @torch.no_grad()
 def test_smollm2_answers_and_finds_a_pass_key_under_full_attention(smollm2):

@@ -165,10 +165,10 @@ def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_pat
 
     monkeypatch.chdir(ROOT)  # the command's relative config paths
     res = run_cli_here("fit", "--config", "configs/synthetic/passkey.yaml", "--model", "configs/model/swa.yaml",
-                       "--trainer.max_steps", "3", "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1",
-                       "--data.init_args.val_examples", "16", "--data.init_args.batch_size", "8",
-                       "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
-                       "--trainer.enable_progress_bar", "false")
+                       "--trainer.max_steps", "3", "--trainer.val_check_interval", "3",
+                       "--trainer.log_every_n_steps", "1", "--data.init_args.val_examples", "16",
+                       "--data.init_args.batch_size", "8", "--trainer.default_root_dir", str(tmp_path),
+                       "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_progress_bar", "false")
     assert res.returncode == 0, res.stderr[-2000:]
     events = EventAccumulator(str(next(tmp_path.glob("tb/version_*")))).Reload()
     tags = set(events.Tags()["scalars"])

@@ -1,5 +1,6 @@
 """The training stack end to end through the CLI: every variant, resume, 2-process DDP, bad input."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 from sa_lightning.attention import VARIANTS
 from sa_lightning.lit.cli import run
-from tests.helpers import run_cli, run_cli_here
+from tests.helpers import ddp_port, run_cli, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -76,7 +77,8 @@ def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data_and_evaluates_on_rank_
                 "--trainer.default_root_dir", str(tmp_path), *_callbacks(
                     ("tests.helpers.RecordBatches", {"out": str(out)}),
                     ("sa_lightning.lit.ZeroShotEval", {"tasks": "shakespeare_lastword", "every_n_steps": 2, "limit": 2}),
-                    ("sa_lightning.lit.AttentionMapLogger", {"every_n_steps": 4, "tokens": 12})))
+                    ("sa_lightning.lit.AttentionMapLogger", {"every_n_steps": 4, "tokens": 12})),
+                MASTER_PORT=ddp_port())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "eval" / "step2.json").read_text())["shakespeare_lastword"]["acc"] >= 0
     assert json.loads((tmp_path / "eval" / "step4.json").read_text())
@@ -131,13 +133,22 @@ def test_paper_config_runs_its_hub_code_path_with_local_stand_ins(tmp_path):
     for split in ("train", "validation"):
         docs = list(embedded_documents(split))[:40]
         (hub_dir / "data" / f"{split}.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
-    cli = run(["fit", "--config", str(ROOT / "configs/pretrain_360m.yaml"),
-               "--trainer", str(ROOT / "configs/trainer/cpu.yaml"), "--trainer.fast_dev_run", "true",
-               "--trainer.logger", "false", "--trainer.callbacks", "[]", "--trainer.default_root_dir", str(tmp_path),
-               "--data.tokenizer", str(tok_dir), "--data.train.path", str(hub_dir), "--data.val.path", str(hub_dir),
-               "--data.seq_len", "128", "--data.batch_size", "2", "--data.num_workers", "0", "--data.progress", "false",
-               "--model.arch.n_layer", "2", "--model.arch.d_model", "64", "--model.arch.n_head", "4",
-               "--model.arch.max_seq_len", "128", "--model.arch.attention.window", "32"])
+    env_before = dict(os.environ)
+    try:
+        cli = run(["fit", "--config", str(ROOT / "configs/pretrain_360m.yaml"),
+                   "--trainer", str(ROOT / "configs/trainer/cpu.yaml"), "--trainer.fast_dev_run", "true",
+                   "--trainer.logger", "false", "--trainer.callbacks", "[]", "--trainer.default_root_dir", str(tmp_path),
+                   "--data.tokenizer", str(tok_dir), "--data.train.path", str(hub_dir), "--data.val.path", str(hub_dir),
+                   "--data.seq_len", "128", "--data.batch_size", "2", "--data.num_workers", "0", "--data.progress", "false",
+                   "--model.arch.n_layer", "2", "--model.arch.d_model", "64", "--model.arch.n_head", "4",
+                   "--model.arch.max_seq_len", "128", "--model.arch.attention.window", "32"])
+    finally:  # the paper's DDP strategy, run in this process, leaves its process group and LOCAL_RANK, MASTER_PORT, ...
+        # in os.environ; a later test here would trip on the group, and a DDP run it starts would take LOCAL_RANK
+        # for "already launched" and wait forever for its second rank (seen with pytest -n 2)
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(env_before)
     assert cli.datamodule.train_source.describe() == f"hub:{hub_dir}:train"
     assert cli.trainer.accumulate_grad_batches == 30 and cli.model.hparams.max_tokens == 15_000_000_000
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
