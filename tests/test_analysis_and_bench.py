@@ -27,6 +27,16 @@ def test_causal_coverage_uses_registry_masks():
     assert 0 < curve[1] < curve[3] <= 1.0
 
 
+@pytest.mark.parametrize("convention", ["theory", "causal"])
+def test_full_attention_covers_in_one_layer_and_moba_has_no_fixed_pattern(convention):
+    """Full attention is the baseline of the coverage plot (``analyze coverage --variants full``): every token
+    visible after one layer. MoBA's blocks are picked by its scores, so no pattern exists to draw: refused."""
+    curve = mechanism.coverage_curve("full", 64, 8, 2, sources=8, convention=convention)
+    assert curve[1] == 1.0 and curve[2] == 1.0
+    with pytest.raises(ValueError, match="moba has no pattern fixed before the scores"):
+        mechanism.coverage_curve("moba", 64, 8, 2, convention=convention)
+
+
 def test_connection_probability_matches_exact_formula():
     row = mechanism.connection_probability(128, 8, trials=400)
     assert row["exact"] == pytest.approx(6 / 127) and row["paper"] == pytest.approx(7 / 127)

@@ -14,6 +14,8 @@ from ..attention import AttentionSpec, get_variant, masks, sample_permutation, s
 from ..attention.permutation import invert_permutation
 
 CONVENTIONS = ("theory", "causal")
+#: the variants whose adjacency is known before the scores (MoBA's blocks are picked by content)
+PATTERNED = ("full", "swa", "sa", "sa_swa")
 
 
 class LayerSampler:
@@ -22,6 +24,9 @@ class LayerSampler:
     def __init__(self, variant: str, n: int, window: int, convention: str = "theory"):
         if convention not in CONVENTIONS:
             raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}.")
+        if variant != "full" and get_variant(variant).mask is None:
+            raise ValueError(f"{variant} has no pattern fixed before the scores (its blocks are picked by content); "
+                             f"the mechanism tools take {', '.join(PATTERNED)}.")
         self.variant, self.n, self.window, self.convention = variant, n, window, convention
         self.permuted = get_variant(variant).uses_permutation
         idx = torch.arange(n)
@@ -29,6 +34,8 @@ class LayerSampler:
         self.local = masks.circular_distance(idx.view(-1, 1), idx.view(1, -1), n) <= masks.sa_half_width(window)
 
     def _theory(self, perm: torch.Tensor | None) -> torch.Tensor:
+        if self.variant == "full":
+            return torch.ones(self.n, self.n, dtype=torch.bool)
         if self.variant == "swa":
             return self.local
         slot = invert_permutation(perm)
@@ -39,6 +46,8 @@ class LayerSampler:
         perm = sample_permutation(self.n, generator=generator) if self.permuted else None
         if self.convention == "theory":
             return self._theory(perm)
+        if self.variant == "full":
+            return torch.ones(self.n, self.n, dtype=torch.bool).tril()
         spec = AttentionSpec(self.variant, window=self.window)
         return masks.dense(get_variant(self.variant).mask(spec, self.n, perm), self.n)[0, 0]
 

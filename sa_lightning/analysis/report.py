@@ -12,8 +12,6 @@ from ..utils.report import COLORS, pyplot, variant_label
 from ..utils.tables import write_csv
 from . import graphs, mechanism
 
-#: the variants ``analyze coverage`` can grow a receptive field through
-COVERAGE_VARIANTS = ("full", "moba", "sa", "sa_swa", "swa")
 
 
 def _save(fig, ax, path: Path, legend_size: int | None = None) -> None:
@@ -267,7 +265,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--depth", type=int, default=72, help="layers to grow the receptive field")
     parser.add_argument("--layers", type=int, default=4,
                         help="layers in the stack for connectome, spectrum and small-world (one permutation each)")
-    parser.add_argument("--variants", nargs="+", default=["sa", "swa", "sa_swa"], choices=COVERAGE_VARIANTS)
+    parser.add_argument("--variants", nargs="+", default=["sa", "swa", "sa_swa"], choices=mechanism.PATTERNED)
     parser.add_argument("--convention", choices=mechanism.CONVENTIONS, default=None,
                         help="theory: Appendix A's circular window; causal: the masks the models run "
                              "(default: causal for connectome, theory for the others)")
