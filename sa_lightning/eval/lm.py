@@ -157,27 +157,42 @@ class SALM(TemplateLM):
             self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
         return totals
 
+    def causal_lm(self):
+        """The model as a transformers causal LM that decodes with a KV cache (weights shared, nothing copied):
+        ``SATransformerForCausalLM`` around the Transformer++ (sigma drawn as scoring draws it), or the Qwen3
+        backbone's own patched model."""
+        if getattr(self, "_causal_lm", None) is None:
+            from ..models.hf_model import SATransformerForCausalLM
+
+            self._causal_lm = self.model.hf if hasattr(self.model, "hf") else \
+                SATransformerForCausalLM.from_transformer(self.model, sa_mode=self.sa_mode, sa_seed=self.seed).eval()
+        return self._causal_lm
+
+    @torch.no_grad()
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """Greedy decoding until a stop string, EOS or ``max_gen_toks``; no KV cache (small models)."""
-        out = []
+        """Greedy decoding until a stop string, EOS or ``max_gen_toks``, with a KV cache: the context is
+        prefilled once through the variant, each new token reads the cache (``models.hf_model``)."""
+        lm, out = self.causal_lm(), []
         for req in tqdm(requests, desc="Generating", disable=disable_tqdm):
             context, kwargs = req.args
             kwargs = dict(kwargs or {})
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            budget = int(kwargs.get("max_gen_toks", self.max_gen_toks))
-            tokens = self.tok_encode(context)[-max(1, self.max_length - budget):] or [self.prefix_token_id]
+            budget = min(int(kwargs.get("max_gen_toks", self.max_gen_toks)), self.max_length - 1)
+            tokens = self.tok_encode(context)[-(self.max_length - budget):] or [self.prefix_token_id]
+            step = lm(torch.tensor([tokens], device=self.device), use_cache=True)
             new: list[int] = []
             text = ""
             for _ in range(budget):
-                window = (tokens + new)[-self.max_length:]
-                nxt = int(self.span_log_probs([window], [(len(window) - 1, len(window))])[0][0].argmax())
+                nxt = int(step.logits[0, -1].argmax())
                 if nxt == self.eot_token_id:
                     break
                 new.append(nxt)
                 text = self.tok_decode(new)
-                if any(stop in text for stop in until):
+                if any(stop in text for stop in until) or len(new) == budget:
                     break
+                step = lm(torch.tensor([[nxt]], device=self.device), past_key_values=step.past_key_values,
+                          use_cache=True)
             for stop in until:
                 text = text.split(stop)[0]
             out.append(text)

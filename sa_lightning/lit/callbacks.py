@@ -69,24 +69,33 @@ class CheckpointAtEnd(Callback):
 
 
 class ExportHF(Callback):
-    """At the end of fit, writes a Hugging Face folder (``save_pretrained`` of the model and the data's
-    tokenizer) for ``backbone: qwen3`` models: plain transformers loads it, and ``cli.py sweep`` patches it.
+    """At the end of fit, writes a Hugging Face folder (``models.export``: the model and the data's tokenizer).
+    The Transformer++ becomes ``SATransformerForCausalLM`` (``import sa_lightning``, then
+    ``AutoModelForCausalLM.from_pretrained``); a ``backbone: qwen3`` model a plain Qwen3 folder, which
+    ``cli.py sweep`` can patch.
 
     Args:
         dirpath: the folder; default ``<log_dir>/hf``.
+        decode: how the exported model's ``generate`` reads its cache (``dense`` or ``window``).
     """
 
-    def __init__(self, dirpath: str | None = None):
-        self.dirpath = dirpath
+    def __init__(self, dirpath: str | None = None, decode: str = "dense"):
+        self.dirpath, self.decode = dirpath, decode
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        from ..models.hf_config import check_decode
+
+        if stage == "fit" and pl_module.arch.backbone == "transformer++":
+            check_decode(pl_module.arch.attention.variant, self.decode)  # before training, not after
 
     def on_fit_end(self, trainer, pl_module) -> None:
+        from ..models.export import export
+
         folder = self.dirpath or log_folder(trainer, "hf")
         if not trainer.is_global_zero:
             return
-        if not hasattr(pl_module.net, "save_pretrained"):
-            raise ValueError("ExportHF needs model.arch.backbone: qwen3; the Transformer++ has no transformers "
-                             "counterpart (its output gates are not in any HF architecture).")
-        pl_module.net.save_pretrained(folder, getattr(trainer.datamodule, "tokenizer", None))
+        export(pl_module.net, folder, getattr(trainer.datamodule, "tokenizer", None),
+               source={"path": "cli.py fit", "step": trainer.global_step}, decode=self.decode)
         print(f"exported the Hugging Face model to {folder}", flush=True)
 
 

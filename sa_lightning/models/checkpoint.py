@@ -140,7 +140,13 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except (TypeError, ValueError) as err:
         raise ValueError(f"checkpoint {str(path)!r} holds an architecture this version cannot build: {err}") from None
     model = build_model(cfg)
-    missing, unexpected = model.load_state_dict(network_weights(ckpt), strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(network_weights(ckpt), strict=False)
+    except RuntimeError as err:  # a tensor of another shape than its architecture gives it
+        sizes = [line.strip().rstrip(".") for line in str(err).splitlines() if "size mismatch" in line]
+        raise ValueError(f"checkpoint {str(path)!r} holds weights whose sizes do not match its own architecture "
+                         f"({sizes[0] if sizes else str(err).splitlines()[0]}); it was edited, or written by "
+                         "another model.") from None
     if missing or unexpected:
         raise ValueError(f"checkpoint {str(path)!r} does not match its own architecture: missing {missing[:3]}, "
                          f"unexpected {unexpected[:3]}.")

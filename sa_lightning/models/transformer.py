@@ -52,16 +52,22 @@ class Attention(nn.Module):
         self.variant = get_variant(cfg.attention.variant)
 
     def forward(self, x, cos, sin, perm=None, lengths=None):
-        B, n, d = x.shape
+        return self.output(_attend(self.variant, *self.heads(x, cos, sin), self.spec, perm, lengths))
+
+    def heads(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, H, n, hd) and k, v (B, Hkv, n, hd), rotated by RoPE at their original positions."""
+        B, n, _ = x.shape
         sizes = (self.n_head * self.head_dim, self.n_kv_head * self.head_dim, self.n_kv_head * self.head_dim)
         q, k, v = self.qkv(x).split(sizes, dim=-1)
         q = q.view(B, n, self.n_head, self.head_dim).transpose(1, 2)
         k = k.view(B, n, self.n_kv_head, self.head_dim).transpose(1, 2)
         v = v.view(B, n, self.n_kv_head, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # original positions, before any permutation
-        paths = _attend(self.variant, q, k, v, self.spec, perm, lengths)
-        merged = [y.transpose(1, 2).reshape(B, n, d) for y in paths]
-        return self.proj(self.gate(*merged))
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v  # before any permutation
+
+    def output(self, paths: tuple) -> torch.Tensor:
+        """The gated, projected sum of the variant's paths, each (B, H, n, hd)."""
+        B, _, n, _ = paths[0].shape
+        return self.proj(self.gate(*[y.transpose(1, 2).reshape(B, n, -1) for y in paths]))
 
 
 class SwiGLU(nn.Module):

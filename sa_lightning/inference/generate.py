@@ -1,0 +1,123 @@
+"""``python cli.py generate``: text from a trained checkpoint or a Hugging Face model, streamed to stdout.
+
+    python cli.py generate --ckpt runs/tiny/tb/version_0/checkpoints/last.ckpt --prompt "ROMEO:"
+    python cli.py generate --model outputs/hf_tiny --prompt_file prompts.txt --temperature 0.8 --top_p 0.95
+
+A checkpoint's Transformer++ runs as ``SATransformerForCausalLM``: the prompt is prefilled through its
+variant, and each new token reads the KV cache (``--decode dense``, or ``window`` for the SWA path).
+``--model`` takes an exported folder, a local Hugging Face folder, a Hub id, or a fetched name
+(``smollm2``). ``--temperature 0`` (the default) is greedy; above 0 it samples, with ``--top_p``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ..models.hf_config import DECODE
+
+    p = argparse.ArgumentParser(prog="cli.py generate", description=__doc__.splitlines()[0])
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--ckpt", help="a checkpoint written by `cli.py fit`")
+    source.add_argument("--model", help="an exported or Hugging Face folder, a Hub id, or a fetched name (smollm2)")
+    prompt = p.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", help="the text to continue")
+    prompt.add_argument("--prompt_file", help="a text file with one prompt per line (blank lines skipped)")
+    p.add_argument("--max_new_tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above 0: sampling")
+    p.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
+    p.add_argument("--seed", type=int, default=0, help="seeds the sampling and SA's sigma")
+    p.add_argument("--decode", choices=DECODE, default=None,
+                   help="Transformer++ only: every cached key (dense, the default) or the SWA path's last w (window)")
+    p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    return p
+
+
+def _check(args) -> list[str]:
+    if args.temperature < 0:
+        raise ValueError(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}.")
+    if not 0 < args.top_p <= 1:
+        raise ValueError(f"--top_p must be in (0, 1], got {args.top_p}.")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max_new_tokens must be >= 1, got {args.max_new_tokens}.")
+    if args.prompt is not None:
+        return [args.prompt]
+    path = Path(args.prompt_file)
+    if not path.is_file():
+        raise FileNotFoundError(f"--prompt_file {str(path)!r} does not exist.")
+    prompts = [line for line in path.read_text().splitlines() if line.strip()]
+    if not prompts:
+        raise ValueError(f"--prompt_file {str(path)!r} holds no prompt (one per line).")
+    return prompts
+
+
+def load(args):
+    """(causal LM in eval mode, tokenizer, whether to add special tokens) for ``--ckpt`` or ``--model``."""
+    from ..models import sources
+    from ..models.hf_config import SATransformerConfig
+
+    if args.ckpt:
+        from ..data.tokenizer import load_tokenizer
+        from ..models.checkpoint import load_checkpoint
+        from ..models.hf_model import SATransformerForCausalLM
+
+        net, info = load_checkpoint(args.ckpt)
+        tokenizer = load_tokenizer(info["tokenizer"])
+        if hasattr(net, "hf"):  # the Qwen3 backbone: its own (patched) transformers model
+            if args.decode == "window":
+                raise ValueError("--decode window applies to the Transformer++; a backbone: qwen3 model decodes densely.")
+            return net.hf.eval(), tokenizer, False
+        return SATransformerForCausalLM.from_transformer(net, decode=args.decode or "dense", sa_seed=args.seed).eval(), \
+            tokenizer, False  # training packs documents with no BOS
+    source = sources.resolve(args.model)
+    model = sources.load_causal_lm(source, "float32")
+    if isinstance(model.config, SATransformerConfig):
+        from ..models.hf_config import check_decode
+
+        check_decode(model.config.attention["variant"], args.decode or model.config.decode)
+        model.config.decode = args.decode or model.config.decode
+        model.config.sa_seed = args.seed
+        special = False
+    elif args.decode is not None:
+        raise ValueError("--decode applies to sa_lightning's Transformer++, not to "
+                         f"{type(model).__name__}.")
+    else:
+        special = True
+    return model, sources.load_tokenizer(source), special
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    import torch
+    from transformers import TextStreamer
+
+    args = _parser().parse_args(argv)
+    prompts = _check(args)
+    model, tokenizer, special = load(args)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    texts = []
+    for i, prompt in enumerate(prompts):
+        ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=special).input_ids.to(device)
+        if ids.shape[1] == 0:
+            raise ValueError(f"prompt {i + 1} is empty after tokenization.")
+        if limit is not None and ids.shape[1] >= limit:
+            raise ValueError(f"prompt {i + 1} is {ids.shape[1]} tokens, and the model's max_seq_len is {limit}: "
+                             "it leaves no room for a new token; shorten it.")
+        budget = args.max_new_tokens if limit is None else min(args.max_new_tokens, limit - ids.shape[1])
+        if budget < args.max_new_tokens:
+            print(f"[prompt {i + 1}: {budget} new tokens reach max_seq_len={limit}]", file=sys.stderr, flush=True)
+        torch.manual_seed(args.seed)
+        sampling = {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p} \
+            if args.temperature > 0 else {"do_sample": False}
+        print(prompt, end="", flush=True)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget,
+                             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                             else tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+                             streamer=TextStreamer(tokenizer, skip_prompt=True), **sampling)
+        texts.append(tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
+        if i + 1 < len(prompts):
+            print(flush=True)
+    return texts

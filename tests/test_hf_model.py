@@ -1,0 +1,247 @@
+"""The Transformer++ as a transformers model: exported logits equal the checkpoint's, KV-cache generation equals
+recomputing the whole sequence, `cli.py export` and `cli.py generate`, lm-eval's `hf` model, bad input."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sa_lightning.attention import VARIANTS, AttentionSpec, get_variant, oracle
+from sa_lightning.attention.permutation import row_permutations
+from sa_lightning.lit.cli import run
+from sa_lightning.models import ModelConfig, Transformer
+from sa_lightning.models.export import export
+from sa_lightning.models.hf_model import SATransformerForCausalLM
+from sa_lightning.models.transformer import rope_tables
+from tests.helpers import run_cli_here
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
+N = 24
+
+
+def _net(variant: str, seed: int = 0, **attention) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=128, n_layer=2, n_head=4, n_kv_head=2, d_model=32, max_seq_len=64,
+                      attention=AttentionSpec(variant, **{"window": 6, "block_size": 4, "top_k": 2, **attention}))
+    net = Transformer(cfg).eval()
+    with torch.no_grad():  # gates away from 0.5 and the paths distinguishable
+        for p in net.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return net
+
+
+def _batch(lengths=(N, 17, 9), seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 128, (len(lengths), N), generator=g)
+    lengths = torch.tensor(lengths)
+    return ids, lengths, (torch.arange(N) < lengths[:, None]).long()
+
+
+def _left(ids, lengths):
+    """The same rows left-padded (as ``generate`` pads), and their mask."""
+    left, mask = torch.zeros_like(ids), torch.zeros_like(ids)
+    for b, n in enumerate(lengths.tolist()):
+        left[b, N - n:], mask[b, N - n:] = ids[b, :n], 1
+    return left, mask
+
+
+# ---- 1. logits ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_exported_folder_gives_the_checkpoints_logits_with_the_same_sigma_and_padding(variant, tmp_path):
+    """Every variant, exported and loaded back by AutoModelForCausalLM, against the Transformer++ it came from:
+    with the sigma evaluation draws (each row's own tokens), right- and left-padded, at most 1e-5 apart."""
+    from transformers import AutoModelForCausalLM
+
+    net = _net(variant)
+    export(net, tmp_path / "hf")
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert isinstance(hf, SATransformerForCausalLM)
+    ids, lengths, mask = _batch()
+    rows = [ids[b, :n].tolist() for b, n in enumerate(lengths.tolist())]
+    perms = [row_permutations(rows, N, seed=0, layer=i) for i in range(2)] if net.uses_permutation else None
+    left, left_mask = _left(ids, lengths)
+    with torch.no_grad():
+        want = net(ids, perms=perms, lengths=lengths)
+        right = hf(ids, attention_mask=mask).logits
+        lefts = hf(left, attention_mask=left_mask).logits
+        given = hf(ids[:1], permutations=[p[:1] for p in perms] if perms else None).logits
+    for b, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(right[b, :n], want[b, :n], atol=1e-5, rtol=0)
+        torch.testing.assert_close(lefts[b, N - n:], want[b, :n], atol=1e-5, rtol=0)
+    torch.testing.assert_close(given[0], want[0], atol=1e-5, rtol=0)
+    if net.uses_permutation:  # the sigma matters: another draw gives other logits
+        other = [row_permutations(rows[:1], N, seed=1, layer=i) for i in range(2)]
+        assert (hf(ids[:1], permutations=other).logits - want[:1]).abs().max() > 1e-3
+
+
+# ---- 2. generation with a KV cache --------------------------------------------------------------------
+def _recomputed_logits(net, ids, prompt: int, decode: str) -> torch.Tensor:
+    """The whole sequence at once under the cache's semantics, from the float64 oracle: the prompt's rows run the
+    variant with the prompt's sigma; every later row attends all earlier keys (dense), or for the SWA path the
+    last w (window). Nothing of ``hf_model`` is used."""
+    n, spec = ids.shape[1], net.cfg.attention
+    variant = get_variant(spec.variant)
+    cos, sin = rope_tables(n, net.cfg.head_dim, net.cfg.rope_theta)
+    perms = [row_permutations([ids[0, :prompt].tolist()], prompt, seed=0, layer=i) for i in range(len(net.blocks))] \
+        if net.uses_permutation else [None] * len(net.blocks)
+    dense = oracle.full_mask(n)
+    local = oracle.swa_mask(n, spec.window)
+    x = net.embed(ids)
+    for block, perm in zip(net.blocks, perms):
+        q, k, v = block.attn.heads(block.attn_norm(x), cos, sin)
+        head = variant(q[:, :, :prompt], k[:, :, :prompt], v[:, :, :prompt], spec, perm)
+        paths = []
+        for name, y in zip(variant.paths, head):
+            mask = local if decode == "window" and name == "swa" else dense
+            rest = oracle.reference_attention(q.double(), k.double(), v.double(), mask).to(q.dtype)
+            paths.append(torch.cat([y, rest[:, :, prompt:]], dim=2))
+        x = x + block.attn.output(tuple(paths))
+        x = x + block.mlp(block.mlp_norm(x))
+    return net.lm_head(net.norm(x))
+
+
+@pytest.mark.parametrize("variant, decode", [(v, "dense") for v in VARIANTS] + [("swa", "window"),
+                                                                                ("sa_swa", "window")])
+@torch.no_grad()
+def test_cached_greedy_generation_equals_recomputing_the_sequence_at_each_step(variant, decode):
+    net = _net(variant)
+    hf = SATransformerForCausalLM.from_transformer(net, decode=decode).eval()
+    prompt = torch.randint(1, 128, (1, 14), generator=torch.Generator().manual_seed(3))
+    out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                      pad_token_id=0, eos_token_id=None)
+    tokens = prompt
+    for _ in range(8):
+        logits = _recomputed_logits(net, tokens, prompt.shape[1], decode)
+        tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], dim=1)
+    assert out.tolist() == tokens.tolist()
+    # the cache's own logits, step by step, are the recomputed ones
+    step = hf(prompt, use_cache=True)
+    for i in range(prompt.shape[1], tokens.shape[1]):
+        want = _recomputed_logits(net, tokens[:, :i], prompt.shape[1], decode)[:, -1]
+        torch.testing.assert_close(step.logits[:, -1], want, atol=1e-5, rtol=0)
+        step = hf(tokens[:, i:i + 1], past_key_values=step.past_key_values, use_cache=True)
+
+
+@torch.no_grad()
+def test_batched_left_padded_generation_gives_each_row_its_solo_tokens():
+    """generate pads a batch on the left: every row must decode what it decodes alone (its own sigma, its own
+    positions, no pad read)."""
+    hf = SATransformerForCausalLM.from_transformer(_net("sa_swa"), decode="window").eval()
+    ids, lengths, _ = _batch((14, 9, 5))
+    left, mask = _left(ids, lengths)
+    batched = hf.generate(left, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,
+                          eos_token_id=None)
+    for b, n in enumerate(lengths.tolist()):
+        solo = hf.generate(ids[b:b + 1, :n], max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=None)
+        assert batched[b, -6:].tolist() == solo[0, -6:].tolist()
+
+
+# ---- 3. the commands, on a checkpoint `cli.py fit` wrote ------------------------------------------------
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fit")
+    run(["fit", *BASE, "--trainer.max_steps", "2", "--trainer.default_root_dir", str(folder), "--trainer.callbacks",
+         json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                      "init_args": {"dirpath": str(folder), "filename": "last", "every_n_train_steps": 2}}])])
+    return folder / "last.ckpt"
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoint, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "hf"
+    res = run_cli_here("export", "--ckpt", str(checkpoint), "--out", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out
+
+
+def test_export_writes_model_tokenizer_and_card_and_generate_streams_the_same_greedy_text(checkpoint, exported):
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "sa_lightning_remote.py"} <= \
+        {p.name for p in exported.iterdir()}
+    config = json.loads((exported / "config.json").read_text())
+    assert config["model_type"] == "sa_transformer" and config["attention"]["variant"] == "sa_swa"
+    args = ["--prompt", "ROMEO:", "--max_new_tokens", "6"]
+    from_ckpt = run_cli_here("generate", "--ckpt", str(checkpoint), *args)
+    from_folder = run_cli_here("generate", "--model", str(exported), *args)
+    assert from_ckpt.returncode == 0 and from_folder.returncode == 0, from_ckpt.stderr[-2000:] + from_folder.stderr
+    assert from_ckpt.stdout.startswith("ROMEO:") and from_ckpt.stdout == from_folder.stdout
+    sampled = [run_cli_here("generate", "--ckpt", str(checkpoint), *args, "--temperature", "1.5", "--top_p", "0.9",
+                            "--seed", str(seed)).stdout for seed in (0, 0, 1)]
+    assert sampled[0] == sampled[1]  # seeded
+
+
+@pytest.mark.slow  # fresh interpreters: what a user's script sees, with and without the import
+def test_from_pretrained_needs_the_import_or_trust_remote_code(exported):
+    load = "from transformers import AutoModelForCausalLM as A; m = A.from_pretrained({!r}{}); print(type(m).__name__)"
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+
+    def python(code):
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+
+    assert python("import sa_lightning; " + load.format(str(exported), "")).stdout.strip() == \
+        "SATransformerForCausalLM"
+    refused = python(load.format(str(exported), ""))
+    assert refused.returncode != 0 and "trust_remote_code=True" in refused.stderr
+    assert python(load.format(str(exported), ", trust_remote_code=True")).stdout.strip() == \
+        "SATransformerForCausalLM"
+
+
+@pytest.mark.slow  # lm-eval on the offline tasks, twice
+def test_lm_evals_hf_model_on_the_folder_scores_what_evaluate_scores_on_the_checkpoint(checkpoint, exported):
+    """batch_size 1: lm-eval's hf model passes no attention mask, so a padded batch would give SA rows a sigma
+    over their padding too; one row per call is exactly the row evaluation scores."""
+    from lm_eval.models.huggingface import HFLM
+
+    from sa_lightning.eval.harness import run_tasks
+    from sa_lightning.eval.lm import SALM
+
+    ours = run_tasks(SALM(str(checkpoint), batch_size=4), ["offline"], limit=12)
+    theirs = run_tasks(HFLM(pretrained=str(exported), backend="causal", device="cpu", dtype="float32", batch_size=1), ["offline"], limit=12)
+    assert set(ours) == set(theirs) and ours
+    for task, metrics in ours.items():
+        for metric, value in metrics.items():
+            assert theirs[task][metric] == pytest.approx(value, rel=1e-4, abs=1e-4), (task, metric)
+
+
+@torch.no_grad()
+def test_evaluations_generate_until_decodes_with_the_cache(checkpoint):
+    """SALM's greedy generate_until is the cached model's greedy continuation, stopped at the stop string."""
+    from sa_lightning.eval.lm import SALM
+
+    class Request:
+        args = ("ROMEO: What", {"until": ["\n\n"], "max_gen_toks": 8})
+
+    lm = SALM(str(checkpoint))
+    (text,) = lm.generate_until([Request()], disable_tqdm=True)
+    ids = torch.tensor([lm.tok_encode("ROMEO: What")])
+    out = lm.causal_lm().generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=lm.eot_token_id,
+                                  pad_token_id=lm.eot_token_id)
+    assert text == lm.tok_decode(out[0, ids.shape[1]:].tolist()).split("\n\n")[0]
+
+
+# ---- bad input: one sentence each ---------------------------------------------------------------------
+def test_bad_input_is_one_sentence(checkpoint, tmp_path):
+    from sa_lightning.models.checkpoint import read_checkpoint
+
+    with pytest.raises(ValueError, match="decode: window reads the last w keys of a local window, and full has none"):
+        SATransformerForCausalLM.from_transformer(_net("full"), decode="window")
+    with pytest.raises(ValueError, match="moba has none"):
+        SATransformerForCausalLM.from_transformer(_net("moba"), decode="window")
+    with pytest.raises(ValueError, match="exceeds the model's max_seq_len=64"):
+        SATransformerForCausalLM.from_transformer(_net("sa"))(torch.ones(1, 65, dtype=torch.long))
+    res = run_cli_here("generate", "--ckpt", str(checkpoint), "--prompt", "x", "--temperature", "-0.5")
+    assert res.returncode != 0 and "--temperature must be >= 0 (0 is greedy), got -0.5." in res.stderr
+    res = run_cli_here("generate", "--ckpt", str(checkpoint), "--prompt", "ROMEO: " * 300)
+    assert res.returncode != 0 and "and the model's max_seq_len is 64: it leaves no room" in res.stderr, res.stderr
+    res = run_cli_here("generate", "--ckpt", str(checkpoint), "--prompt", "x", "--decode", "window",
+                       "--max_new_tokens", "1")
+    assert res.returncode == 0, res.stderr  # the shipped tiny model is sa_swa: its SWA path has a window
+    ckpt = read_checkpoint(checkpoint)
+    ckpt["state_dict"]["net.embed.weight"] = ckpt["state_dict"]["net.embed.weight"][:, :8]
+    torch.save(ckpt, tmp_path / "edited.ckpt")
+    res = run_cli_here("export", "--ckpt", str(tmp_path / "edited.ckpt"), "--out", str(tmp_path / "hf"))
+    assert res.returncode != 0 and "holds weights whose sizes do not match its own architecture" in res.stderr
+    assert "size mismatch for embed.weight" in res.stderr and not (tmp_path / "hf").exists()
