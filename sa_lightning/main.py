@@ -6,6 +6,7 @@
     python cli.py bench train [--preset cpu|paper] ...       training step time per variant, data pipeline speed
     python cli.py bench eval --ckpt A.ckpt                   offline-task time; eval_samples vs permutation noise
     python cli.py bench prefill [--model ...]               patched HF prefill latency and memory per mode
+    python cli.py bench generate [--shapes tiny 360m]        generation tokens/s with and without the KV cache
     python cli.py bench data --config configs/data/slimpajama_6b.yaml --stand_in DIR   streaming: first batch, tokens/s
     python cli.py evaluate --ckpt A.ckpt [B.ckpt ...] [--tasks offline|table1|NAMES] ...   zero-shot lm-eval, Table 1 layout
     python cli.py sweep --config configs/sweep/qwen3_8b.yaml ...   training-free window sweep of a HF model
@@ -67,6 +68,7 @@ COMMANDS: dict[str, Command | Group] = {
         "train": Command("sa_lightning.bench.train"),
         "eval": Command("sa_lightning.bench.eval"),
         "prefill": Command("sa_lightning.bench.prefill"),
+        "generate": Command("sa_lightning.bench.generate"),
         "data": Command("sa_lightning.bench.data"),
     }, heavy=True),
     "study": Group("a study", "python cli.py study long-range --preset quick",

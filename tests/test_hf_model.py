@@ -245,3 +245,35 @@ def test_bad_input_is_one_sentence(checkpoint, tmp_path):
     res = run_cli_here("export", "--ckpt", str(tmp_path / "edited.ckpt"), "--out", str(tmp_path / "hf"))
     assert res.returncode != 0 and "holds weights whose sizes do not match its own architecture" in res.stderr
     assert "size mismatch for embed.weight" in res.stderr and not (tmp_path / "hf").exists()
+
+
+def test_export_callback_writes_the_folder_at_the_end_of_fit_and_checks_decode_before_it(tmp_path):
+    """configs/tiny.yaml's Transformer++ with ``ExportHF`` in trainer.callbacks: the folder loads back with the
+    trained logits; ``decode: window`` on a variant without a local window stops before the first step."""
+    from transformers import AutoModelForCausalLM
+
+    callbacks = lambda decode: json.dumps([{"class_path": "sa_lightning.lit.ExportHF",  # noqa: E731
+                                            "init_args": {"dirpath": str(tmp_path / "hf"), "decode": decode}}])
+    cli = run(["fit", *BASE, "--trainer.max_steps", "1", "--trainer.default_root_dir", str(tmp_path),
+               "--trainer.callbacks", callbacks("window")])
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert hf.config.decode == "window"
+    ids = torch.randint(1, 4096, (1, 20))
+    net = cli.model.net.eval()
+    perms = [row_permutations([ids[0].tolist()], 20, seed=0, layer=i) for i in range(len(net.blocks))]
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, net(ids, perms=perms), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="and full has none"):
+        run(["fit", *BASE, "--model.arch.attention.variant", "full", "--trainer.max_steps", "1",
+             "--trainer.default_root_dir", str(tmp_path / "b"), "--trainer.callbacks", callbacks("window")])
+    assert not (tmp_path / "b").exists() or not list((tmp_path / "b").rglob("*.ckpt"))
+
+
+def test_bench_generate_times_both_paths_and_writes_the_table(tmp_path):
+    from sa_lightning.bench.generate import main as bench_generate
+
+    rows = bench_generate(["--shapes", "tiny", "--prompt", "8", "--new", "3", "--repeats", "1", "--out", str(tmp_path)])
+    assert [r["shape"] for r in rows] == ["tiny"] and rows[0]["cached"] > 0 and rows[0]["recomputed"] > 0
+    assert "| tiny | 1.4 |" in (tmp_path / "generate.md").read_text()
+    res = run_cli_here("bench", "generate", "--shapes", "tiny", "--prompt", "250", "--new", "16", "--out", str(tmp_path / "b"))
+    assert res.returncode != 0 and "exceeds the tiny model's max_seq_len=256" in res.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 #: the module in an exported folder that ``trust_remote_code=True`` runs: it only imports sa_lightning
 REMOTE_MODULE = "sa_lightning_remote"
-REMOTE_CODE = f'''"""The model of this folder is sa_lightning's Transformer++ (written by `cli.py export`). Its code is
+REMOTE_CODE = '''"""The model of this folder is sa_lightning's Transformer++ (written by `cli.py export`). Its code is
 the sa_lightning package: `pip install` it, then `import sa_lightning` before from_pretrained (or pass
 trust_remote_code=True, which runs this file)."""
 from sa_lightning.models.hf_config import SATransformerConfig  # noqa: F401
