@@ -277,3 +277,20 @@ def test_bench_generate_times_both_paths_and_writes_the_table(tmp_path):
     assert "| tiny | 1.4 |" in (tmp_path / "generate.md").read_text()
     res = run_cli_here("bench", "generate", "--shapes", "tiny", "--prompt", "250", "--new", "16", "--out", str(tmp_path / "b"))
     assert res.returncode != 0 and "exceeds the tiny model's max_seq_len=256" in res.stderr
+
+
+@pytest.mark.gpu
+@torch.no_grad()
+def test_cached_generation_on_cuda_in_bfloat16_follows_the_float32_model():
+    """The exported model where users run it: on CUDA (prefill through the flex backend ``auto`` picks there),
+    in bf16. Its prefill logits stay near the fp32 CPU model's, and cached greedy decoding runs."""
+    net = _net("sa_swa", backend="auto")
+    want = SATransformerForCausalLM.from_transformer(net).eval()
+    hf = SATransformerForCausalLM.from_transformer(_net("sa_swa", backend="auto")).cuda().to(torch.bfloat16).eval()
+    ids, lengths, mask = _batch()
+    got = hf(ids.cuda(), attention_mask=mask.cuda()).logits.float().cpu()
+    ref = want(ids, attention_mask=mask).logits
+    for b, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(got[b, :n], ref[b, :n], atol=0.1, rtol=0.05)
+    out = hf.generate(ids[:1].cuda(), max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
+    assert out.shape == (1, N + 8)
