@@ -12,10 +12,19 @@ pretrain: ``srun`` with one task per GPU, ``--signal=SIGUSR1@90``, requeue into 
 that CPU job alone. sweep: a job array with one
 (mode, window) pair per array task, then a report job (``--dependency=afterany``) that writes the
 tables and plots from the finished cells.
+
+Every job sets its own environment rather than inheriting the submitting shell's (sbatch passes it all on):
+``SRUN_CPUS_PER_TASK`` = the job's CPUs per task (srun no longer inherits ``--cpus-per-task`` since Slurm
+22.05), ``OMP_NUM_THREADS`` = the CPUs per task (1 in the prepare job, which runs a process per core) unless
+already set, and the Hub switches: ``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE`` and ``TRANSFORMERS_OFFLINE``
+are unset, so that a job streams from the Hub even when submitted from an offline shell; ``--offline``
+exports ``HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1`` instead (the models, tokenizers and data sets must then be
+in the local caches).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -23,6 +32,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "slurm"
+HUB_SWITCHES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def hub_env(offline: bool) -> str:
+    """The shell line that sets a job's Hub switches: offline (local caches only) or unset (the Hub)."""
+    return "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1" if offline else f"unset {' '.join(HUB_SWITCHES)}"
 
 
 def render(template: str, fields: dict[str, str]) -> str:
@@ -83,6 +98,9 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--job_name", default=None)
     p.add_argument("--run_dir", default=None, help="pretrain: the fixed run directory (default runs/<config name>)")
     p.add_argument("--sbatch", action="append", default=[], help="an extra #SBATCH option, e.g. --sbatch=--account=abc")
+    p.add_argument("--offline", action="store_true",
+                   help="the jobs export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 (local caches only); "
+                        "by default they unset them and may use the Hugging Face Hub")
     p.add_argument("--dry_run", action="store_true")
     args, extra = p.parse_known_args(argv)
     if not Path(args.config).is_file():
@@ -100,10 +118,14 @@ def main(argv: list[str] | None = None) -> Path:
         if not re.fullmatch(r"(\d+-)?\d{1,3}:\d{2}:\d{2}", getattr(args, flag)):
             raise ValueError(f"--{flag} must look like HH:MM:SS or D-HH:MM:SS, got {getattr(args, flag)!r}.")
     stem = Path(args.config).stem
+    offline_here = [key for key in HUB_SWITCHES if os.environ.get(key, "").strip().lower() in ("1", "true", "yes", "on")]
+    if offline_here and not args.offline:
+        print(f"note: this shell sets {' '.join(key + '=1' for key in offline_here)}; the jobs unset it and may use "
+              "the Hugging Face Hub (add --offline to keep them offline).", flush=True)
     common = {"workdir": shlex.quote(str(Path.cwd())), "cli": shlex.quote(str(ROOT / "cli.py")),
               "config": shlex.quote(args.config), "time": args.time,
               "cpus_per_task": args.cpus_per_task, "extra_sbatch": _sbatch_lines(args.sbatch),
-              "extra_args": shlex.join(extra)}
+              "extra_args": shlex.join(extra), "hub_env": hub_env(args.offline)}
     after: list[str] = []
     if args.job == "prepare" or args.prepare:
         run_dir = args.run_dir or f"runs/{stem}"
@@ -134,7 +156,8 @@ def main(argv: list[str] | None = None) -> Path:
     _write(script, text, args.dry_run)
     job = _submit(script, args.dry_run, after)
     if args.job == "sweep":
-        report = f"cd {common['workdir']} && python {common['cli']} sweep --config {common['config']} --out {fields['out']}"
+        report = (f"{common['hub_env']}; cd {common['workdir']} && "
+                  f"python {common['cli']} sweep --config {common['config']} --out {fields['out']}")
         _submit_wrap(report, f"afterany:{job or '<array job>'}", fields["job_name"] + "_report", args.dry_run,
                      args.sbatch)
     return script

@@ -2,10 +2,16 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-# one token cache per test session, shared by in-process and subprocess runs, away from ~/.cache
+# one token cache per test process (each xdist worker has its own), shared with the runs it starts, and never
+# the user's: an exported SA_LIGHTNING_CACHE (a shared cluster cache, say) is replaced for the session, and the
+# folder is removed when the session ends
+import atexit  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
-os.environ.setdefault("SA_LIGHTNING_CACHE", tempfile.mkdtemp(prefix="sa_lightning_cache_"))
+_CACHE = tempfile.mkdtemp(prefix="sa_lightning_cache_")
+os.environ["SA_LIGHTNING_CACHE"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: one thread per worker, its subprocesses included, so
     os.environ["OMP_NUM_THREADS"] = "1"  # that N workers do not oversubscribe the cores (OpenMP's spinning

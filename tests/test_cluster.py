@@ -1,5 +1,6 @@
 """SLURM: the templates parse, and `cli.py submit` drives fake sbatch/srun/scontrol with the right command lines."""
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -68,17 +69,19 @@ def test_pretrain_submission_runs_srun_with_one_task_per_gpu_and_requeue(tmp_pat
 @pytest.mark.slow  # the prepare job runs cli.py prepare
 def test_pretrain_with_prepare_tokenizes_in_a_cpu_job_first_and_trains_from_the_cache(tmp_path, monkeypatch):
     config = str(ROOT / "configs/pretrain_360m.yaml")
-    proc, env = _submit(tmp_path, monkeypatch, "pretrain", "--config", config, "--prepare", "--model", str(ROOT / "configs/model/sa.yaml"))
+    proc, env = _submit(tmp_path, monkeypatch, "pretrain", "--config", config, "--prepare", "--offline",
+                        "--model", str(ROOT / "configs/model/sa.yaml"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     prepare = (tmp_path / "runs/pretrain_360m/submit_prepare.sbatch").read_text()
     assert "#SBATCH --cpus-per-task=32" in prepare and "--gpus" not in prepare
+    assert "\nexport HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1\n" in prepare  # --offline: the job stays offline
     calls = Path(env["SHIM_LOG"]).read_text().splitlines()
     assert calls[0].endswith("submit_prepare.sbatch")
     assert "--dependency=afterok:4242" in calls[1] and calls[1].endswith("submit_pretrain.sbatch")
     done = subprocess.run(["bash", str(tmp_path / "runs/pretrain_360m/submit_prepare.sbatch")],
                           env={**env, "SLURM_CPUS_PER_TASK": "32", "PATH": f"{tmp_path}:{env['PATH']}"},
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    # the real prepare runs here: offline, the paper's Hub tokenizer fails in one line before any work
+    # the real prepare runs here: offline (--offline), the paper's Hub tokenizer fails in one line before any work
     assert done.stderr.strip().splitlines()[-1].startswith("error: tokenizer 'mistralai/Mistral-7B-v0.1' cannot be")
     train = (tmp_path / "runs/pretrain_360m/submit_pretrain.sbatch").read_text()
     assert train.rstrip().endswith("--data.mode cache")
@@ -99,6 +102,90 @@ def test_sweep_submission_is_a_job_array_plus_a_report_job(tmp_path, monkeypatch
         assert done.returncode == 0, done.stderr
         srun = Path(env["SHIM_LOG"]).read_text().splitlines()[-1]
         assert srun.endswith(expected) and "--out outputs/sweep/qwen3_8b" in srun
+
+
+JOB_VARS = ("SRUN_CPUS_PER_TASK", "OMP_NUM_THREADS", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+HUB_SWITCHES = JOB_VARS[2:]
+ENV_SHIM = """#!/usr/bin/env bash
+printf "%s\\n" "$(basename "$0") {fields}" >> "$JOB_ENV_LOG"
+"""
+
+
+def _env_shims(folder: Path) -> Path:
+    """Fake ``srun`` and ``python`` that log the environment the job script hands them (``<unset>`` where a
+    variable is not set) to ``$JOB_ENV_LOG``, and run nothing."""
+    folder.mkdir()
+    fields = " ".join(f"{key}=${{{key}-<unset>}}" for key in JOB_VARS)
+    for name in ("srun", "python"):
+        (folder / name).write_text(ENV_SHIM.format(fields=fields))
+        (folder / name).chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["hub", "offline"])
+def test_every_job_script_gives_srun_its_cpus_and_sets_threads_and_hub_switches(offline, tmp_path, monkeypatch):
+    """Slurm >= 22.05: srun does not inherit the job's --cpus-per-task, so each script exports
+    SRUN_CPUS_PER_TASK before srun; OMP_NUM_THREADS is the CPUs per task (1 for prepare's process per core);
+    the Hub switches are the script's, not the submitting shell's: unset, or set with --offline. Every template
+    in slurm/ is rendered (dry run) and run with fake srun/python in a shell that says the opposite."""
+    from sa_lightning import cluster
+
+    rendered, render = [], cluster.render
+    monkeypatch.setattr(cluster, "render", lambda template, fields: rendered.append(template) or render(template, fields))
+    submissions = {"pretrain": ["--config", str(ROOT / "configs/pretrain_360m.yaml"), "--cpus_per_task", "6"],
+                   "prepare": ["--config", str(ROOT / "configs/pretrain_360m.yaml"), "--cpus_per_task", "12"],
+                   "sweep": ["--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"), "--cpus_per_task", "5"]}
+    scripts = []
+    for job, args in submissions.items():
+        proc, env = _submit(tmp_path, monkeypatch, job, *args, "--dry_run", *(["--offline"] if offline else []))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        scripts += [tmp_path / line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("wrote ")]
+    assert sorted(set(rendered)) == sorted(p.name for p in (ROOT / "slurm").glob("*.sbatch"))
+    assert len(scripts) == 3
+    # the shell that submits says the opposite of what the job needs, and sets no OpenMP threads
+    shell = {key: value for key, value in env.items() if key not in ("OMP_NUM_THREADS", *HUB_SWITCHES)}
+    if not offline:
+        shell.update({key: "1" for key in HUB_SWITCHES})
+    bin_dir = _env_shims(tmp_path / "job_bin")
+    for script in scripts:
+        text = script.read_text()
+        cpus = re.search(r"^#SBATCH --cpus-per-task=(\d+)$", text, re.M).group(1)
+        srun_lines = [n for n, line in enumerate(text.splitlines()) if line.startswith("srun ")]
+        export = next(n for n, line in enumerate(text.splitlines())
+                      if line.startswith('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"')
+                      or line.startswith('export SRUN_CPUS_PER_TASK="${SLURM_CPUS_PER_TASK'))
+        assert all(export < n for n in srun_lines), script.name
+        log = tmp_path / f"{script.name}.env"
+        job_env = {**shell, "PATH": f"{bin_dir}:{shell['PATH']}", "JOB_ENV_LOG": str(log),
+                   "SLURM_CPUS_PER_TASK": cpus, "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "1",
+                   "SLURM_ARRAY_TASK_ID": "0"}
+        done = subprocess.run(["bash", str(script)], env=job_env, capture_output=True, text=True, timeout=60,
+                              cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        (command, *pairs), = [line.split() for line in log.read_text().splitlines()]
+        seen = dict(pair.split("=", 1) for pair in pairs)
+        assert command == ("srun" if srun_lines else "python"), script.name
+        assert seen["SRUN_CPUS_PER_TASK"] == cpus, script.name
+        assert seen["OMP_NUM_THREADS"] == (cpus if srun_lines else "1"), script.name
+        hub = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "<unset>"} if offline \
+            else dict.fromkeys(HUB_SWITCHES, "<unset>")
+        assert {key: seen[key] for key in HUB_SWITCHES} == hub, script.name
+    # the sweep's report job (sbatch --wrap) sets the same switches
+    report = [line for line in Path(env["SHIM_LOG"]).read_text().splitlines() if "--wrap" in line]
+    assert len(report) == 1
+    assert ("export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1; cd " if offline
+            else "unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE TRANSFORMERS_OFFLINE; cd ") in report[0]
+
+
+def test_an_inherited_offline_switch_is_set_explicitly_not_dropped_silently(tmp_path, monkeypatch):
+    """Submitted from an offline shell without --offline, the jobs go online: submit says so in one line."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    proc, _ = _submit(tmp_path, monkeypatch, "pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--dry_run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "note: this shell sets HF_HUB_OFFLINE=1; the jobs unset it" in proc.stdout
+    proc, _ = _submit(tmp_path, monkeypatch, "pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"),
+                      "--dry_run", "--offline")
+    assert "note:" not in proc.stdout
 
 
 @pytest.mark.parametrize("args, message", [

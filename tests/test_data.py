@@ -137,3 +137,25 @@ def test_datamodule_validation_set_is_fixed_and_unsharded():
     val = torch.cat(list(dm.val_dataloader()))
     assert val.shape == (10, 65) and dm.vocab_size == 4096
     assert dm.unigram_perplexity() > 100
+
+
+@pytest.mark.slow  # a pytest session of its own, as a user starts one
+def test_the_test_session_never_writes_into_the_users_cache_and_removes_its_own(tmp_path):
+    """A user (or a cluster) exporting SA_LIGHTNING_CACHE keeps it clean: the tests cache tokens in a folder of
+    their own, removed when the session ends."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    user, tmp = tmp_path / "shared_cache", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "SA_LIGHTNING_CACHE": str(user), "TMPDIR": str(tmp)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests/test_data.py::test_datamodule_validation_set_is_fixed_and_unsharded"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not user.exists()
+    assert not list(tmp.glob("sa_lightning_cache_*"))  # the session's own folder is gone

@@ -238,6 +238,23 @@ def _check_accelerator(accelerator) -> None:
 
 
 def run(args: list[str] | None = None, run: bool = True) -> SACLI:
+    """``cli.py fit|validate|test|predict``: from the shell (``args`` None) LightningCLI reads ``sys.argv``.
+
+    ``args``, from within Python (the long-range study runs one ``fit`` per cell), stand for the command
+    line, so they become ``sys.argv[1:]`` while the CLI runs, as LightningCLI expects: given both, it warns
+    that they may be a mistake, and Lightning's DDP launcher restarts the script with ``sys.argv``, which
+    must then be this fit, not the command that called it."""
+    if args is None or not isinstance(args, (list, tuple)):
+        return _make_cli(args, run)
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "cli.py", *(str(a) for a in args)]
+    try:
+        return _make_cli(None, run)
+    finally:
+        sys.argv = saved
+
+
+def _make_cli(args, run: bool) -> SACLI:
     return SACLI(
         LitLM,
         L.LightningDataModule,

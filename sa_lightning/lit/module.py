@@ -12,6 +12,7 @@ import math
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.loggers import TensorBoardLogger
 from torchmetrics.aggregation import MeanMetric
 
 from ..models import ModelConfig, build_model
@@ -76,6 +77,7 @@ class LitLM(L.LightningModule):
         self.micro_step = 0  # training forward passes so far: the permutation stream, restored on resume
         self.tokens_seen = 0  # global (all ranks) training tokens
         self.trained_steps = 0  # optimizer steps of the loaded checkpoint
+        self.unigram_ppl: float | None = None  # the data's context-free baseline for val/ppl (on_fit_start)
 
     # ---- model -------------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -153,6 +155,9 @@ class LitLM(L.LightningModule):
         self.val_loss.reset()
         self.log(f"{stage}/loss", loss, prog_bar=prog_bar, sync_dist=False)
         self.log(f"{stage}/ppl", torch.exp(loss), sync_dist=False)
+        if stage == "val" and self.unigram_ppl is not None:
+            # the context-free baseline val/ppl should beat: a flat line beside val/ppl (see on_fit_start)
+            self.log("val/unigram_ppl", self.unigram_ppl, sync_dist=False)
         if self.val_acc is None:
             return
         # computed on every rank (each compute is a collective); a value no rank saw an answer for is NaN
@@ -214,11 +219,39 @@ class LitLM(L.LightningModule):
         if dm is not None:
             counts["tokens_per_step"] = self.tokens_per_step()
             if hasattr(dm, "unigram_perplexity"):
-                counts["val/unigram_ppl"] = dm.unigram_perplexity()
+                self.unigram_ppl = float(dm.unigram_perplexity())
                 if self.trainer.is_global_zero:
-                    print(f"val/ppl to beat: {counts['val/unigram_ppl']:.1f} (unigram baseline, no context)")
+                    print(f"val/ppl to beat: {self.unigram_ppl:.1f} (unigram baseline, no context)")
         for logger in self.loggers:
-            logger.log_hyperparams(counts)
+            logger.log_hyperparams(counts)  # hparams.yaml (TensorBoard, CSV), or the logger's own place
+            if isinstance(logger, TensorBoardLogger) and self.trainer.is_global_zero:
+                self._write_tensorboard_hparams(logger)
+
+    def _write_tensorboard_hparams(self, logger: TensorBoardLogger) -> None:
+        """TensorBoard's HPARAMS tab: every hyperparameter the logger holds (the module's and the data's, which
+        the trainer logged before fit, and the parameter counts above) against the run's metrics. Lightning
+        writes that summary only along with metric values (``default_hp_metric`` logs a dummy ``hp_metric``);
+        the tab reads each metric's values from the scalars of its tag, so the summary only names the tags."""
+        from lightning.fabric.loggers.tensorboard import _TENSORBOARD_AVAILABLE
+        from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+
+        if _TENSORBOARD_AVAILABLE:
+            from torch.utils.tensorboard.summary import hparams
+        else:
+            from tensorboardX.summary import hparams
+
+        params = logger._sanitize_params(_flatten_dict(_convert_params(dict(logger.hparams))))
+        params = {k: v for k, v in params.items() if v is not None and not k.startswith("_")}
+        tags = ["val/loss", "val/ppl"]
+        if self.unigram_ppl is not None:
+            tags.append("val/unigram_ppl")
+        if self.val_acc is not None:
+            tags.append("val/acc")
+        tags.append("train/loss")
+        writer = logger.experiment._get_file_writer()
+        for summary in hparams(params, dict.fromkeys(tags, 0.0)):
+            writer.add_summary(summary, self.global_step)
+        writer.flush()
 
     def train_flops_per_token(self, seq_len: int) -> float:
         """6N + 12 * layers * d * (keys each query's kernel computes), per trained token (``models/flops.py``);

@@ -6,7 +6,9 @@
 Trains every cell of a grid, one (task, variant, depth, window, seed), with ``cli.py fit`` on the
 synthetic recall config (``configs/synthetic/<task>.yaml``, the variant swapped as for text), then
 validates it once per ``eval_samples`` K (SA averaged over K permutations). Each finished cell is
-written to ``<out>/cells/`` at once; a rerun skips it. At the end: ``results.csv``, ``table.md``
+written to ``<out>/cells/`` at once; a rerun skips it. ``<out>`` is the config's ``out``, one folder per
+preset (``outputs/study/long_range``, ``long_range_quick``, ``long_range_paper_scale``), so that a quick run
+never overwrites the full study's cells and tables. At the end: ``results.csv``, ``table.md``
 (accuracy per distance bucket, best **bold** within each (task, depth, window)), ``reach.md`` (the
 depth at which each variant first passes 90% beyond SWA's receptive field, beside the coverage
 analysis's prediction) and ``accuracy_vs_distance.png`` (one line per variant, SWA's receptive field
@@ -205,9 +207,12 @@ def reach(results: list[dict]) -> str:
 
 
 def plot(results: list[dict], path: Path) -> None:
+    """One panel per (task, L, w): accuracy by distance per variant, SWA's receptive field L * (w - 1) as a
+    dashed line named at the top of the panel, and one legend for all panels below them, covering no curve."""
     plt = pyplot()
     panels = sorted({(r["task"], r["depth"], r["window"]) for r in results})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    legend: dict[str, object] = {}  # label -> handle, over all panels (a panel may lack a variant)
     for ax, (task, depth, window) in zip(axes[0], panels):
         for r in sorted((r for r in results if (r["task"], r["depth"], r["window"]) == (task, depth, window)),
                         key=lambda r: list(COLORS).index(r["variant"]) if r["variant"] in COLORS else 9):
@@ -219,14 +224,20 @@ def plot(results: list[dict], path: Path) -> None:
                 ax.plot(mids, list(r["scores"][k]["buckets"].values()), "s:", color=color, label=f"{label} (K={k})",
                         markersize=4)
         rf = depth * (window - 1)
-        ax.axvline(rf, color=COLORS["swa"], linestyle="--", linewidth=1)
-        ax.text(rf, 0.02, f" L·(w−1)={rf}", color=COLORS["swa"], fontsize=7)
-        ax.set(xscale="log", ylim=(-0.02, 1.02), xlabel="key–query distance", ylabel="accuracy",
-               title=f"{task}, L={depth}, w={window}")
+        ax.axvline(rf, color=COLORS["swa"], linestyle="--", linewidth=1, label="SWA's receptive field L·(w−1)")
+        # above the plotting area (x in data, y in axes units), where no curve can run under it
+        ax.text(rf, 1.01, f"L·(w−1)={rf}", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
+                color=COLORS["swa"], fontsize=7)
+        ax.set(xscale="log", ylim=(-0.02, 1.02), xlabel="key–query distance", ylabel="accuracy")
+        ax.set_title(f"{task}, L={depth}, w={window}", pad=14)
         ax.grid(alpha=0.3, which="both")
-    axes[0][0].legend(fontsize=7)
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
     fig.tight_layout()
-    savefig(fig, path, dpi=150)
+    # below the panels, outside every axis; bbox_inches="tight" grows the image to hold it
+    fig.legend(list(legend.values()), list(legend), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(len(legend), 4 * len(panels)), fontsize=7, frameon=False)
+    savefig(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -241,7 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"override the config's {key}")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
-    parser.add_argument("--out", help="output folder (default: the config's out)")
+    parser.add_argument("--out", help="output folder (default: the config's out, one per preset so that a quick run "
+                                      "never overwrites the full study: outputs/study/long_range, "
+                                      "long_range_quick, long_range_paper_scale)")
     return parser
 
 
@@ -261,6 +274,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     (out / "cells").mkdir(parents=True, exist_ok=True)
     grid = cells(settings)
     eval_samples = sorted(set(settings.get("eval_samples", [1])))
+    print(f"study long-range{f' (preset {args.preset})' if args.preset else ''}: {len(grid)} cell(s), "
+          f"results in {out}/", flush=True)
     results, start = [], time.perf_counter()
     for i, cell in enumerate(grid, 1):
         path = out / "cells" / f"{cell_id(cell)}.json"
