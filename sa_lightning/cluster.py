@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> Path:
         if not re.fullmatch(r"(\d+-)?\d{1,3}:\d{2}:\d{2}", getattr(args, flag)):
             raise ValueError(f"--{flag} must look like HH:MM:SS or D-HH:MM:SS, got {getattr(args, flag)!r}.")
     stem = Path(args.config).stem
-    offline_here = [key for key in HUB_SWITCHES if os.environ.get(key, "").strip().lower() in ("1", "true", "yes", "on")]
+    offline_here = [key for key in HUB_SWITCHES
+                    if os.environ.get(key, "").strip().lower() in ("1", "true", "yes", "on")]
     if offline_here and not args.offline:
         print(f"note: this shell sets {' '.join(key + '=1' for key in offline_here)}; the jobs unset it and may use "
               "the Hugging Face Hub (add --offline to keep them offline).", flush=True)
