@@ -50,9 +50,9 @@ def test_hparams_tab_holds_the_config_and_the_parameter_counts(events):
     assert hp["params/total"] == net.num_parameters() > hp["params/non_embedding"] > 0
     assert hp["params/non_embedding"] == net.num_parameters(exclude_embedding=True)
     assert hp["tokens_per_step"] == 4 * 64
-    # the config: the module's arguments (arch flattened) and the data module's
+    # the config: the module's arguments (arch flattened) and the data's sequence length and batch size
     assert hp["lr"] == pytest.approx(3e-3) and hp["arch/d_model"] == 64 and hp["arch/n_layer"] == 2
-    assert hp["arch/attention/variant"] == "sa_swa"
+    assert hp["arch/attention/variant"] == "sa_swa" and hp["data/seq_len"] == 64 and hp["data/batch_size"] == 4
     experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
     metrics = {m.name.tag for m in experiment.metric_infos}
     assert {"val/loss", "val/ppl", "val/unigram_ppl", "train/loss"} <= metrics

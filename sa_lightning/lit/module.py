@@ -225,13 +225,13 @@ class LitLM(L.LightningModule):
         for logger in self.loggers:
             logger.log_hyperparams(counts)  # hparams.yaml (TensorBoard, CSV), or the logger's own place
             if isinstance(logger, TensorBoardLogger) and self.trainer.is_global_zero:
-                self._write_tensorboard_hparams(logger)
+                self._write_tensorboard_hparams(logger, counts)
 
-    def _write_tensorboard_hparams(self, logger: TensorBoardLogger) -> None:
-        """TensorBoard's HPARAMS tab: every hyperparameter the logger holds (the module's and the data's, which
-        the trainer logged before fit, and the parameter counts above) against the run's metrics. Lightning
-        writes that summary only along with metric values (``default_hp_metric`` logs a dummy ``hp_metric``);
-        the tab reads each metric's values from the scalars of its tag, so the summary only names the tags."""
+    def _write_tensorboard_hparams(self, logger: TensorBoardLogger, counts: dict) -> None:
+        """TensorBoard's HPARAMS tab: the module's hyperparameters (``arch/...`` flattened), the data's sequence
+        length and batch size, and the parameter counts, against the run's metrics. Lightning writes that
+        summary only along with metric values (``default_hp_metric`` logs a dummy ``hp_metric`` for it); the
+        tab reads each metric's values from the scalars of its tag, so this summary only names the tags."""
         from lightning.fabric.loggers.tensorboard import _TENSORBOARD_AVAILABLE
         from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 
@@ -240,8 +240,11 @@ class LitLM(L.LightningModule):
         else:
             from tensorboardX.summary import hparams
 
-        params = logger._sanitize_params(_flatten_dict(_convert_params(dict(logger.hparams))))
-        params = {k: v for k, v in params.items() if v is not None and not k.startswith("_")}
+        dm = self.trainer.datamodule
+        data = {f"data/{k}": getattr(dm, k) for k in ("seq_len", "batch_size") if isinstance(getattr(dm, k, None), int)}
+        params = {k: v for k, v in dict(self.hparams).items() if not k.startswith("_")}  # not LightningCLI's own
+        params = logger._sanitize_params(_flatten_dict(_convert_params({**params, **data, **counts})))
+        params = {k: v for k, v in params.items() if v is not None}
         tags = ["val/loss", "val/ppl"]
         if self.unigram_ppl is not None:
             tags.append("val/unigram_ppl")
