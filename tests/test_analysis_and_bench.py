@@ -65,11 +65,16 @@ def test_analyze_cli_writes_csv_and_png(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow  # each length in a process of its own
-def test_bench_cli_writes_table_with_ratios(tmp_path, monkeypatch):
+def test_bench_cli_writes_table_with_ratios(tmp_path, monkeypatch, capfd):
     monkeypatch.chdir(tmp_path)
     res = run_cli_here("bench", "attention", "--lengths", "512", "--heads", "2", "--kv-heads", "1", "--window", "64",
                        "--repeats", "1", "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr
+    # the length's own process: one line for its cell, none of the CPU profiler's (two per variant, once)
+    child = capfd.readouterr()
+    lines = [line for line in child.out.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("n=   512: full "), child.out
+    assert "profiler_st" not in child.err + res.stderr and "profiling started" not in child.err + res.stderr, child.err
     rows = list(csv.DictReader((tmp_path / "attention_cpu.csv").open()))
     assert {r["variant"] for r in rows} == {"full", "full_window", "swa", "sa", "sa_swa", "moba"}
     swa = next(r for r in rows if r["variant"] == "swa")
@@ -188,3 +193,26 @@ def test_sa_band_work_counts_sas_own_mask(blk, tiles):
         <= blk + 2 * masks.sa_half_width(w)
     if tiles == blk:  # one query per sub-tile reads every key of its block's range no later than itself
         assert row["sorted, ragged"] < 0.75 * (blk + 2 * masks.sa_half_width(w))
+
+
+def test_the_cpu_memory_pass_holds_back_the_profilers_lines_only(capfd):
+    """``bench attention`` printed two profiler lines per variant and length (Kineto's ``profiler_start`` and
+    ``profiler_stop``, written from C++ to fd 2) and c10's warning about blocks allocated before it started;
+    what the measured code itself writes to stderr still shows."""
+    import os
+
+    from sa_lightning.bench.memory import peak_bytes
+
+    before = torch.ones(1000)  # a block allocated before the profile: c10's warning when it is freed inside
+
+    def work():
+        nonlocal before
+        before = None
+        os.write(2, b"the measured code's own line\n")
+        return torch.ones(256, 1024) * 2
+
+    peak = peak_bytes(work, torch.device("cpu"))
+    err = capfd.readouterr().err
+    assert peak >= 256 * 1024 * 4
+    assert "the measured code's own line" in err
+    assert "profiler_st" not in err and "profiling started" not in err and "ActivityProfiler" not in err, err

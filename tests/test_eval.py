@@ -369,3 +369,31 @@ def test_a_group_task_is_reported_with_its_aggregate(checkpoint, tmp_path, monke
     model, info = load_checkpoint(checkpoint)
     results = harness.run_tasks(SALM(model, info["tokenizer"]), ["offline_pair"], limit=3)
     assert "acc" in results["offline_pair"] and "acc" in results["shakespeare_lastword"]
+
+
+@pytest.mark.slow
+def test_test_and_validate_with_ckpt_path_last_say_what_they_score_and_where_results_go(checkpoint, tmp_path):
+    """``cli.py test --ckpt_path last`` said "resuming", and reported the validation blocks as "test" without
+    saying so: it says "testing <file>", names the new logger version its results go to, and says once that the
+    test set is the validation split. ``validate`` says "validating <file>" and nothing about a test set."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    ckpt = run_dir / "last.ckpt"
+    shutil.copy(checkpoint, ckpt)
+    logger = json.dumps({"class_path": "lightning.pytorch.loggers.CSVLogger",
+                         "init_args": {"save_dir": str(run_dir), "name": "logs"}})
+    common = [*BASE, "--trainer.default_root_dir", str(run_dir), "--ckpt_path", "last", "--trainer.logger", logger]
+    test = run_cli_here("test", *common)
+    assert test.returncode == 0, test.stderr[-3000:]
+    said = test.stdout + test.stderr
+    assert f"--ckpt_path last: testing {ckpt}" in said and "resuming" not in said, said[-3000:]
+    assert f"cli.py test: scoring the checkpoint {ckpt}; results go to {run_dir / 'logs' / 'version_0'}" in said
+    assert said.count("the test set is LMDataModule's validation split") == 1
+    assert "test/loss" in (run_dir / "logs" / "version_0" / "metrics.csv").read_text()
+    validate = run_cli_here("validate", *common)
+    assert validate.returncode == 0, validate.stderr[-3000:]
+    said = validate.stdout + validate.stderr
+    assert f"--ckpt_path last: validating {ckpt}" in said and "resuming" not in said and "test set" not in said
+    assert f"cli.py validate: scoring the checkpoint {ckpt}; results go to {run_dir / 'logs' / 'version_1'}" in said

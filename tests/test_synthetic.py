@@ -141,6 +141,7 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     res = run_cli_here(*args)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "[1/1] passkey_sa_L1_w8_s0" in res.stdout
+    assert f"study long-range (preset quick): 1 cell(s), results in {out}/" in res.stdout  # said before training
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert [r["eval_samples"] for r in rows] == ["1", "2"] and rows[0]["receptive_field"] == "7"
     assert {"acc@2-15", "acc@32-63"} <= set(rows[0])
@@ -175,3 +176,84 @@ def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_pat
     assert {"val/acc", "val/loss", "val/acc@2-15", "val/acc@128-255", "train/loss"} <= tags
     config = (next(tmp_path.glob("tb/version_*")) / "config.yaml").read_text()
     assert "variant: swa" in config and "SyntheticDataModule" in config
+
+
+def test_each_preset_has_its_own_default_output_folder(monkeypatch):
+    """A quick run must not overwrite the full study's cells and tables: the README names all three folders."""
+    from sa_lightning.study.long_range import build_parser, load_settings
+
+    monkeypatch.chdir(ROOT)  # the config's relative fit_config
+    config = "configs/study/long_range.yaml"
+    folders = {preset: load_settings(config, preset, {})["out"] for preset in (None, "quick", "paper-scale")}
+    assert folders == {None: "outputs/study/long_range", "quick": "outputs/study/long_range_quick",
+                       "paper-scale": "outputs/study/long_range_paper_scale"}
+    assert load_settings(config, "quick", {"out": "elsewhere"})["out"] == "elsewhere"
+    help_text = " ".join(build_parser().format_help().split())
+    assert "long_range_quick" in help_text and "long_range_paper_scale" in help_text
+
+
+def _fake_result(variant, depth, window, ks=(1,)):
+    buckets = ["2-15", "16-31", "32-63", "64-127", "128-255"]
+    rf = depth * (window - 1)
+    acc = {"full": lambda lo: 1.0, "swa": lambda lo: 1.0 if lo <= rf else 0.0}.get(variant, lambda lo: 0.9)
+    return dict(task="passkey", variant=variant, depth=depth, window=window, seed=0, seq_len=256, receptive_field=rf,
+                scores={k: {"acc": 0.9, "loss": 0.1, "buckets": {b: acc(int(b.split("-")[0])) for b in buckets}}
+                        for k in ks})
+
+
+@pytest.mark.parametrize("panels", [[(2, 16)], [(2, 16), (4, 32)]])
+def test_study_figure_keeps_legend_and_receptive_field_label_off_the_curves(panels, tmp_path, monkeypatch):
+    """The L·(w−1) label once sat under the curves and the legend over the SA+SWA line: the label now sits above
+    each panel's plotting area and one legend below all panels, outside every axis."""
+    import sa_lightning.study.long_range as study
+
+    figures = []
+    real_savefig = study.savefig
+    monkeypatch.setattr(study, "savefig", lambda fig, path, **kw: (figures.append(fig), real_savefig(fig, path, **kw)))
+    results = [_fake_result(v, d, w, (1, 16) if v in ("sa", "sa_swa") else (1,))
+               for d, w in panels for v in ("full", "swa", "sa", "sa_swa")]
+    study.plot(results, tmp_path / "fig.png")
+    assert (tmp_path / "fig.png").stat().st_size > 1000
+    (fig,) = figures
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)  # the closed figure's canvas draws nothing
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    axes = fig.axes
+    assert len(axes) == len(panels) and all(ax.get_legend() is None for ax in axes)
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels.count("SA+SWA") == 1 and "SA+SWA (K=16)" in labels and "SWA's receptive field L·(w−1)" in labels
+    box = legend.get_window_extent(renderer)
+    for ax, (depth, window) in zip(axes, panels):
+        area = ax.get_window_extent(renderer)
+        assert box.y1 < area.y0  # below the axes, over no curve
+        (label,) = [t for t in ax.texts if t.get_text() == f"L·(w−1)={depth * (window - 1)}"]
+        assert label.get_window_extent(renderer).y0 >= area.y1  # above the plotting area
+        assert ax.title.get_window_extent(renderer).y0 >= label.get_window_extent(renderer).y1 - 1  # not on the title
+
+
+def test_a_cell_passes_its_fit_arguments_as_the_command_line(tmp_path, monkeypatch):
+    """The study calls ``lit.cli.run(args)`` while ``sys.argv`` holds the study's own command: LightningCLI warned
+    once per cell that both were given. The arguments now stand for the command line while the CLI runs."""
+    import sys
+    import warnings
+
+    from sa_lightning.lit.cli import run
+
+    monkeypatch.chdir(ROOT)
+    study_argv = ["cli.py", "study", "long-range", "--preset", "quick"]
+    monkeypatch.setattr(sys, "argv", list(study_argv))
+    args = ["--config", "configs/synthetic/passkey.yaml", "--model.arch.n_layer", "1",
+            "--data.init_args.seq_len", "64", "--model.arch.max_seq_len", "64",
+            "--trainer.default_root_dir", str(tmp_path)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = run(args, run=False)
+    assert not [w for w in caught if "args parameter" in str(w.message)], [str(w.message) for w in caught]
+    assert cli.model.arch.n_layer == 1 and cli.datamodule.seq_len == 64
+    assert sys.argv == study_argv  # restored
+    with pytest.raises(SystemExit):
+        run(["--no_such_flag", "1"], run=False)
+    assert sys.argv == study_argv  # restored after a refusal too

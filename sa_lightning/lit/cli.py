@@ -58,6 +58,28 @@ class SACLI(LightningCLI):
         self._steps_from_tokens()
         self._check_data_launch()
 
+    def before_validate(self) -> None:
+        self._say_what_is_evaluated("validate")
+
+    def before_test(self) -> None:
+        self._say_what_is_evaluated("test")
+
+    def _say_what_is_evaluated(self, subcommand: str) -> None:
+        """``cli.py validate|test``: which weights are scored and where the results go, and for ``test`` of the
+        shipped data modules, that its test set is the validation split. Lightning gives every Trainer a logger
+        version of its own, so the results land in a new version beside the training run's, never over its
+        config.yaml or eval tables."""
+        ckpt = self.config[subcommand].get("ckpt_path")
+        what = f"the checkpoint {ckpt}" if ckpt else "the model as configured, not a checkpoint (no --ckpt_path)"
+        if self.trainer.loggers:  # log_dir broadcasts only once the processes are launched: none are yet
+            where = f"results go to {self.trainer.log_dir} (a new logger version: Lightning gives every run its own)"
+        else:
+            where = f"no logger (trainer.logger is off): results are printed, files go under {self.trainer.default_root_dir}"
+        rank_zero_info(f"cli.py {subcommand}: scoring {what}; {where}")
+        if subcommand == "test" and _tests_on_validation(self.datamodule):
+            rank_zero_info(f"cli.py test: the test set is {type(self.datamodule).__name__}'s validation split (it has no "
+                           "test split of its own), so test/loss and test/ppl score the same data as val/loss and val/ppl")
+
     def _check_data_launch(self) -> None:
         """Runs in every rank's process before Lightning's first barrier, so a refusal never hangs a rank."""
         dm = self.datamodule
@@ -91,7 +113,7 @@ class SACLI(LightningCLI):
             return
         cfg = self.config[subcommand]
         if cfg.get("ckpt_path") == "last":
-            cfg.ckpt_path = self._resolve_last(cfg)
+            cfg.ckpt_path = self._resolve_last(cfg, subcommand)
         path = cfg.get("ckpt_path")
         if not path or path in ("best", "hpc", "registry"):
             return super()._parse_ckpt_path()
@@ -129,7 +151,7 @@ class SACLI(LightningCLI):
             sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
             raise
 
-    def _resolve_last(self, cfg) -> str | None:
+    def _resolve_last(self, cfg, subcommand: str = "fit") -> str | None:
         """``--ckpt_path last``: the newest readable checkpoint of this run folder, whatever logger version
         wrote it; newer files that cannot be read are skipped with one line each. None (a fresh start) only
         with ``--fresh_if_no_last true``; otherwise no checkpoint is refused."""
@@ -142,7 +164,7 @@ class SACLI(LightningCLI):
             rank_zero_info(f"--ckpt_path last: skipping {bad}, which cannot be read (truncated or corrupt); "
                            "taking the newest checkpoint that can")
         if path is not None:
-            rank_zero_info(f"--ckpt_path last: resuming from {path}")
+            rank_zero_info(f"--ckpt_path last: {CKPT_VERB.get(subcommand, 'resuming from')} {path}")
             return str(path)
         where = " or ".join(str(r) for r in roots)
         if skipped:
@@ -166,6 +188,19 @@ class SACLI(LightningCLI):
         self.trainer.fit_loop.epoch_loop.max_steps = steps
         if self.trainer.is_global_zero:
             print(f"max_steps = {steps} ({max_tokens:,} tokens / {per_step:,} tokens per optimizer step)")
+
+
+#: what ``--ckpt_path last`` does with the checkpoint it finds, per subcommand
+CKPT_VERB = {"fit": "resuming from", "validate": "validating", "test": "testing", "predict": "predicting with"}
+
+
+def _tests_on_validation(datamodule) -> bool:
+    """True for the shipped data modules, whose ``test_dataloader`` is their ``val_dataloader``: ``cli.py
+    test`` then scores the validation split. A subclass with a test split of its own is not claimed."""
+    from ..data import LMDataModule, SyntheticDataModule
+
+    own = getattr(type(datamodule), "test_dataloader", None)
+    return own is not None and own in (LMDataModule.test_dataloader, SyntheticDataModule.test_dataloader)
 
 
 def _as_dict(node) -> dict:
