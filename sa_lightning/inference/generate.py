@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget,
                              pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None
                              else tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-                             streamer=TextStreamer(tokenizer, skip_prompt=True), **sampling)
+                             streamer=TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True), **sampling)
         texts.append(tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
         if i + 1 < len(prompts):
             print(flush=True)
