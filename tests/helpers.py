@@ -206,3 +206,19 @@ class KillDuringSave(L.Callback):
                         os.kill(os.getpid(), signal.SIGKILL)
 
         threading.Thread(target=watch, daemon=True).start()
+
+
+def fit_tiny_checkpoint(folder) -> "Path":
+    """``cli.py fit`` of configs/tiny.yaml reduced in size (tests/configs/fast.yaml), 2 steps, in this process;
+    returns the ``last.ckpt`` it writes into ``folder``."""
+    import json
+    from pathlib import Path
+
+    from sa_lightning.lit.cli import run
+
+    root, folder = Path(__file__).resolve().parents[1], Path(folder)
+    run(["fit", "--config", str(root / "configs/tiny.yaml"), "--config", str(root / "tests/configs/fast.yaml"),
+         "--trainer.max_steps", "2", "--trainer.default_root_dir", str(folder), "--trainer.callbacks",
+         json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                      "init_args": {"dirpath": str(folder), "filename": "last", "every_n_train_steps": 2}}])])
+    return folder / "last.ckpt"

@@ -14,7 +14,7 @@ from sa_lightning.eval.harness import OFFLINE, TABLE1, load_tasks, resolve_tasks
 from sa_lightning.eval.lm import SALM
 from sa_lightning.eval.table import markdown_table
 from sa_lightning.models import ModelConfig, Transformer
-from tests.helpers import run_cli_here
+from tests.helpers import fit_tiny_checkpoint, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -46,11 +46,7 @@ def _requests(count=7, seed=0):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("ckpt")
-    run(["fit", *BASE, "--trainer.max_steps", "2", "--trainer.default_root_dir", str(folder), "--trainer.callbacks",
-         json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                      "init_args": {"dirpath": str(folder), "filename": "last", "every_n_train_steps": 2}}])])
-    return folder / "last.ckpt"
+    return fit_tiny_checkpoint(tmp_path_factory.mktemp("ckpt"))
 
 
 # ---- the lm-eval model ----------------------------------------------------------------------------

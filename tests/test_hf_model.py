@@ -15,7 +15,7 @@ from sa_lightning.models import ModelConfig, Transformer
 from sa_lightning.models.export import export
 from sa_lightning.models.hf_model import SATransformerForCausalLM
 from sa_lightning.models.transformer import rope_tables
-from tests.helpers import run_cli_here
+from tests.helpers import fit_tiny_checkpoint, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -142,11 +142,7 @@ def test_batched_left_padded_generation_gives_each_row_its_solo_tokens():
 # ---- 3. the commands, on a checkpoint `cli.py fit` wrote ------------------------------------------------
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("fit")
-    run(["fit", *BASE, "--trainer.max_steps", "2", "--trainer.default_root_dir", str(folder), "--trainer.callbacks",
-         json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                      "init_args": {"dirpath": str(folder), "filename": "last", "every_n_train_steps": 2}}])])
-    return folder / "last.ckpt"
+    return fit_tiny_checkpoint(tmp_path_factory.mktemp("fit"))
 
 
 @pytest.fixture(scope="module")
