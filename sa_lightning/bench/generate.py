@@ -62,9 +62,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         limit = model.config.max_position_embeddings
         if args.prompt + args.new > limit:
             raise ValueError(f"--prompt {args.prompt} + --new {args.new} exceeds the {shape} model's max_seq_len={limit}.")
-        prompt = torch.randint(1, model.config.vocab_size, (1, args.prompt), device=device,
-                               generator=torch.Generator().manual_seed(0)) if device.type == "cpu" else \
-            torch.randint(1, model.config.vocab_size, (1, args.prompt), device=device)
+        prompt = torch.randint(1, model.config.vocab_size, (1, args.prompt),
+                               generator=torch.Generator().manual_seed(0)).to(device)
         _tokens_per_s(model, prompt, 2, True)  # warm-up
         timings = {True: [], False: []}
         for _ in range(args.repeats):

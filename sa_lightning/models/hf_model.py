@@ -17,8 +17,9 @@ which moves every earlier token to a new slot: their keys and values, and every 
 them, change, so nothing could be cached and each token would cost a full prefill. So the prompt is
 encoded once under its sigma, and a new token reads the whole cache. This is a superset of any window
 it could have drawn, and the keys it reads were computed exactly as in training. The model never saw a
-query attend densely during training: the gap between the two is a measured quantity (the offline tasks
-and ``cli.py evaluate`` run the decode path on ``generate_until`` tasks), not something the code hides.
+query attend densely during training. What that costs has not been measured yet; ``cli.py evaluate`` runs
+this decode path on the ``generate_until`` tasks (the pass-key tasks), where an exported ``decode: dense``
+and ``decode: window`` model of the same checkpoint can be compared.
 """
 from __future__ import annotations
 
