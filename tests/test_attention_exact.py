@@ -82,6 +82,13 @@ def test_moba_matches_oracle(n, block, top_k, groups):
     _assert_matches(lambda: moba_attention(q, k, v, block, top_k), q, k, v, mask)
 
 
+@pytest.mark.parametrize("n,block,top_k,groups", [(1, 4, 2, 1), (100, 16, 3, 4), (300, 7, 50, 1), (257, 128, 4, 2)])
+def test_moba_dense_backend_matches_oracle(n, block, top_k, groups):
+    q, k, v = _qkv(n, groups, seed=n + block)
+    mask = oracle.moba_mask(q, k, block, top_k)
+    _assert_matches(lambda: moba_attention(q, k, v, block, top_k, backend="dense"), q, k, v, mask)
+
+
 def test_moba_selects_real_past_blocks():
     """The oracle's selection is not trivial: queries read more than their own block."""
     q, k, _ = _qkv(256, 1, seed=3)

@@ -52,6 +52,29 @@ def test_eager_flex_matches_oracle(per_row):
     torch.testing.assert_close(y, oracle.reference_attention(q, k, v, oracle.swa_mask(n, w), 0.25), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("n,block,top_k,heads", [(300, 32, 3, (4, 2)), (257, 128, 4, (4, 1)), (1000, 200, 3, (2, 2)),
+                                                  (500, 48, 5, (2, 2)), (40, 64, 2, (2, 2))])
+def test_moba_flex_block_mask_covers_every_pick_and_matches_oracle(n, block, top_k, heads):
+    """The block mask built from the picks visits every tile that holds a readable key, and the eager
+    FlexAttention forward equals the float64 oracle over the selection's mask."""
+    from sa_lightning.attention import moba
+
+    g = torch.Generator().manual_seed(n)
+    q = torch.randn(2, heads[0], n, 16, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, heads[1], n, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    selection = moba.moba_selection(q, k, block, top_k)
+    picks = moba.picks_per_head(selection, q) if selection is not None else torch.full((2, heads[0], n, 1), -1)
+    bm = flex.moba_block_mask(picks, block)
+    readable = masks.dense(masks.moba_picks(picks, block), n, batch=2, heads=heads[0])
+    nt = bm.kv_num_blocks.shape[-1]
+    pad = nt * 128 - n
+    covered = torch.nn.functional.pad(readable, (0, pad, 0, pad)).view(2, heads[0], nt, 128, nt, 128).any(5).any(3)
+    assert bool((bm.to_dense().bool() | ~covered).all()), "a tile holding a readable key is skipped"
+    ref = oracle.reference_attention(q, k, v, oracle.moba_mask(q, k, block, top_k), 0.25)
+    y = flex.moba_flex(q.float(), k.float(), v.float(), picks, block, scale=0.25, compiled=False)
+    torch.testing.assert_close(y.double(), ref, atol=1e-5, rtol=0)
+
+
 @pytest.mark.slow  # compiles (Inductor, with its compile workers)
 def test_compiled_flex_cpu_forward_never_recompiles():
     """New permutations swap the mask_mod only: one graph serves every layer and step."""

@@ -269,3 +269,39 @@ def test_every_n_steps_callbacks_act_once_per_step_under_gradient_accumulation()
     assert [s for s, f in zip((0, 0, 1, 1, 2, 2, 3, 3, 4, 4), fired) if f] == [2, 4]
     with pytest.raises(ValueError, match="every_n_steps must be >= 0"):
         EveryNSteps(-1)
+
+
+def test_fsdp_clips_by_the_norm_across_shards_where_lightning_refuses(monkeypatch):
+    """Lightning's FSDPPrecision raises on ``gradient_clip_val`` (the shipped fsdp_4gpu.yaml sets 1.0): the module
+    clips with FSDP's own ``clip_grad_norm_`` and logs its norm. FSDP1 runs on CPU over gloo, world size 1."""
+    import socket
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+
+    from sa_lightning.lit import LitLM
+    from sa_lightning.models import ModelConfig
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        lit = LitLM(arch=ModelConfig.from_name("debug"))
+        root = FullyShardedDataParallel(lit, sharding_strategy=ShardingStrategy.NO_SHARD, use_orig_params=True,
+                                        device_id=torch.device("cpu"))
+        monkeypatch.setattr(type(lit), "trainer", property(lambda self: SimpleNamespace(model=root)))
+        logged = {}
+        monkeypatch.setattr(lit, "log", lambda name, value, **kw: logged.update({name: float(value)}))
+        idx = torch.randint(0, lit.net.cfg.vocab_size, (2, 16))
+        (lit.net(idx).float().pow(2).mean() * 1e4).backward()
+        before = torch.nn.utils.get_total_norm([p.grad for p in lit.parameters() if p.grad is not None])
+        lit.configure_gradient_clipping(None, gradient_clip_val=0.5, gradient_clip_algorithm=None)
+        after = torch.nn.utils.get_total_norm([p.grad for p in lit.parameters() if p.grad is not None])
+        assert logged["train/grad_norm"] == pytest.approx(float(before), rel=1e-4) and float(before) > 0.5
+        assert float(after) == pytest.approx(0.5, rel=1e-3)
+        lit.on_before_optimizer_step(None)  # the per-rank norm is not logged over FSDP's
+        assert list(logged) == ["train/grad_norm"] and logged["train/grad_norm"] == pytest.approx(float(before), rel=1e-4)
+    finally:
+        dist.destroy_process_group()

@@ -10,6 +10,7 @@ import copy
 import functools
 
 import torch
+import torch.nn.functional as F
 
 from . import masks
 
@@ -22,8 +23,18 @@ def _flex():
     return fa
 
 
+#: dynamo's recompile limit while FlexAttention is compiled. Every variant's mask, every length and every
+#: q/k/v layout adds a graph to the one ``flex_attention`` frame; past dynamo's default of 8 it falls back to
+#: the unfused path, which holds the whole n x n score matrix (a 32k prefill of Qwen3-8B's shapes asked for
+#: 32 GiB on an H100, docs/benchmarks.md).
+RECOMPILE_LIMIT = 64
+
+
 @functools.lru_cache(maxsize=None)
 def _compiled():
+    config = torch._dynamo.config
+    if hasattr(config, "recompile_limit"):  # torch >= 2.6 (cache_size_limit before); raised, never lowered
+        config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
     return torch.compile(_flex().flex_attention, dynamic=False)
 
 
@@ -81,3 +92,35 @@ def sa_flex_slots(qs, ks, vs, pos: torch.Tensor, window: int, *, scale: float, c
         bm = band_block_mask(n, half, half, True, BLOCK, str(qs.device))
     mod = masks.stochastic_in_slots(pos, window)
     return flex_attention(qs, ks, vs, with_mask_mod(bm, mod), scale=scale, compiled=compiled)
+
+
+def moba_block_mask(picks: torch.Tensor, block_size: int, block: int = BLOCK):
+    """The BlockMask of MoBA for ``picks`` (B, H, n, P), -1 = no pick: a key tile is visited by a query tile
+    when it overlaps the own block of one of the tile's queries (causally) or a block one of them picked.
+    Built on the device from the picks, with no host sync; every visited tile is partial."""
+    B, H, n, _ = picks.shape
+    nt, nblk = -(-n // block), -(-n // block_size)
+    dev = picks.device
+    tile_of_query = (torch.arange(n, device=dev) // block).view(1, 1, n, 1).expand_as(picks)
+    chosen = torch.zeros(B, H, nt, nblk + 1, dtype=torch.int32, device=dev)  # column 0 takes the -1s
+    flat = (tile_of_query * (nblk + 1) + picks + 1).reshape(B, H, -1)
+    chosen.view(B, H, -1).scatter_(-1, flat, torch.ones_like(flat, dtype=torch.int32))
+    chosen = chosen[..., 1:]
+    # key tile t covers keys [t*block, (t+1)*block - 1], i.e. blocks lo(t)..hi(t): any chosen among them?
+    starts = torch.arange(nt, device=dev) * block
+    ends = torch.clamp(starts + block, max=n) - 1
+    lo, hi = starts // block_size, ends // block_size
+    cum = F.pad(chosen.cumsum(-1), (1, 0))
+    picked = (cum[..., hi + 1] - cum[..., lo]) > 0  # (B, H, nt, nt)
+    # own blocks: query tile [qs, qe] reads keys from block(qs)'s start up to qe
+    own = (starts.view(1, -1) <= ends.view(-1, 1)) & (ends.view(1, -1) >= (starts // block_size * block_size).view(-1, 1))
+    hit = picked | own
+    num = hit.sum(-1, dtype=torch.int32)
+    order = torch.argsort((~hit).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return _flex().BlockMask.from_kv_blocks(num, order, BLOCK_SIZE=block, mask_mod=masks.moba_picks(picks, block_size),
+                                            seq_lengths=(n, n))
+
+
+def moba_flex(q, k, v, picks: torch.Tensor, block_size: int, *, scale: float, compiled: bool = True):
+    """MoBA on FlexAttention: ``picks`` (B, Hq, n, P) are each query head's selected past blocks (-1: none)."""
+    return flex_attention(q, k, v, moba_block_mask(picks, block_size), scale=scale, compiled=compiled)

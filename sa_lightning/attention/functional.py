@@ -16,7 +16,7 @@ from .band_common import fused_forward_applies
 from .band_inplace import Band, multi_band_attention
 from .banded import banded_attention
 from .dense import dense_masked_attention, merge_partials
-from .moba import moba_kernel, moba_selection
+from .moba import moba_kernel, moba_selection, picks_per_head
 from .permutation import gather_tokens, invert_permutation, sample_permutation
 
 BACKENDS = ("auto", "banded", "flex", "dense")
@@ -184,16 +184,36 @@ def _sa_swa_union(q, k, v, window: int, perm, inv, lengths, scale: float, return
     return (y, lse) if return_lse else y
 
 
-def moba_attention(q, k, v, block_size, top_k, *, scale=None):
-    """Mixture of Block Attention: own block (causal) plus the top_k - 1 best strictly-past blocks."""
-    _, _, _, _, d = check_qkv(q, k, v)
+def moba_attention(q, k, v, block_size, top_k, *, scale=None, backend="auto"):
+    """Mixture of Block Attention: own block (causal) plus the top_k - 1 best strictly-past blocks.
+
+    ``backend``: ``auto`` (FlexAttention on CUDA, the gather kernel elsewhere), ``flex``, ``banded`` (the
+    O(n*c) gather kernel) or ``dense`` (the n x n mask of the selection)."""
+    _, _, _, n, d = check_qkv(q, k, v)
     check_positive("block_size", block_size)
     check_positive("top_k", top_k)
     scale = default_scale(d, scale)
-    if kv_finite(k, v):
-        return moba_kernel(q, k, v, block_size=block_size, top_k=top_k, scale=scale)
-    # The guard's runs must read the same blocks: the gate of the inputs as given (a NaN gate never selects).
-    chosen = moba_selection(q, k, block_size, top_k)
-    run = lambda q, k, v: moba_kernel(q, k, v, block_size=block_size, top_k=top_k, scale=scale,  # noqa: E731
-                                      selection=chosen)
-    return guard_nonfinite(run, q, k, v, finite=False)
+    backend = _backend(backend, q)
+    finite = kv_finite(k, v)
+    # With non-finite keys the guard's runs must read the same blocks: the gate of the inputs as given
+    # (a NaN gate never selects).
+    chosen = None if finite else moba_selection(q, k, block_size, top_k)
+    if backend == "dense":
+        run = lambda q, k, v: _moba_dense(q, k, v, block_size, top_k, scale, chosen)  # noqa: E731
+    else:
+        kernel = "flex" if backend == "flex" else "gather"
+        run = lambda q, k, v: moba_kernel(q, k, v, block_size=block_size, top_k=top_k, scale=scale,  # noqa: E731
+                                          selection=chosen, backend=kernel)
+    return run(q, k, v) if finite else guard_nonfinite(run, q, k, v, finite=False)
+
+
+def _moba_dense(q, k, v, block_size: int, top_k: int, scale: float, selection=None):
+    """MoBA through the dense n x n mask of its selection (short sequences, and a check of the other paths)."""
+    n = q.shape[2]
+    selection = selection if selection is not None else moba_selection(q, k, block_size, top_k)
+    if selection is None:
+        picks = torch.full((*q.shape[:3], 1), -1, dtype=torch.long, device=q.device)
+    else:
+        picks = picks_per_head(selection, q)
+    mask = masks.dense(masks.moba_picks(picks, block_size), n, batch=q.shape[0], heads=q.shape[1], device=q.device)
+    return dense_masked_attention(q, k, v, mask, scale=scale)

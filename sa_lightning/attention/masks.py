@@ -91,6 +91,21 @@ def moba(selected: torch.Tensor, block_size: int) -> MaskMod:
     return mask
 
 
+def moba_picks(picks: torch.Tensor, block_size: int) -> MaskMod:
+    """MoBA from each query's picked block indices: ``picks`` is (B, H, n, P) long, -1 where a query has
+    no pick. The same pattern as ``moba`` with a table of n * P entries per head instead of n * nblk."""
+    count = picks.shape[-1]
+
+    def mask(b, h, q_idx, kv_idx):
+        kv_blk = kv_idx // block_size
+        out = (kv_idx <= q_idx) & (kv_blk == q_idx // block_size)
+        for p in range(count):  # picks are strictly past blocks: causal by construction
+            out = out | (picks[b, h, q_idx, p] == kv_blk)
+        return out
+
+    return mask
+
+
 def union(*masks: MaskMod) -> MaskMod:
     def mask(b, h, q_idx, kv_idx):
         out = masks[0](b, h, q_idx, kv_idx)

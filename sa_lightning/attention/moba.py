@@ -176,11 +176,33 @@ def moba_selection(q, k, block_size: int, top_k: int):
     return select_blocks(q, k, block_size, picks)
 
 
-def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float, selection=None) -> torch.Tensor:
+def picks_per_head(selection, q) -> torch.Tensor:
+    """``moba_selection``'s (index, valid), folded (B, Hkv, G*n, P), as (B, Hq, n, P) block indices, -1 = none."""
+    B, Hq, n, _ = q.shape
+    index, valid = selection
+    return torch.where(valid, index, -1).view(B, Hq, n, -1)  # (B, Hkv, G*n) is (B, Hq, n) folded
+
+
+def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float, selection=None,
+                backend: str = "gather") -> torch.Tensor:
     """MoBA with block size c and top_k blocks per query (its own block counts as one). ``selection``, from
-    ``moba_selection``, fixes the selected blocks (the non-finite guard's runs share the raw inputs' gate)."""
+    ``moba_selection``, fixes the selected blocks (the non-finite guard's runs share the raw inputs' gate).
+
+    ``backend``: ``"flex"`` runs one FlexAttention call over a block mask built from the picks (CUDA's path:
+    the gather path below moves n*(k-1)*c*d keys, a Python loop of small chunks on a GPU); ``"gather"``
+    gathers each query's selected blocks (autograd), or on CPU without grad runs SDPA's fused kernel."""
     n = q.shape[2]
     c = block_size
+    if backend == "flex":
+        from .flex import moba_flex
+
+        if selection is None:
+            selection = moba_selection(q, k, c, top_k)
+        if selection is None:  # no past blocks: the own block only is a causal band of width c
+            picks = torch.full((*q.shape[:3], 1), -1, dtype=torch.long, device=q.device)
+        else:
+            picks = picks_per_head(selection, q)
+        return moba_flex(q, k, v, picks, c, scale=scale)
     # Forward only on CPU, both parts run through SDPA's fused kernel; otherwise the autograd path.
     fused = fused_forward_applies(q, k, v)
     own_block, selected_blocks = (_own_block_fused, _selected_fused) if fused else (_own_block, _selected_blocks)

@@ -117,7 +117,7 @@ register_variant(Variant(
 ))
 register_variant(Variant(
     "moba", ("moba",),
-    lambda q, k, v, s, p, lens, inv: (moba_attention(q, k, v, s.block_size, s.top_k),),
+    lambda q, k, v, s, p, lens, inv: (moba_attention(q, k, v, s.block_size, s.top_k, backend=s.backend),),
 ))
 # Training-free SA+SWA (the HF patcher's ``sa_swa`` mode): one softmax over the union of both masks.
 register_variant(Variant(

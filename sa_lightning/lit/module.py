@@ -177,9 +177,21 @@ class LitLM(L.LightningModule):
         self._log_eval("test", prog_bar=False)
 
     def on_before_optimizer_step(self, optimizer) -> None:
+        if _fsdp_root(self.trainer.model) is not None:
+            return  # each rank holds a shard: the norm is logged from FSDP's clip_grad_norm_, across ranks
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if grads:  # before clipping (Lightning clips after this hook)
             self.log("train/grad_norm", torch.nn.utils.get_total_norm(grads))
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Lightning's FSDP precision refuses norm clipping, since ``torch.nn.utils.clip_grad_norm_`` would see
+        one rank's shard; FSDP's own ``clip_grad_norm_`` on the root module reduces the norm across ranks."""
+        root = _fsdp_root(self.trainer.model)
+        if root is not None and gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            self.log("train/grad_norm", root.clip_grad_norm_(gradient_clip_val))
+            return
+        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
+                            gradient_clip_algorithm=gradient_clip_algorithm)
 
     # ---- optimizer ---------------------------------------------------------------------------
     def tokens_per_step(self) -> int:
@@ -213,6 +225,14 @@ class LitLM(L.LightningModule):
             self.bucket_acc = torch.nn.ModuleList(MeanMetric() for _ in self.bucket_names)
 
     def on_fit_start(self) -> None:
+        if _fsdp_root(self.trainer.model) is not None:
+            # torch 2.11's FSDP (use_orig_params, bf16-mixed, one GPU: NO_SHARD) hands the tied embedding its
+            # bf16 gradient view and then fails torch's check that a gradient has the parameter's dtype
+            # (docs/benchmarks.md, doctor 2026-11-24). FSDP already bypasses that check for every primary
+            # parameter; the tied one is told so too.
+            for name, p in self.net.named_parameters(remove_duplicate=False):
+                if hasattr(p, "grad_dtype") and name.startswith("lm_head."):
+                    p.grad_dtype = None
         counts = {"params/total": self.net.num_parameters(),
                   "params/non_embedding": self.net.num_parameters(exclude_embedding=True)}
         dm = self.trainer.datamodule
@@ -277,3 +297,12 @@ class LitLM(L.LightningModule):
         self.micro_step = state.get("micro_step", 0)
         self.trained_steps = int(checkpoint.get("global_step") or 0)  # trainer.global_step stays 0 in test
         self.tokens_seen = state.get("tokens_seen", 0)
+
+
+def _fsdp_root(model):
+    """``model`` when it is the root of a (FSDP1) FullyShardedDataParallel wrap, else None."""
+    if not torch.distributed.is_available():
+        return None
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return model if isinstance(model, FullyShardedDataParallel) else None
