@@ -1,4 +1,5 @@
 """Bad input, permutations, the registry, the gate, and the O(n*w) memory contract."""
+import numpy as np
 import pytest
 
 from tests.helpers import LargestTensor
@@ -53,6 +54,35 @@ def test_bad_shapes(shapes, needle, fn):
     q, k, v = (torch.randn(*s) for s in shapes)
     with pytest.raises(ValueError, match=needle):
         fn(q, k, v)
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda: torch.randn(2, 4, 16, 0), "head dim"),
+    (lambda: torch.randint(0, 5, (2, 4, 16, 8)), "floating point"),
+    (lambda: torch.randint(0, 5, (2, 4, 16, 8), dtype=torch.uint8), "floating point"),
+    (lambda: torch.zeros(2, 4, 16, 8, dtype=torch.bool), "floating point"),
+])
+@pytest.mark.parametrize("fn", [
+    lambda q, k, v: full_attention(q, k, v),
+    lambda q, k, v: sliding_window_attention(q, k, v, 4),
+    lambda q, k, v: stochastic_attention(q, k, v, 4),
+    lambda q, k, v: moba_attention(q, k, v, 4, 2),
+])
+def test_empty_head_dim_and_non_float_inputs_are_refused_in_one_sentence(make, needle, fn):
+    q = make()
+    with pytest.raises(ValueError, match=needle):
+        fn(q, q.clone(), q.clone())
+
+
+@pytest.mark.parametrize("window", [np.int64(8), np.int32(8), torch.tensor(8)])
+def test_numpy_and_tensor_integers_are_integers(window):
+    q, k, v = _qkv()
+    torch.testing.assert_close(sliding_window_attention(q, k, v, window), sliding_window_attention(q, k, v, 8))
+    spec = AttentionSpec("sa", window=window, block_size=np.int64(4))
+    assert type(spec.window) is int and spec.window == 8 and type(spec.block_size) is int
+    for bad in (8.0, np.float64(8), torch.tensor(8.0), True, torch.tensor(True)):
+        with pytest.raises(ValueError, match="window must be an integer"):
+            sliding_window_attention(q, k, v, bad)
 
 
 def test_devices_must_match():

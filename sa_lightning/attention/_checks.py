@@ -4,19 +4,34 @@ Each check raises one ``ValueError`` naming the offending argument, before any w
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 
-def check_positive(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+def as_int(value) -> int | None:
+    """``value`` as a Python int when it is an integer of any kind (int, numpy integer, 0-d integer tensor);
+    None for bools, floats and everything else."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def check_positive(name: str, value) -> int:
+    number = as_int(value)
+    if number is None or number < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-    return value
+    return number
 
 
-def check_nonnegative(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+def check_nonnegative(name: str, value) -> int:
+    number = as_int(value)
+    if number is None or number < 0:
         raise ValueError(f"{name} must be an integer >= 0, got {value!r}.")
-    return value
+    return number
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, int, int, int, int]:
@@ -29,7 +44,11 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, i
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device} and {v.device}.")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype} and {v.dtype}.")
+    if not q.dtype.is_floating_point:
+        raise ValueError(f"q, k and v must be floating point (float32, bfloat16, ...), got {q.dtype}.")
     B, Hq, n, d = q.shape
+    if d < 1:
+        raise ValueError(f"the head dim (q's last size) must be >= 1, got {d}.")
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}.")
     Bk, Hkv, nk, dk = k.shape

@@ -53,7 +53,7 @@ def full_attention(q, k, v, *, scale=None):
 def sliding_window_attention(q, k, v, window, *, scale=None, backend="auto"):
     """Query i reads keys j with 0 <= i - j <= window - 1."""
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
-    check_positive("window", window)
+    window = check_positive("window", window)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
     return guard_nonfinite(lambda q, k, v: _swa(q, k, v, window, scale, backend), q, k, v)
@@ -90,7 +90,7 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
     sigma^-1 together, as the paper does; it is not checked against ``perm``.
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
-    check_positive("window", window)
+    window = check_positive("window", window)
     perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
@@ -132,7 +132,7 @@ def sa_swa_attention(q, k, v, window, perm=None, *, generator=None, scale=None, 
     SDPA's fused kernel serves each band) calls the two paths' own functions.
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
-    check_positive("window", window)
+    window = check_positive("window", window)
     perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
@@ -159,7 +159,7 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
     ``stochastic_attention``. ``return_lse`` also returns the union's log-sum-exp (B, Hq, n), for sinks.
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
-    check_positive("window", window)
+    window = check_positive("window", window)
     perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
     scale = default_scale(d, scale)
     run = lambda q, k, v: _sa_swa_union(q, k, v, window, perm, inv, lengths, scale, return_lse)  # noqa: E731
@@ -190,8 +190,8 @@ def moba_attention(q, k, v, block_size, top_k, *, scale=None, backend="auto"):
     ``backend``: ``auto`` (FlexAttention on CUDA, the gather kernel elsewhere), ``flex``, ``banded`` (the
     O(n*c) gather kernel) or ``dense`` (the n x n mask of the selection)."""
     _, _, _, n, d = check_qkv(q, k, v)
-    check_positive("block_size", block_size)
-    check_positive("top_k", top_k)
+    block_size = check_positive("block_size", block_size)
+    top_k = check_positive("top_k", top_k)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
     finite = kv_finite(k, v)

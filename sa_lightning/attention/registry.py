@@ -33,10 +33,9 @@ class AttentionSpec:
 
     def __post_init__(self):
         get_variant(self.variant)
-        check_positive("window", self.window)
-        check_positive("block_size", self.block_size)
-        check_positive("top_k", self.top_k)
-        check_nonnegative("sink", self.sink)
+        for name, check in (("window", check_positive), ("block_size", check_positive), ("top_k", check_positive),
+                            ("sink", check_nonnegative)):
+            object.__setattr__(self, name, check(name, getattr(self, name)))  # numpy and 0-d tensor ints: int
         if self.sink and self.variant not in SINK_VARIANTS:
             raise ValueError(f"sink applies to the variants {', '.join(SINK_VARIANTS)}, not {self.variant!r}.")
 

@@ -75,9 +75,9 @@ def sink_attention(q, k, v, variant: str, window: int, sink: int, perm=None, *, 
     ``perm``, ``lengths`` and ``inv`` as for ``stochastic_attention`` (SA's variants draw ``perm`` when None)."""
     if variant not in SINK_VARIANTS:
         raise ValueError(f"sinks apply to {', '.join(SINK_VARIANTS)}, not {variant!r}.")
-    check_nonnegative("sink", sink)
+    sink = check_nonnegative("sink", sink)
     B, Hq, _, n, d = check_qkv(q, k, v)
-    check_positive("window", window)
+    window = check_positive("window", window)
     scale = default_scale(d, scale)
     if variant == "swa":
         pos, lengths = None, check_lengths(lengths, B, n, q.device)
