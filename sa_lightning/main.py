@@ -96,12 +96,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: unknown command {name!r}; expected {_one_of(COMMANDS)}.\n{USAGE}")
     if entry.heavy:
         from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
-        from sa_lightning.utils.load import busy_hint
+        from sa_lightning.utils.load import pick_threads
 
         tune_cpu_allocator()
-        hint = busy_hint()
-        if hint:
-            print(hint, file=sys.stderr, flush=True)
+        note = pick_threads()
+        if note:
+            print(note, file=sys.stderr, flush=True)
     if isinstance(entry, Group):
         if not rest or rest[0] not in entry.commands:
             raise SystemExit(f"error: {name!r} takes {entry.what}: {_one_of(entry.commands)}. "

@@ -8,6 +8,7 @@ A batch is a LongTensor (B, n + 1) of text, or a dict from ``SyntheticDataModule
 from __future__ import annotations
 
 import math
+import sys
 
 import lightning as L
 import torch
@@ -17,7 +18,12 @@ from torchmetrics.aggregation import MeanMetric
 
 from ..models import ModelConfig, build_model
 from ..models.flops import matmul_params, train_flops_per_token
+from ..utils.load import pick_threads
 from .schedule import steps_for_tokens, tokens_per_step, warmup_cosine
+
+
+#: micro-batches between two looks at the machine's load (a syscall)
+BUSY_CHECK_EVERY = 50
 
 
 class LitLM(L.LightningModule):
@@ -128,6 +134,14 @@ class LitLM(L.LightningModule):
         self.log("train/tokens", float(self.tokens_seen))
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        # a fit that started on a quiet machine and became busy: one thread from then on (utils/load.py)
+        if batch_idx % BUSY_CHECK_EVERY == BUSY_CHECK_EVERY - 1 and self.device.type == "cpu" \
+                and torch.get_num_threads() > 1:
+            note = pick_threads()
+            if note:
+                print(note, file=sys.stderr, flush=True)
 
     def validation_step(self, batch, batch_idx: int) -> None:
         # validation permutations depend only on the batch index: val loss is comparable across evals
