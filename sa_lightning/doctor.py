@@ -74,7 +74,18 @@ def main(argv: list[str] | None = None) -> dict:
         if not torch.cuda.is_available():
             raise SystemExit("error: doctor checks the GPU paths and this machine has no CUDA GPU that PyTorch can use; "
                              "run it on the GPU machine, or pass --tiny to run the same stages at toy sizes on the CPU.")
-    budgets = {k: v * args.budget_scale for k, v in BUDGETS["tiny" if args.tiny else "gpu"].items()}
+    scale = args.budget_scale
+    if args.tiny:
+        from .utils.load import user_chose_threads
+
+        if not user_chose_threads():  # toy sizes gain little from threads and lose much on a busy machine
+            os.environ["OMP_NUM_THREADS"] = "1"
+        slow = machine_slowdown()
+        scale *= slow
+        if slow >= 1.1:
+            print(f"This machine runs {slow:.1f}x slower than the --tiny budgets assume (a timed warm-up and the "
+                  f"load average): budgets x{scale:.1f}.", flush=True)
+    budgets = {k: v * scale for k, v in BUDGETS["tiny" if args.tiny else "gpu"].items()}
     for item in args.budget:
         stage, _, seconds = item.partition("=")
         if stage not in STAGES or not _positive(seconds):
@@ -93,6 +104,34 @@ def main(argv: list[str] | None = None) -> dict:
     if failed:
         raise SystemExit(f"doctor: {len(failed)} stage(s) not ok ({', '.join(failed)}); see {args.out / 'report.md'}.")
     return report
+
+
+#: seconds of 400 products of two 256 x 256 float32 matrices on one thread, on the 2-core machine the --tiny
+#: budgets were set on (AMD EPYC, 2026-11-24: 0.15 s)
+WARMUP_REFERENCE_S = 0.15
+
+
+def machine_slowdown(max_factor: float = 10.0) -> float:
+    """How much slower than the budgets' machine this one runs now, from 1 to ``max_factor``: the larger of a
+    timed single-thread warm-up against ``WARMUP_REFERENCE_S`` and the load average per core. A hung stage
+    is still killed, at most ``max_factor`` times later."""
+    import torch
+
+    from .utils.load import is_busy
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a = torch.randn(256, 256)
+        a @ a
+        t0 = time.perf_counter()
+        for _ in range(400):
+            a @ a
+        took = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+    _, load, cores = is_busy()
+    return min(max_factor, max(1.0, took / WARMUP_REFERENCE_S, load / cores))
 
 
 def _positive(text: str) -> bool:

@@ -1,5 +1,6 @@
 """``cli.py doctor --tiny``: every stage a lent GPU will run, at toy sizes on the CPU, down to the report."""
 import json
+import os
 
 import pytest
 
@@ -42,3 +43,17 @@ def test_doctor_without_a_gpu_points_to_tiny_and_bad_budgets_are_one_line(tmp_pa
     res = run_cli_here("doctor", "--tiny", "--out", str(tmp_path), "--budget", "train=-1")
     assert res.returncode != 0 and "--budget takes STAGE=SECONDS" in res.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_tiny_budgets_stretch_with_a_slow_or_busy_machine_and_stay_finite(monkeypatch):
+    """A busy laptop passes doctor --tiny (measured: load 6 on 2 cores, x5.9, every stage ok) and a hung stage
+    is still killed: the factor is at least 1 and at most 10."""
+    from sa_lightning import doctor
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    monkeypatch.setattr(doctor, "WARMUP_REFERENCE_S", 1e3)  # a machine far faster than the reference: 1
+    assert doctor.machine_slowdown() == 1.0
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))
+    assert doctor.machine_slowdown() == pytest.approx(max(1.0, 7.0 / len(os.sched_getaffinity(0))))
+    monkeypatch.setattr(doctor, "WARMUP_REFERENCE_S", 1e-9)  # far slower: capped
+    assert doctor.machine_slowdown() == 10.0
