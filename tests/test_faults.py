@@ -82,6 +82,7 @@ def _resume_matches(sig, saved_step, uninterrupted, tmp_path, extra=(), referenc
     first = _fit(tmp_path, tmp_path / "first", {"class_path": "tests.helpers.SignalAt",
                                                  "init_args": {"step": 3, "signal": sig}}, extra=extra)
     assert f"saved {tmp_path / CKPT_DIR / 'last.ckpt'} at step 3" in first.stdout + first.stderr, first.stderr[-3000:]
+    assert first.returncode == 1 and "stopped by a signal before the run's end" in first.stderr  # `fit && test` stops
     import torch
 
     last = torch.load(tmp_path / CKPT_DIR / "last.ckpt", weights_only=True, map_location="cpu")
@@ -128,6 +129,7 @@ def test_ctrl_c_saves_like_sigterm(tmp_path):
     assert "Ctrl-C: saving last.ckpt after this batch" in out and \
         f"saved {tmp_path / CKPT_DIR / 'last.ckpt'} at step 3" in out, out[-3000:]
     assert torch.load(tmp_path / CKPT_DIR / "last.ckpt", weights_only=True, map_location="cpu")["global_step"] == 3
+    assert first.returncode == 1, out[-3000:]
 
 
 def _other_file_system(near: Path) -> Path:

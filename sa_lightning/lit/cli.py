@@ -279,14 +279,22 @@ def run(args: list[str] | None = None, run: bool = True) -> SACLI:
     line, so they become ``sys.argv[1:]`` while the CLI runs, as LightningCLI expects: given both, it warns
     that they may be a mistake, and Lightning's DDP launcher restarts the script with ``sys.argv``, which
     must then be this fit, not the command that called it."""
-    if args is None or not isinstance(args, (list, tuple)):
-        return _make_cli(args, run)
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     saved = sys.argv
-    sys.argv = [saved[0] if saved else "cli.py", *(str(a) for a in args)]
     try:
+        if args is None or not isinstance(args, (list, tuple)):
+            return _make_cli(args, run)
+        sys.argv = [saved[0] if saved else "cli.py", *(str(a) for a in args)]
         return _make_cli(None, run)
+    except SIGTERMException:  # a SystemExit with status 0: `fit && test` would go on with a half-trained model
+        raise SystemExit(STOPPED_BY_SIGNAL) from None
     finally:
         sys.argv = saved
+
+
+#: the exit status (1) and line of a run stopped by SIGTERM, SIGUSR1 or Ctrl-C (after ``SaveOnSignal`` saved)
+STOPPED_BY_SIGNAL = "stopped by a signal before the run's end (exit status 1); resume it with --ckpt_path last."
 
 
 def _make_cli(args, run: bool) -> SACLI:
