@@ -166,6 +166,9 @@ def _bad_source(folder, line: str) -> SourceConfig:
     ('{"meta": {"redpajama_set_name": "RedPajamaBook"}}',
      r"record 9 of data file '.*train-00001\.jsonl' has no text in field 'text'; repair or remove that record, "
      r"or set text_field\."),
+    ('{"text": 12345}', r"line 9 of data file '.*train-00001\.jsonl' has int 12345 in field 'text', where text must be "
+                        r"a string; repair or remove that record\."),
+    ('{"text": ["a", "list"]}', r"line 9 of data file '.*train-00001\.jsonl' has list \[\"a\", \"list\"\] in field 'text'"),
 ])
 def test_a_bad_file_read_in_a_worker_fails_in_one_line_naming_it(workers, line, said, tok, tmp_path):
     src = _bad_source(tmp_path, line)

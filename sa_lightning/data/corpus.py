@@ -152,6 +152,7 @@ class _NamedTables:
 
     def __init__(self, generate, source: SourceConfig):
         self.generate, self.text_field, self.describe = generate, source.text_field, source.describe()
+        self._scanned: dict = {}  # file -> its first record with non-string text, or None
 
     def __call__(self, **kwargs):
         files = kwargs.get("original_files") or kwargs.get("files") or kwargs.get("base_files") or []
@@ -181,12 +182,36 @@ class _NamedTables:
             raise DataSourceError(f"records of data file {self._name(files, shard)} have no field {self.text_field!r} "
                                   f"(they have {', '.join(names)}); set text_field.")
         column = table.column(self.text_field)
+        import pyarrow as pa
+
+        # A record whose text is a number, list, ... makes datasets read that file's column as JSON (each
+        # value JSON-encoded), then cast to the string the other files have: the file would train as quoted
+        # text. Either sign sends the file (once) to a scan that names the record's line.
+        string = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        if not string or _any_quoted(column):
+            path = self._path(files, shard)
+            if path not in self._scanned:
+                self._scanned[path] = _non_string_text(path, self.text_field) if path else None
+            found = self._scanned[path]
+            if found or not string:
+                where = (f"line {found[0]} of data file {self._name(files, shard)} has {found[1]}" if found else
+                         f"data file {self._name(files, shard)} has records whose field {self.text_field!r} is not "
+                         f"a string (the column reads as {column.type})")
+                raise DataSourceError(f"{where} in field {self.text_field!r}, where text must be a string; repair or "
+                                      "remove that record.")
         if column.null_count:
             import pyarrow.compute as pc
 
             first = int(pc.index(pc.is_null(column), True).as_py())
             raise DataSourceError(f"record {rows + first + 1} of data file {self._name(files, shard)} has no text in "
                                   f"field {self.text_field!r}; repair or remove that record, or set text_field.")
+
+    @staticmethod
+    def _path(files, shard):
+        files = list(files) if isinstance(files, (list, tuple)) else []
+        if isinstance(shard, int) and 0 <= shard < len(files):
+            return files[shard]
+        return files[0] if len(files) == 1 else None
 
     def _name(self, files, shard) -> str:
         files = list(files) if isinstance(files, (list, tuple)) else []
@@ -213,6 +238,36 @@ def _bad_json_line(path, limit: int = 1 << 28) -> tuple[int, str] | None:
                         json.loads(line)
                     except ValueError as err:
                         return number, f"{type(err).__name__}: {err}"
+    except OSError:
+        return None
+    return None
+
+
+def _any_quoted(column) -> bool:
+    """Whether a text in this Arrow string column starts and ends with a double quote (two vectorised tests)."""
+    import pyarrow.compute as pc
+
+    return bool(pc.any(pc.and_(pc.starts_with(column, '"'), pc.ends_with(column, '"'))).as_py())
+
+
+def _non_string_text(path, field: str, limit: int = 1 << 28) -> tuple[int, str] | None:
+    """(line number, what it holds) of the first record of a local JSON Lines file whose ``field`` is present
+    and not a string, reading at most ``limit`` bytes; only on the error path."""
+    try:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(str(path), "rb") as f:
+            read = 0
+            for number, line in enumerate(f, 1):
+                read += len(line)
+                if read > limit:
+                    return None
+                try:
+                    value = json.loads(line).get(field) if line.strip() else None
+                except (ValueError, AttributeError):
+                    continue
+                if value is not None and not isinstance(value, str):
+                    shown = json.dumps(value)
+                    return number, f"{type(value).__name__} {shown[:40]}{'...' if len(shown) > 40 else ''}"
     except OSError:
         return None
     return None
@@ -283,6 +338,10 @@ def texts_of(table, source: SourceConfig) -> list[str]:
     texts = table.column(source.text_field).to_pylist()
     if any(t is None for t in texts):
         raise KeyError(f"records of {source.describe()} have no text in field {source.text_field!r}; set text_field.")
+    bad = next((t for t in texts if not isinstance(t, str)), None)
+    if bad is not None:
+        raise DataSourceError(f"a record of {source.describe()} holds {type(bad).__name__} {str(bad)[:40]!r} in field "
+                              f"{source.text_field!r}, where text must be a string; repair or remove that record.")
     return texts
 
 
@@ -290,4 +349,7 @@ def _text(record: dict, source: SourceConfig) -> str:
     text = record.get(source.text_field)
     if text is None:
         raise KeyError(f"records of {source.describe()} have no field {source.text_field!r}; set text_field.")
+    if not isinstance(text, str):
+        raise DataSourceError(f"a record of {source.describe()} holds {type(text).__name__} {str(text)[:40]!r} in "
+                              f"field {source.text_field!r}, where text must be a string; repair or remove that record.")
     return text
