@@ -117,6 +117,13 @@ def main(argv: list[str] | None = None) -> Path:
     for flag in ("time", "prepare_time"):
         if not re.fullmatch(r"(\d+-)?\d{1,3}:\d{2}:\d{2}", getattr(args, flag)):
             raise ValueError(f"--{flag} must look like HH:MM:SS or D-HH:MM:SS, got {getattr(args, flag)!r}.")
+    if args.job_name is not None and not re.fullmatch(r"[A-Za-z0-9._+-]{1,128}", args.job_name):
+        raise ValueError(f"--job_name may hold letters, digits and . _ + - only (it goes into the job script), "
+                         f"got {args.job_name!r}.")
+    for option in args.sbatch:
+        if not re.fullmatch(r"--?[A-Za-z][\w-]*(=[^\s'\"`$;&|<>\\]*)?", option):
+            raise ValueError(f"--sbatch takes one sbatch option such as --sbatch=--account=abc, with no spaces, quotes "
+                             f"or shell characters (it becomes an #SBATCH line), got {option!r}.")
     stem = Path(args.config).stem
     offline_here = [key for key in HUB_SWITCHES
                     if os.environ.get(key, "").strip().lower() in ("1", "true", "yes", "on")]

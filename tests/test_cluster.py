@@ -24,7 +24,9 @@ def _shims(folder: Path) -> dict:
         path.write_text(SHIM.format(body=body))
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
     log = folder / "calls.log"
-    return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", "SHIM_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    # the job scripts call `python`: this test's own interpreter, also from a venv that is not activated
+    here = Path(sys.executable).parent
+    return {**os.environ, "PATH": f"{folder}:{here}:{os.environ['PATH']}", "SHIM_LOG": str(log), "PYTHONPATH": str(ROOT)}
 
 
 def _submit(tmp_path, monkeypatch, *args):
@@ -195,6 +197,12 @@ def test_an_inherited_offline_switch_is_set_explicitly_not_dropped_silently(tmp_
     (["pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--time", "forever"], "--time must look like"),
     (["pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--nodes", "0"], "--nodes must be >= 1"),
     (["sweep", "--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"), "--nodes", "2"], "--nodes must be 1"),
+    (["pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--job_name", "x\nrm -rf ~"],
+     "--job_name may hold letters, digits and . _ + - only"),
+    (["pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--sbatch=--account=a\nrm -rf ~"],
+     "--sbatch takes one sbatch option"),
+    (["pretrain", "--config", str(ROOT / "configs/pretrain_360m.yaml"), "--sbatch=--comment=$(id)"],
+     "--sbatch takes one sbatch option"),
 ])
 def test_bad_submissions_fail_in_one_line(args, message, tmp_path, monkeypatch):
     proc, env = _submit(tmp_path, monkeypatch, *args)
