@@ -36,7 +36,7 @@ import traceback
 from datetime import date
 from pathlib import Path
 
-from .utils.atomic import write_text
+from .utils.atomic import output_folder, write_text
 from .utils.report import head, number, row
 
 STAGES = ("env", "tests", "recompiles", "table2", "train", "prefill")
@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]  # a checkout: tests/ lives here
 # ---- the command: stages in child processes, the report after each --------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py doctor", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("outputs/doctor"))
+    p.add_argument("--out", type=output_folder, default=Path("outputs/doctor"))
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU (what CI runs)")
     p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     p.add_argument("--budget_scale", type=float, default=1.0, help="multiply every stage's time budget")

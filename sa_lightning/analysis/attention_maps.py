@@ -21,7 +21,7 @@ import torch
 from ..attention import AttentionSpec, get_variant, layer_generator, masks, sample_permutation
 from ..attention.oracle import moba_mask
 from ..models.transformer import Transformer, apply_rope
-from ..utils.atomic import savefig
+from ..utils.atomic import output_folder, savefig
 from ..utils.report import pyplot
 
 TITLES = {"full": "Full Attention", "swa": "SWA", "sa": "Stochastic Attention", "sa_swa": "SA + SWA", "moba": "MoBA"}
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--window", type=int, default=8)
     p.add_argument("--variants", nargs="+", default=["full", "swa", "sa", "sa_swa"])
     p.add_argument("--seed", type=int, default=0, help="seed of the SA masks when the model draws no permutation of its own (full, swa, moba)")
-    p.add_argument("--out", type=Path, default=Path("outputs/analysis"))
+    p.add_argument("--out", type=output_folder, default=Path("outputs/analysis"))
     args = p.parse_args(argv)
     for name in args.variants:
         get_variant(name)

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from ..attention import AttentionSpec, get_variant, masks
-from ..utils.atomic import savefig
+from ..utils.atomic import output_folder, savefig
 from ..utils.report import COLORS, pyplot
 from ..utils.tables import write_csv
 from .attention_maps import layer_gates, layer_qk, variant_maps
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--text", default=None, help="text to run (default: the embedded held-out scenes)")
     p.add_argument("--tokens", type=int, default=None, help="tokens per sequence (default: the model's max_seq_len)")
     p.add_argument("--sequences", type=int, default=8, help="how many sequences")
-    p.add_argument("--out", type=Path, default=Path("outputs/analysis"))
+    p.add_argument("--out", type=output_folder, default=Path("outputs/analysis"))
     args = p.parse_args(argv)
     for name, value in (("--tokens", args.tokens), ("--sequences", args.sequences)):
         if value is not None and value < 1:

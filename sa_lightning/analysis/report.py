@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..utils.atomic import savefig
+from ..utils.atomic import output_folder, savefig
 from ..utils.report import COLORS, pyplot, variant_label
 from ..utils.tables import write_csv
 from . import graphs, mechanism
@@ -273,7 +273,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="Monte Carlo draws (default: coverage 8, connection 200, variance 256)")
     parser.add_argument("--sources", type=int, default=64, help="tokens tracked per coverage draw")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("outputs/analysis"))
+    parser.add_argument("--out", type=output_folder, default=Path("outputs/analysis"))
     return parser
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ..attention import AttentionSpec, get_variant, invert_permutation, sample_permutation
-from ..utils.atomic import savefig, write_text
+from ..utils.atomic import output_folder, savefig, write_text
 from ..utils.report import COLORS, head, number, pyplot, row, variant_label
 from ..utils.tables import write_csv
 from .machine import describe, positive_int, sync
@@ -253,7 +253,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--same-process", action="store_true",
                         help="run every length in this process (default: one process per length, as in the paper)")
     parser.add_argument("--child-result", help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=Path("outputs/bench"))
+    parser.add_argument("--out", type=output_folder, default=Path("outputs/bench"))
     return parser
 
 

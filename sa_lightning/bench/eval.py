@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..utils.atomic import write_text
+from ..utils.atomic import output_folder, write_text
 from ..utils.report import head, row
 from .machine import describe, positive_int
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--requests", type=positive_int, default=100)
     p.add_argument("--batch_size", type=positive_int, default=32)
     p.add_argument("--skip_timing", action="store_true")
-    p.add_argument("--out", default="outputs/bench")
+    p.add_argument("--out", type=output_folder, default="outputs/bench")
     args = p.parse_args(argv)
     model, info = load_checkpoint(args.ckpt)
     tokenizer = load_tokenizer(info["tokenizer"])

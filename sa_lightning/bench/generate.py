@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ..utils.atomic import write_text
+from ..utils.atomic import output_folder, write_text
 from ..utils.report import head, row
 from .machine import describe, positive_int, sync
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--repeats", type=positive_int, default=2)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--out", default="outputs/bench_generate")
+    p.add_argument("--out", type=output_folder, default="outputs/bench_generate")
     args = p.parse_args(argv)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     rows = []

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from ..utils.atomic import write_text
+from ..utils.atomic import output_folder, write_text
 from ..utils.report import head, row
 from .machine import available_bytes, describe, positive_int, sync
 from .memory import peak_bytes
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--out", default="outputs/bench")
+    p.add_argument("--out", type=output_folder, default="outputs/bench")
     args = p.parse_args(argv)
     if args.layers and args.model not in RANDOM_MODELS:
         p.error(f"--layers applies to the random models ({', '.join(RANDOM_MODELS)}), not to {args.model!r}.")

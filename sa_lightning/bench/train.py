@@ -37,7 +37,7 @@ from ..models import ModelConfig, Transformer
 from ..models.flops import matmul_params, train_flops_per_token
 from .machine import describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
-from ..utils.atomic import write_text
+from ..utils.atomic import output_folder, write_text
 from ..utils.report import head, number, row, variant_label
 
 VARIANTS = ("full", "swa", "sa", "sa_swa", "moba")
@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", choices=COMPILE_MODES, default="off",
                    help="time each variant eager (off), under torch.compile (on), or both side by side")
     p.add_argument("--no-data", dest="data", action="store_false", help="skip the data pipeline timing")
-    p.add_argument("--out", default="outputs/bench")
+    p.add_argument("--out", type=output_folder, default="outputs/bench")
     return p
 
 

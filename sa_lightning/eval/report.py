@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .harness import layout_for, run_tasks
 from .table import markdown_table
-from ..utils.atomic import write_text
+from ..utils.atomic import output_folder, write_text
 from ..utils.report import variant_label
 
 
@@ -114,7 +114,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer")
     p.add_argument("--device", default=None)
     p.add_argument("--bootstrap_iters", type=int, default=0, help="lm-eval's stderr bootstrap (0: off, fast)")
-    p.add_argument("--out", default="outputs/eval")
+    p.add_argument("--out", type=output_folder, default="outputs/eval")
     return p
 
 

@@ -125,18 +125,35 @@ def cell_path(out: Path, cell: Cell) -> Path:
     return out / "cells" / f"{cell.key}.json"
 
 
-def is_done(path: Path, cell: Cell) -> bool:
+def made_by(cfg: "SweepConfig", cell: Cell) -> dict:
+    """Everything besides the cell's spec that its score depends on: a finished cell is reused only when all of
+    it matches (a sweep into an older sweep's folder must not report the old model's scores as its own)."""
+    return {"model": cfg.model, "tokenizer": cfg.tokenizer, "dtype": cfg.dtype, "max_length": cfg.max_length,
+            "limit": (cfg.task_limits or {}).get(cell.task, cfg.limit), "num_fewshot": cfg.num_fewshot}
+
+
+def is_done(path: Path, cell: Cell, made: dict | None = None) -> bool:
     """A cell file counts as done only if it was run with this cell's exact spec (a file from before a
-    change of spec, such as sa_mode, is run again rather than mixed into the table)."""
+    change of spec, such as sa_mode, is run again rather than mixed into the table) and, given ``made``
+    (``made_by``), by the same model, tokenizer, limit, ...: a difference there is refused in one sentence."""
     if not path.exists():
         return False
     try:
-        stored = json.loads(path.read_text()).get("spec")
+        record = json.loads(path.read_text())
     except ValueError:
         return False
+    stored = record.get("spec")
     # a field added to PatchSpec later (sink) reads as its default in cells written before it existed
     defaults = {f.name: f.default for f in fields(PatchSpec)}
-    return isinstance(stored, dict) and {**defaults, **stored} == asdict(cell.spec)
+    if not (isinstance(stored, dict) and {**defaults, **stored} == asdict(cell.spec)):
+        return False
+    if made is not None and record.get("made_by") != made:
+        then = record.get("made_by")
+        differ = ("it records no model, tokenizer or limit (written before sweeps kept them)" if then is None else
+                  ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in made.items() if then.get(k) != v))
+        raise ValueError(f"{path} was made with other settings: {differ}; pass another --out (or remove that "
+                         "folder's cells/) so that no cell of another run is counted as this one's.")
+    return True
 
 
 def context_of(task: str) -> int | None:

@@ -22,8 +22,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
-from ..utils.atomic import write_text
-from .plan import Cell, SweepConfig, cell_path, cells, check_before_loading, is_done, load_config, load_error
+from ..utils.atomic import check_output_folder, write_text
+from .plan import (Cell, SweepConfig, cell_path, cells, check_before_loading, is_done, load_config, load_error,
+                   made_by)
 from .sweep_report import metric_of, report
 
 
@@ -69,10 +70,10 @@ def run(cfg: SweepConfig) -> dict:
     # lm-eval names (task sets such as table1 expand); position_ppl_* is ours and stays as it is
     cfg.tasks = [name for t in cfg.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
     todo = cells(cfg)
-    out = Path(cfg.out)
+    out = check_output_folder(cfg.out, "out")
+    pending = [c for c in todo if not is_done(cell_path(out, c), c, made_by(cfg, c))]  # before anything is written
     (out / "cells").mkdir(parents=True, exist_ok=True)
     write_text(out / "config.json", json.dumps(asdict(cfg), indent=2))
-    pending = [c for c in todo if not is_done(cell_path(out, c), c)]
     print(f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run", flush=True)
     if pending:
         check_before_loading(cfg, source, cfg.tasks)
@@ -89,8 +90,8 @@ def run(cfg: SweepConfig) -> dict:
             patch(model, cell.spec)
             metrics, budget = run_cell(lm, cell, cfg, metadata)
             record = {"mode": cell.mode, "w_eff": cell.w_eff, "sink": cell.sink, "seed": cell.seed,
-                      "task": cell.task, "spec": asdict(cell.spec), "metrics": metrics, "keys_per_query": budget,
-                      "seconds": time.perf_counter() - start}
+                      "task": cell.task, "spec": asdict(cell.spec), "made_by": made_by(cfg, cell), "metrics": metrics,
+                      "keys_per_query": budget, "seconds": time.perf_counter() - start}
             write_text(cell_path(out, cell), json.dumps(record, indent=2))
             name, value = metric_of(cell.task, metrics)
             shown = f"{name}={value:.4f}" if value is not None else "no metric"

@@ -94,8 +94,8 @@ class ExportHF(Callback):
         folder = self.dirpath or log_folder(trainer, "hf")
         if not trainer.is_global_zero:
             return
-        export(pl_module.net, folder, getattr(trainer.datamodule, "tokenizer", None),
-               source={"path": "cli.py fit", "step": trainer.global_step}, decode=self.decode)
+        export(pl_module.net, folder, getattr(trainer.datamodule, "tokenizer", None),  # the run's own folder
+               source={"path": "cli.py fit", "step": trainer.global_step}, overwrite=True, decode=self.decode)
         print(f"exported the Hugging Face model to {folder}", flush=True)
 
 

@@ -41,15 +41,28 @@ the SWA path, the last w keys (`decode: window`).
 """
 
 
-def export(model, folder: str | Path, tokenizer=None, source: dict | None = None, **inference) -> Path:
+def export(model, folder: str | Path, tokenizer=None, source: dict | None = None, overwrite: bool = False,
+           **inference) -> Path:
     """Writes ``model`` (a ``Transformer``, an ``SATransformerForCausalLM`` or the Qwen3 ``HFBackbone``) and
-    ``tokenizer`` to ``folder``. ``inference`` sets ``decode``, ``sa_mode`` and ``sa_seed``."""
+    ``tokenizer`` to ``folder``. ``inference`` sets ``decode``, ``sa_mode`` and ``sa_seed``.
+
+    The folder is built beside ``folder`` and renamed into place when whole: a failure (a full disk) leaves
+    the previous folder as it was. A folder that already holds files is replaced only with ``overwrite``."""
+    from ..utils.atomic import replacing_folder
+
+    folder = Path(folder)
+    with replacing_folder(folder, "exported model", overwrite=overwrite) as tmp:
+        _write(model, tmp, tokenizer, source, folder, **inference)
+    return folder
+
+
+def _write(model, folder: Path, tokenizer, source: dict | None, final: Path, **inference) -> None:
     from .hf_model import SATransformerForCausalLM
     from .transformer import Transformer
 
-    folder = Path(folder)
     if hasattr(model, "save_pretrained") and not isinstance(model, SATransformerForCausalLM):
-        return model.save_pretrained(folder, tokenizer)  # the Qwen3 backbone: a plain transformers folder
+        model.save_pretrained(folder, tokenizer)  # the Qwen3 backbone: a plain transformers folder
+        return
     if isinstance(model, Transformer):
         model = SATransformerForCausalLM.from_transformer(model, **inference)
     model.config.auto_map = {"AutoConfig": f"{REMOTE_MODULE}.SATransformerConfig",
@@ -64,10 +77,9 @@ def export(model, folder: str | Path, tokenizer=None, source: dict | None = None
         tokenizer.save_pretrained(folder)
     attention = model.config.attention
     source = source or {}
-    (folder / "README.md").write_text(CARD.format(name=folder.name, variant=attention["variant"],
+    (folder / "README.md").write_text(CARD.format(name=final.resolve(), variant=attention["variant"],
                                                   window=attention["window"], ckpt=source.get("path", "memory"),
                                                   step=source.get("step"), module=REMOTE_MODULE))
-    return folder
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -77,14 +89,21 @@ def main(argv: list[str] | None = None) -> Path:
 
     parser = argparse.ArgumentParser(prog="cli.py export", description=__doc__.splitlines()[0])
     parser.add_argument("--ckpt", required=True, help="a checkpoint written by `cli.py fit`")
-    parser.add_argument("--out", required=True, help="the folder to write (created; existing files are replaced)")
+    parser.add_argument("--out", required=True, help="the folder to write (built beside it, then renamed into place)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out when it already holds files")
     parser.add_argument("--decode", choices=DECODE, default="dense",
                         help="how generation reads the cache: every key (dense) or the SWA path's last w (window)")
     parser.add_argument("--tokenizer", default=None, help="default: the one the checkpoint was trained with")
     args = parser.parse_args(argv)
+    from ..utils.atomic import check_output_folder
+
+    out = check_output_folder(args.out, replaces=True)  # before the checkpoint is read
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise ValueError(f"--out {args.out!r} already holds files; pass --overwrite to replace that folder, or "
+                         "name another.")
     model, info = load_checkpoint(args.ckpt)
     tokenizer = load_tokenizer(args.tokenizer or info["tokenizer"])
-    folder = export(model, args.out, tokenizer, source=info, decode=args.decode)
+    folder = export(model, args.out, tokenizer, source=info, overwrite=args.overwrite, decode=args.decode)
     print(f"exported {args.ckpt} (step {info['step']}) to {folder}; load it with `import sa_lightning` and "
           f"AutoModelForCausalLM.from_pretrained({str(folder)!r})", flush=True)
     return folder

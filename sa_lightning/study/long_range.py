@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from ..utils.atomic import savefig, write_text
+from ..utils.atomic import output_folder, savefig, write_text
 from ..utils.report import COLORS, head, number, pyplot, ranked_cells, row, variant_label
 from ..utils.tables import write_csv
 
@@ -252,9 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"override the config's {key}")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
-    parser.add_argument("--out", help="output folder (default: the config's out, one per preset so that a quick run "
-                                      "never overwrites the full study: outputs/study/long_range, "
-                                      "long_range_quick, long_range_paper_scale)")
+    parser.add_argument("--out", type=output_folder,
+                        help="output folder (default: the config's out, one per preset so that a quick run "
+                             "never overwrites the full study: outputs/study/long_range, "
+                             "long_range_quick, long_range_paper_scale)")
     return parser
 
 
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if not Path(args.config).is_file():
         raise SystemExit(f"error: study config {args.config} not found.")
-    overrides = {"eval_samples": args.eval_samples, "out": args.out,
+    overrides = {"eval_samples": args.eval_samples, "out": None if args.out is None else str(args.out),
                  **{k: getattr(args, k) for k in GRID_KEYS}}
     settings = load_settings(args.config, args.preset, overrides)
     for item in args.set:

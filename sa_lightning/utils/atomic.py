@@ -106,6 +106,7 @@ def replacing(path: str | os.PathLike, what: str = "file", fsync: bool = False) 
         if fsync:
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # a temporary file may be private (0600): the result is not
         os.replace(tmp, path)
         if fsync:
             _fsync_folder(path.parent)
@@ -118,6 +119,84 @@ def replacing(path: str | os.PathLike, what: str = "file", fsync: bool = False) 
                              f"{what} there (if any) is intact; free space or pass a writable folder, then run "
                              "again.", str(path)) from None
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_output_folder(folder: str | os.PathLike, flag: str = "--out", replaces: bool = False) -> Path:
+    """``folder`` as a Path, refused in one sentence when it is empty (an unset shell variable) or the file
+    system's root; when the whole folder is to be replaced (``replaces``), also the home folder and the current
+    folder or one above it, which hold the user's other files."""
+    if not str(folder).strip():
+        raise ValueError(f"{flag} is empty (an unset shell variable?); name the folder to write.")
+    path = Path(folder).expanduser()
+    resolved, here = path.resolve(), Path.cwd().resolve()
+    mine = replaces and (resolved == Path.home().resolve() or resolved in (here, *here.parents))
+    if resolved == Path(resolved.anchor) or mine:
+        raise ValueError(f"{flag} {str(folder)!r} is {resolved}, which holds more than this output: name a folder "
+                         "of its own, e.g. outputs/<name>.")
+    return path
+
+
+def output_folder(text: str) -> Path:
+    """An argparse ``type`` for an output folder (``check_output_folder``), its refusal in argparse's one line."""
+    import argparse
+
+    try:
+        return check_output_folder(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).replace("--out ", "", 1)) from None
+
+
+@contextlib.contextmanager
+def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite: bool = False,
+                     flag: str = "--out") -> Iterator[Path]:
+    """Yield a temporary folder beside ``folder`` to build its new content in; on success the new folder takes
+    its place at once (the old one, when ``overwrite``, is moved aside and then removed).
+
+    ``folder`` is checked first (``check_output_folder``); an existing non-empty folder is refused unless
+    ``overwrite``. On any error the temporary folder is removed and ``folder`` is left as it was; an
+    ``OSError`` (a full disk) becomes a one-sentence ``WriteError``."""
+    import shutil
+
+    folder = check_output_folder(folder, flag, replaces=True)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"{flag} {str(folder)!r} is a file; name a folder.")
+    if folder.is_dir() and any(folder.iterdir()) and not overwrite:
+        raise ValueError(f"{flag} {str(folder)!r} already holds files; pass --overwrite to replace that folder, or "
+                         "name another.")
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = folder.parent / f".{folder.name}.{os.getpid()}{PARTIAL}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    except OSError as err:
+        raise WriteError(err.errno, f"{describe_os_error(err, 'folder')} for {str(folder)!r}; pass a folder that "
+                         "can be created and written.", err.filename) from None
+    old = folder.parent / f".{folder.name}.{os.getpid()}.old"
+    try:
+        yield tmp
+        mode = 0o777 & ~_umask()
+        for p in (tmp, *tmp.rglob("*")):  # temporary files are private (0600): the result is not
+            os.chmod(p, mode if p.is_dir() else mode & 0o666)
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not folder.exists():
+            os.replace(old, folder)  # the swap broke between its two renames: put the old folder back
+        if isinstance(err, OSError) and not isinstance(err, WriteError):
+            raise WriteError(err.errno, f"{describe_os_error(err, what)}; nothing was replaced, the previous "
+                             f"{what} {str(folder)!r} (if any) is intact; free space or pass a writable folder, "
+                             "then run again.", str(folder)) from None
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text(path: str | os.PathLike, text: str, what: str = "file") -> None:

@@ -1,0 +1,72 @@
+"""``cli.py export`` and every folder-writing command: nothing a user had is lost (issue 33).
+
+The folder is built beside its target and renamed into place; a folder that holds files is replaced only with
+``--overwrite``; an empty, root, home or current ``--out`` is refused; a full disk leaves the old folder whole."""
+import errno
+import os
+import stat
+
+import pytest
+
+from sa_lightning.utils import atomic
+from tests.helpers import run_cli_here
+
+
+def _model():
+    from sa_lightning.models import ModelConfig, build_model
+
+    return build_model(ModelConfig.from_name("debug"))
+
+
+@pytest.mark.parametrize("out, said", [
+    ("", "--out is empty (an unset shell variable?)"),
+    ("/", "which holds more than this output"),
+    (".", "which holds more than this output"),
+    ("~", "which holds more than this output"),
+])
+def test_an_empty_root_home_or_current_out_is_refused_before_the_checkpoint_is_read(out, said):
+    res = run_cli_here("export", "--ckpt", "no/such.ckpt", "--out", out, "--overwrite")
+    assert res.returncode != 0 and said in res.stderr.strip().splitlines()[-1]
+
+
+def test_a_folder_that_holds_files_is_replaced_only_with_overwrite(tmp_path):
+    from sa_lightning.models.export import export
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "README.md").write_text("the user's own file")
+    res = run_cli_here("export", "--ckpt", "no/such.ckpt", "--out", str(out))
+    assert res.returncode != 0 and "already holds files; pass --overwrite" in res.stderr
+    assert (out / "README.md").read_text() == "the user's own file"
+    export(_model(), out, overwrite=True)
+    assert (out / "config.json").is_file() and "the user's own file" not in (out / "README.md").read_text()
+    assert str(out.resolve()) in (out / "README.md").read_text()  # the card names the folder's path
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    mode = stat.S_IMODE((out / "model.safetensors").stat().st_mode)
+    assert mode & 0o044 == 0o044 & ~atomic._umask(), oct(mode)  # readable by colleagues unless the umask says no
+
+
+def test_a_full_disk_leaves_the_previous_export_whole_and_says_so_in_one_sentence(tmp_path, monkeypatch):
+    from sa_lightning.models import export as export_module
+
+    out = tmp_path / "model"
+    export_module.export(_model(), out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / ".model.partial" / "model.safetensors"))
+
+    monkeypatch.setattr(export_module, "_write", full)
+    with pytest.raises(atomic.WriteError, match=r"could not be written \(No space left on device\); nothing was "
+                                                r"replaced, the previous exported model .* is intact"):
+        export_module.export(_model(), out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+@pytest.mark.parametrize("command", [("bench", "attention"), ("doctor", "--tiny"), ("analyze", "connection"),
+                                     ("study", "long-range")])
+def test_every_commands_out_refuses_an_empty_or_root_folder(command):
+    for out, said in (("", "is empty (an unset shell variable?)"), ("/", "which holds more than this output")):
+        res = run_cli_here(*command, "--out", out)
+        assert res.returncode != 0 and said in res.stderr.strip().splitlines()[-1], res.stderr[-500:]
