@@ -1,11 +1,14 @@
 """Test-only callbacks (importable by subprocess runs through PYTHONPATH)."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -222,3 +225,25 @@ def fit_tiny_checkpoint(folder) -> "Path":
          json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                       "init_args": {"dirpath": str(folder), "filename": "last", "every_n_train_steps": 2}}])])
     return folder / "last.ckpt"
+
+
+@contextlib.contextmanager
+def no_cache_rename_warning():
+    """Fails the block if transformers warns about the KV cache's old name (``past_key_values``): 5.24 logs
+    "`past_key_values`/`cache_params` are deprecated" once per process (so that memory is cleared first), and
+    Qwen3/Llama raise a FutureWarning (they drop the name in 5.40)."""
+    from transformers.utils import logging as hf_logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    hf_logging.warning_once.cache_clear()
+    hf_logging.get_logger("transformers").addHandler(handler)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*past_key_values", category=FutureWarning)
+            yield
+    finally:
+        hf_logging.get_logger("transformers").removeHandler(handler)
+    said = [r.getMessage() for r in records if "past_key_values" in r.getMessage()]
+    assert not said, said

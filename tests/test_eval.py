@@ -14,7 +14,7 @@ from sa_lightning.eval.harness import OFFLINE, TABLE1, load_tasks, resolve_tasks
 from sa_lightning.eval.lm import SALM
 from sa_lightning.eval.table import markdown_table
 from sa_lightning.models import ModelConfig, Transformer
-from tests.helpers import fit_tiny_checkpoint, run_cli_here
+from tests.helpers import fit_tiny_checkpoint, no_cache_rename_warning, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -328,6 +328,32 @@ def test_qwen3_backbone_scores_do_not_depend_on_batch_size(variant, tokenizer):
     batched = SALM(model, tokenizer, batch_size=5)._loglikelihood_tokens(reqs, disable_tqdm=True)
     torch.testing.assert_close(torch.tensor([s for s, _ in batched]), torch.tensor([s for s, _ in solo]),
                                atol=1e-4, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_qwen3_backbones_generate_until_decodes_with_its_cache_as_recomputing_without_one(tokenizer):
+    """The Qwen3 backbone decodes through the patched Hugging Face model, handing it the KV cache under the name the
+    installed transformers takes (Qwen3 drops ``past_key_values`` in 5.40). In full mode its greedy text is what
+    recomputing the whole sequence at every step gives; residual branches 4x stronger make the tokens vary."""
+    from lm_eval.api.instance import Instance
+
+    from sa_lightning.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=4096, n_layer=2, n_head=4, n_kv_head=2, d_model=64, max_seq_len=128,
+                                    attention=AttentionSpec("full"), backbone="qwen3")).eval()
+    for name, p in model.named_parameters():
+        if p.dim() == 2 and "embed" not in name:
+            p.mul_(4)
+    lm = SALM(model, tokenizer)
+    with no_cache_rename_warning():
+        (text,) = lm.generate_until([Instance("generate_until", {}, ("HAMLET:\nTo be, or not", {"until": [],
+                                                                                             "max_gen_toks": 8}), 0)],
+                                    disable_tqdm=True)
+    ids, want = lm.tok_encode("HAMLET:\nTo be, or not"), []
+    for _ in range(8):
+        want.append(int(model(torch.tensor([ids + want]))[0, -1].argmax()))
+    assert text == lm.tok_decode(want) and len(set(want)) > 1, (text, want)
 
 
 @pytest.mark.slow

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache
 
 from sa_lightning.attention import VARIANTS, AttentionSpec, get_variant, oracle
 from sa_lightning.attention.permutation import row_permutations
 from sa_lightning.lit.cli import run
 from sa_lightning.models import ModelConfig, Transformer
 from sa_lightning.models.export import export
+from sa_lightning.models.hf_cache import cache_of
 from sa_lightning.models.hf_model import SATransformerForCausalLM
 from sa_lightning.models.transformer import rope_tables
-from tests.helpers import fit_tiny_checkpoint, run_cli_here
+from tests.helpers import fit_tiny_checkpoint, no_cache_rename_warning, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -30,6 +32,18 @@ def _net(variant: str, seed: int = 0, **attention) -> Transformer:
     with torch.no_grad():  # gates away from 0.5 and the paths distinguishable
         for p in net.parameters():
             p.add_(0.05 * torch.randn_like(p))
+    return net
+
+
+def _varied_net(variant: str, **attention) -> Transformer:
+    """``_net`` with its residual branches 4x stronger. In ``_net`` the tied embedding dominates the logits, so
+    greedy decoding repeats one token at every step, which a decoder that drops its KV cache repeats too; here
+    the greedy tokens change from step to step."""
+    net = _net(variant, **attention)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if p.dim() == 2 and name != "embed.weight":
+                p.mul_(4)
     return net
 
 
@@ -107,29 +121,53 @@ def _recomputed_logits(net, ids, prompt: int, decode: str) -> torch.Tensor:
                                                                                 ("sa_swa", "window")])
 @torch.no_grad()
 def test_cached_greedy_generation_equals_recomputing_the_sequence_at_each_step(variant, decode):
-    net = _net(variant)
+    """``generate`` with its KV cache against the whole sequence recomputed without a cache at every step (the
+    float64 oracle): the same logits at each step, hence the same tokens. The tokens vary, so a cache that is
+    dropped (each step seeing only its newest token) cannot pass; nor may the cache's old name be warned about."""
+    net = _varied_net(variant)
     hf = SATransformerForCausalLM.from_transformer(net, decode=decode).eval()
     prompt = torch.randint(1, 128, (1, 14), generator=torch.Generator().manual_seed(3))
-    out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
-                      pad_token_id=0, eos_token_id=None)
+    with no_cache_rename_warning():
+        out = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                          pad_token_id=0, eos_token_id=None, output_logits=True, return_dict_in_generate=True)
     tokens = prompt
-    for _ in range(8):
-        logits = _recomputed_logits(net, tokens, prompt.shape[1], decode)
-        tokens = torch.cat([tokens, logits[:, -1:].argmax(-1)], dim=1)
-    assert out.tolist() == tokens.tolist()
-    # the cache's own logits, step by step, are the recomputed ones
-    step = hf(prompt, use_cache=True)
-    for i in range(prompt.shape[1], tokens.shape[1]):
-        want = _recomputed_logits(net, tokens[:, :i], prompt.shape[1], decode)[:, -1]
-        torch.testing.assert_close(step.logits[:, -1], want, atol=1e-5, rtol=0)
-        step = hf(tokens[:, i:i + 1], past_key_values=step.past_key_values, use_cache=True)
+    for step, logits in enumerate(out.logits):
+        want = _recomputed_logits(net, tokens, prompt.shape[1], decode)[:, -1]
+        torch.testing.assert_close(logits, want, atol=1e-5, rtol=0, msg=f"step {step}")
+        tokens = torch.cat([tokens, want.argmax(-1, keepdim=True)], dim=1)
+    assert out.sequences.tolist() == tokens.tolist()
+    assert len(set(tokens[0, prompt.shape[1]:].tolist())) > 1, "greedy tokens all alike: a dropped cache would pass"
+
+
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+@torch.no_grad()
+def test_a_cache_passed_by_either_name_decodes_as_recomputing_without_one(name):
+    """forward takes the KV cache as transformers >= 5.24 passes it (``cache``) and as older versions and their
+    callers do (``past_key_values``), and returns it under the name the installed version reads. With full
+    attention a cached step is exactly the whole sequence run again without a cache."""
+    hf = SATransformerForCausalLM.from_transformer(_varied_net("full")).eval()
+    ids, lengths, _ = _batch((N, N))
+    with no_cache_rename_warning():
+        step = hf(ids[:, :12], use_cache=True)
+        for i in range(12, N):
+            cache = cache_of(step)
+            assert cache.get_seq_length() == i
+            step = hf(ids[:, i:i + 1], use_cache=True, **{name: cache})
+            whole = hf(ids[:, :i + 1], use_cache=False)
+            assert cache_of(whole) is None
+            torch.testing.assert_close(step.logits[:, -1], whole.logits[:, -1], atol=1e-5, rtol=0)
+    assert len(set(whole.logits[0, 12:].argmax(-1).tolist())) > 1
+    with pytest.raises(ValueError, match="pass the KV cache as cache or as past_key_values, not both"):
+        hf(ids[:, :1], cache=DynamicCache(), past_key_values=DynamicCache())
+    with pytest.raises(ValueError, match="cache must be a transformers Cache"):
+        hf(ids[:, :1], cache=((torch.zeros(1),),))
 
 
 @torch.no_grad()
 def test_batched_left_padded_generation_gives_each_row_its_solo_tokens():
     """generate pads a batch on the left: every row must decode what it decodes alone (its own sigma, its own
     positions, no pad read)."""
-    hf = SATransformerForCausalLM.from_transformer(_net("sa_swa"), decode="window").eval()
+    hf = SATransformerForCausalLM.from_transformer(_varied_net("sa_swa"), decode="window").eval()
     ids, lengths, _ = _batch((14, 9, 5))
     left, mask = _left(ids, lengths)
     batched = hf.generate(left, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,

@@ -7,6 +7,8 @@ import torch
 
 from sa_lightning.inference import VARIANTS, patch, patched, unpatch
 from sa_lightning.models import patcher
+from sa_lightning.models.hf_cache import CACHE, cache_of
+from tests.helpers import no_cache_rename_warning
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,10 +119,31 @@ def test_generate_works_and_decoding_is_dense(model):
     # the decode steps after a patched prefill equal dense decoding from the same prefill cache
     with patched(model, "sa", 8):
         first = model(ids, attention_mask=mask, use_cache=True)
-    cache, token = first.past_key_values, first.logits[:, -1].argmax(-1, keepdim=True)
+    token = first.logits[:, -1].argmax(-1, keepdim=True)
     assert torch.equal(token[:, 0], out[:, 40])
-    step = model(token, attention_mask=torch.cat([mask, torch.ones_like(token)], 1), past_key_values=cache).logits
+    with no_cache_rename_warning():  # the cache under the installed name: Qwen3 and Llama drop the old one in 5.40
+        step = model(token, attention_mask=torch.cat([mask, torch.ones_like(token)], 1),
+                     **{CACHE: cache_of(first)}).logits
     assert torch.equal(step[:, -1].argmax(-1), out[:, 41])
+
+
+@torch.no_grad()
+def test_patched_cached_generation_equals_recomputing_without_a_cache(model):
+    """Full mode through the patcher: each step of ``generate`` (KV cache, a left-padded row) gives the logits of
+    the whole sequence run again without a cache, so a cache that is lost or misread fails; the tokens vary."""
+    ids = _ids(2, 24)
+    mask = torch.ones_like(ids)
+    mask[1, :7] = 0
+    with patched(model, "full"), no_cache_rename_warning():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,
+                             eos_token_id=None, output_logits=True, return_dict_in_generate=True)
+        for step, logits in enumerate(out.logits):
+            seq = out.sequences[:, :24 + step]
+            full_mask = torch.cat([mask, torch.ones(2, step, dtype=mask.dtype)], 1)
+            positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+            whole = model(seq, attention_mask=full_mask, position_ids=positions, use_cache=False).logits[:, -1]
+            torch.testing.assert_close(logits, whole, atol=1e-4, rtol=0, msg=f"step {step}")
+    assert all(len(set(row)) > 1 for row in out.sequences[:, 24:].tolist())
 
 
 @torch.no_grad()

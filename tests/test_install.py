@@ -53,3 +53,23 @@ def test_the_readme_torch_command_resolves_the_cpu_wheel_and_no_cuda_package(tmp
                 for item in json.loads(report.read_text())["install"]}
     assert resolved["torch"] == "2.13.0+cpu", resolved
     assert not [name for name in resolved if name.startswith("nvidia") or name == "triton"], resolved
+
+
+def test_readme_and_ci_install_the_locked_versions_and_the_newest_release_check_names_every_dependency():
+    """The README's set-up commands and CI install the project with the lock as constraints (a fresh install is
+    the tested set, not whatever is newest), and the README's newest-releases command upgrades every dependency
+    of pyproject.toml but torch (which stays the CPU build installed first)."""
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text()
+    installs = [line.split(" && ")[1] for line in re.findall(r"^python -m pip install torch.*$", readme, re.M)]
+    installs += [line.split("#")[0].strip() for line in (ROOT / ".ci/run").read_text().splitlines()
+                 if "pip install -e" in line]
+    assert len(installs) == 3, installs
+    for command in installs:
+        assert shlex.split(command)[3:] == ["install", "-e", ".[dev]", "-c", "docker/requirements.lock"], command
+    (newest,) = re.findall(r"^python -m pip install -U .*$", readme, re.M)
+    upgraded = {re.split(r"\[", word)[0] for word in shlex.split(newest.split(" && ")[0])[5:]}
+    deps = {re.split(r"[<>=!\[; ]", spec)[0] for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())
+            ["project"]["dependencies"]}
+    assert upgraded == deps - {"torch"}, (upgraded ^ (deps - {"torch"}))

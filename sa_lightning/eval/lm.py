@@ -172,6 +172,8 @@ class SALM(TemplateLM):
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
         """Greedy decoding until a stop string, EOS or ``max_gen_toks``, with a KV cache: the context is
         prefilled once through the variant, each new token reads the cache (``models.hf_model``)."""
+        from ..models.hf_cache import CACHE, cache_of
+
         lm, out = self.causal_lm(), []
         for req in tqdm(requests, desc="Generating", disable=disable_tqdm):
             context, kwargs = req.args
@@ -191,8 +193,7 @@ class SALM(TemplateLM):
                 text = self.tok_decode(new)
                 if any(stop in text for stop in until) or len(new) == budget:
                     break
-                step = lm(torch.tensor([[nxt]], device=self.device), past_key_values=step.past_key_values,
-                          use_cache=True)
+                step = lm(torch.tensor([[nxt]], device=self.device), use_cache=True, **{CACHE: cache_of(step)})
             for stop in until:
                 text = text.split(stop)[0]
             out.append(text)

@@ -26,7 +26,7 @@ class SATransformerConfig(PreTrainedConfig):
     ``sa_mode`` (stochastic | deterministic sigma per input) and ``sa_seed``."""
 
     model_type = MODEL_TYPE
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the KV cache: transformers >= 5.24 and older
 
     vocab_size: int = 32000
     hidden_size: int = 1024

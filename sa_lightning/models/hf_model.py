@@ -30,6 +30,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..attention.permutation import row_permutations
+from .hf_cache import CACHE
 from .hf_config import LOCAL_PATHS, SATransformerConfig
 from .transformer import Transformer, _attend, rope_tables
 
@@ -39,7 +40,7 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
     base_model_prefix = "model"
     _tied_weights_keys = {"model.lm_head.weight": "model.embed.weight"}
     _no_split_modules = ["Block"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["cache", "past_key_values"]
 
     def __init__(self, config: SATransformerConfig, transformer: Transformer | None = None):
         super().__init__(config)
@@ -87,16 +88,25 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
 
     # ---- forward -------------------------------------------------------------------------------
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                past_key_values: Cache | None = None, use_cache: bool | None = None,
+                cache: Cache | None = None, use_cache: bool | None = None,
                 permutations: list[torch.Tensor] | None = None, logits_to_keep: int = 0,
-                labels: torch.LongTensor | None = None, **kwargs) -> CausalLMOutputWithPast:
+                labels: torch.LongTensor | None = None, past_key_values: Cache | None = None,
+                **kwargs) -> CausalLMOutputWithPast:
         """Logits for ``input_ids``. With an empty cache this is a prefill through the variant's kernel;
         with a filled one, the new tokens decode against it (``config.decode``). ``permutations`` (per
-        layer, (B, n), right-padded rows) replaces the drawn sigma in a prefill."""
+        layer, (B, n), right-padded rows) replaces the drawn sigma in a prefill. The KV cache comes as
+        ``cache`` (transformers >= 5.24) or ``past_key_values`` (older versions), and goes back under the
+        name the installed transformers reads (``hf_cache.CACHE``)."""
+        if past_key_values is not None:
+            if cache is not None and cache is not past_key_values:
+                raise ValueError("pass the KV cache as cache or as past_key_values, not both.")
+            cache = past_key_values
+        if cache is not None and not isinstance(cache, Cache):
+            raise ValueError(f"cache must be a transformers Cache (such as DynamicCache), got {type(cache).__name__}.")
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache()
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if use_cache and cache is None:
+            cache = DynamicCache()
+        past = cache.get_seq_length() if cache is not None else 0
         B, t = input_ids.shape
         total = past + t
         if attention_mask is None:
@@ -109,16 +119,16 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
             raise ValueError(f"sequence length {int(positions.max()) + 1} exceeds the model's "
                              f"max_seq_len={self.config.max_position_embeddings}.")
         if past == 0:
-            hidden = self._prefill_prompt(input_ids, attention_mask, past_key_values, permutations)
+            hidden = self._prefill_prompt(input_ids, attention_mask, cache, permutations)
         else:
-            hidden = self._decode_step(input_ids, attention_mask, positions, past_key_values)
+            hidden = self._decode_step(input_ids, attention_mask, positions, cache)
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         logits = self.model.lm_head(hidden)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE: cache if use_cache else None})
 
     def _prefill_prompt(self, input_ids, attention_mask, cache, permutations):
         """The variant over each row's own tokens: rows are rolled to right padding (what the kernels take),
