@@ -19,6 +19,7 @@ from torchmetrics.aggregation import MeanMetric
 from ..models import ModelConfig, build_model
 from ..models.flops import matmul_params, train_flops_per_token
 from ..utils.load import pick_threads
+from ..utils.runlock import RunLock
 from .schedule import steps_for_tokens, tokens_per_step, warmup_cosine
 
 
@@ -58,6 +59,7 @@ class LitLM(L.LightningModule):
         init_weights: str | None = None,
     ):
         super().__init__()
+        self._run_lock = None  # held by rank 0 while it fits (utils/runlock.py)
         if warmup_tokens is not None and warmup_steps is not None:
             raise ValueError("give model.warmup_tokens or model.warmup_steps, not both.")
         if not 0 <= min_lr <= lr:
@@ -230,6 +232,10 @@ class LitLM(L.LightningModule):
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        if stage == "fit" and self.trainer.is_global_zero and self._run_lock is None:
+            self._run_lock = RunLock(self.trainer.default_root_dir)
+            self._run_lock.acquire()  # a second fit into this folder is refused before it writes anything
+            self.trainer.callbacks.append(_ReleaseOnException(self))  # a fit that raises skips teardown
         dm = self.trainer.datamodule
         if dm is not None and hasattr(dm, "seq_len"):  # read by TokenThroughput for flops/s and MFU
             self.flops_per_batch = self.train_flops_per_token(dm.seq_len) * dm.seq_len * dm.batch_size
@@ -237,6 +243,11 @@ class LitLM(L.LightningModule):
             self.bucket_names = list(dm.bucket_names)
             self.val_acc = MeanMetric()
             self.bucket_acc = torch.nn.ModuleList(MeanMetric() for _ in self.bucket_names)
+
+    def teardown(self, stage: str) -> None:
+        if stage == "fit" and self._run_lock is not None:
+            self._run_lock.release()
+            self._run_lock = None
 
     def on_fit_start(self) -> None:
         if _fsdp_root(self.trainer.model) is not None:
@@ -320,3 +331,13 @@ def _fsdp_root(model):
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     return model if isinstance(model, FullyShardedDataParallel) else None
+
+
+class _ReleaseOnException(L.Callback):
+    """Drops the module's run lock when the fit ends in an exception (Lightning then calls no ``teardown``)."""
+
+    def __init__(self, module: "LitLM"):
+        self.module = module
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.module.teardown("fit")
