@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ..utils.atomic import output_folder, write_text
+from ..utils.device import check_device
 from ..utils.report import head, row
 from .machine import describe, positive_int, sync
 
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--out", type=output_folder, default="outputs/bench_generate")
     args = p.parse_args(argv)
-    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    device, dtype = check_device(args.device), getattr(torch, args.dtype)
     rows = []
     for shape in args.shapes:
         model = _model(shape, args.variant, dtype, device)

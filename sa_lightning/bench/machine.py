@@ -1,18 +1,11 @@
 """A one-line description of the machine a benchmark ran on."""
 from __future__ import annotations
 
-import argparse
 import platform
 
 import torch
 
-
-def positive_int(text: str) -> int:
-    """An argparse type: sizes, counts and lengths must be >= 1, checked before anything runs or is written."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+from ..utils.argtypes import positive_int  # noqa: F401  (the benchmarks' argparse type)
 
 
 def sync(device: torch.device) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from ..utils.atomic import output_folder, write_text
+from ..utils.device import check_device
 from ..utils.report import head, row
 from .machine import available_bytes, describe, positive_int, sync
 from .memory import peak_bytes
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = p.parse_args(argv)
     if args.layers and args.model not in RANDOM_MODELS:
         p.error(f"--layers applies to the random models ({', '.join(RANDOM_MODELS)}), not to {args.model!r}.")
+    check_device(args.device)
     if "swa" not in args.modes:
         args.modes.insert(0, "swa")  # the ratios' reference
     rows = run(args)

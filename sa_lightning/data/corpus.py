@@ -90,6 +90,9 @@ def resolve_files(patterns: list[str]) -> list[str]:
         if not matches:
             raise FileNotFoundError(f"data path {pattern!r} matches no file.")
         for path in matches:
+            if os.path.isdir(path):
+                raise IsADirectoryError(f"data path {path!r} is a folder, not a data file; name its files with a glob, "
+                                        f"e.g. {_glob_for(path)!r}.")
             if _format(path) is None:
                 raise ValueError(f"data file {path!r} has an unsupported extension; expected .txt, .jsonl, .json or .parquet.")
             if not os.access(path, os.R_OK) or not os.path.isfile(path):
@@ -99,6 +102,26 @@ def resolve_files(patterns: list[str]) -> list[str]:
     if len(kinds) > 1:
         raise ValueError(f"data paths mix formats ({', '.join(sorted(kinds))}); give one format per source.")
     return files
+
+
+def _glob_for(folder: str) -> str:
+    """A glob for the data files in ``folder``: its most common readable extension, in it or (only there)
+    in its subfolders; ``*.jsonl`` when it holds none."""
+    def ending(name: str) -> str | None:
+        if _format(name) is None:
+            return None
+        return ".jsonl.gz" if name.endswith(".jsonl.gz") else Path(name).suffix
+
+    root = Path(folder)
+    for pattern, prefix in (("*", "*"), ("**/*", "**/*")):
+        counts: dict[str, int] = {}
+        for path in root.glob(pattern):
+            kind = ending(path.name) if path.is_file() else None
+            if kind:
+                counts[kind] = counts.get(kind, 0) + 1
+        if counts:
+            return os.path.join(folder, prefix + max(counts, key=counts.get))
+    return os.path.join(folder, "*.jsonl")
 
 
 def _format(path: str) -> str | None:

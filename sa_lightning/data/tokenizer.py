@@ -41,7 +41,8 @@ def load_tokenizer(name_or_path: str = EMBEDDED):
 
     if name_or_path == EMBEDDED:
         return PreTrainedTokenizerFast(tokenizer_file=str(EMBEDDED_FILE), eos_token=EOS, pad_token=EOS)
-    path = Path(name_or_path)
+    path = Path(name_or_path).expanduser()
+    _check_local(str(name_or_path), path)
     if path.suffix == ".json" and path.is_file():
         tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
         eos = next((t for t in (EOS, "</s>", "<eos>") if tok.convert_tokens_to_ids(t) not in (None, tok.unk_token_id)
@@ -52,17 +53,51 @@ def load_tokenizer(name_or_path: str = EMBEDDED):
         tok.eos_token = tok.pad_token = eos
         return tok
     try:
-        tok = AutoTokenizer.from_pretrained(name_or_path)
+        tok = AutoTokenizer.from_pretrained(str(path) if path.exists() else name_or_path)
     except OSError as err:
+        if path.exists():  # a local folder with tokenizer files that do not load
+            raise ValueError(f"tokenizer {name_or_path!r} cannot be loaded: "
+                             f"{str(err).splitlines()[0] if str(err) else type(err).__name__}.") from None
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        why = "the Hugging Face Hub is offline (HF_HUB_OFFLINE=1) and it is not in the local cache" if offline \
-            else "it is neither a local tokenizer folder nor a reachable Hub repo"
+        why = "there is no such local path, and as a Hub id it is not in the local cache while the Hub is offline " \
+            "(HF_HUB_OFFLINE=1)" if offline else "it is neither a local tokenizer folder nor a reachable Hub repo"
         raise ValueError(
             f"tokenizer {name_or_path!r} cannot be loaded: {why}; use tokenizer: embedded, or a local path."
         ) from err
     if tok.eos_token_id is None:
         raise ValueError(f"tokenizer {name_or_path!r} has no EOS token, which packing needs to separate documents.")
     return tok
+
+
+#: files one of which a tokenizer folder holds (fast, slow BPE/WordPiece and SentencePiece tokenizers)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model",
+                   "spiece.model", "sentencepiece.bpe.model")
+
+
+def _check_local(name: str, path: Path) -> None:
+    """A tokenizer named by a path: one that does not exist, a folder without a tokenizer, or a file that is not
+    a ``tokenizer.json`` is refused in one sentence naming that; a Hub id goes on to ``AutoTokenizer``."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if path.is_dir():
+        if not any((path / f).is_file() for f in TOKENIZER_FILES):
+            raise ValueError(f"tokenizer {name!r} is a folder without a tokenizer (no tokenizer.json, "
+                             "tokenizer_config.json or vocabulary file); pass an exported model folder, a "
+                             "tokenizer.json file, or tokenizer: embedded.")
+        return
+    if path.is_file():
+        if path.suffix != ".json":
+            raise ValueError(f"tokenizer {name!r} is a file but not a tokenizer.json; pass a tokenizer.json file, a "
+                             "tokenizer folder, or tokenizer: embedded.")
+        return
+    try:
+        validate_repo_id(name)
+        looks_local = path.suffix == ".json"  # a valid repo id too, but meant as a tokenizer.json file
+    except HFValidationError:  # no Hub id looks like this: it was meant as a path
+        looks_local = True
+    if looks_local:
+        raise FileNotFoundError(f"tokenizer {name!r} does not exist; pass an existing tokenizer.json file or "
+                                "tokenizer folder, a Hub id, or tokenizer: embedded.")
 
 
 def encode(tokenizer, texts: list[str]) -> list[list[int]]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .harness import layout_for, run_tasks
 from .table import markdown_table
+from ..utils.argtypes import non_negative_int, positive_int, seed
 from ..utils.atomic import output_folder, write_text
 from ..utils.report import variant_label
 
@@ -99,6 +100,18 @@ def evaluate(args: argparse.Namespace) -> dict:
     return report
 
 
+def task_limit(text: str) -> int | float:
+    """An argparse type for ``--limit``: a whole number of documents (>= 1), or a fraction of each task in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of documents or a fraction below 1, got {text!r}") from None
+    if not value > 0 or (value >= 1 and not value.is_integer()):
+        raise argparse.ArgumentTypeError(f"must be a whole number of documents (>= 1) or a fraction of each task "
+                                         f"in (0, 1), got {text}")
+    return int(value) if value >= 1 else value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py evaluate", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -106,20 +119,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--label", nargs="+", help="row names, one per checkpoint (default: variant and window)")
     p.add_argument("--tasks", nargs="+", default=["offline"],
                    help="task names, or the sets `table1` (the paper's) and `offline` (shipped; the default)")
-    p.add_argument("--limit", type=float, default=None, help="documents per task (an int, or a fraction < 1)")
-    p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--eval_samples", type=int, default=1, help="permutation draws averaged per score (SA)")
+    p.add_argument("--limit", type=task_limit, default=None, help="documents per task (an int, or a fraction < 1)")
+    p.add_argument("--batch_size", type=positive_int, default=32)
+    p.add_argument("--eval_samples", type=positive_int, default=1, help="permutation draws averaged per score (SA)")
     p.add_argument("--sa_mode", choices=("stochastic", "deterministic"), default="stochastic")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="permutation seeds; >1 also reports the std")
+    p.add_argument("--seeds", type=seed, nargs="+", default=[0], help="permutation seeds; >1 also reports the std")
     p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer")
     p.add_argument("--device", default=None)
-    p.add_argument("--bootstrap_iters", type=int, default=0, help="lm-eval's stderr bootstrap (0: off, fast)")
+    p.add_argument("--bootstrap_iters", type=non_negative_int, default=0,
+                   help="lm-eval's stderr bootstrap (0: off, fast)")
     p.add_argument("--out", type=output_folder, default="outputs/eval")
     return p
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parser().parse_args(argv)
-    if args.limit is not None and args.limit >= 1:
-        args.limit = int(args.limit)
+    if args.device is not None:
+        from ..utils.device import check_device
+
+        check_device(args.device)
     return evaluate(args)

@@ -42,15 +42,53 @@ def _check(args) -> list[str]:
         raise ValueError(f"--top_p must be in (0, 1], got {args.top_p}.")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max_new_tokens must be >= 1, got {args.max_new_tokens}.")
+    if args.device is not None:
+        from ..utils.device import check_device
+
+        check_device(args.device)
+    if args.model is not None:
+        _check_model(args.model)
     if args.prompt is not None:
         return [args.prompt]
-    path = Path(args.prompt_file)
+    path = Path(args.prompt_file).expanduser()
+    if path.is_dir():
+        raise IsADirectoryError(f"--prompt_file {str(path)!r} is a folder; pass a text file in it, with one prompt "
+                                "per line.")
     if not path.is_file():
         raise FileNotFoundError(f"--prompt_file {str(path)!r} does not exist.")
     prompts = [line for line in path.read_text().splitlines() if line.strip()]
     if not prompts:
         raise ValueError(f"--prompt_file {str(path)!r} holds no prompt (one per line).")
     return prompts
+
+
+def _check_model(text: str) -> None:
+    """``--model`` that cannot be a model, named before anything loads: a path that does not exist, a folder
+    without a model's ``config.json``, a checkpoint file (that is ``--ckpt``'s). Hub ids and fetched names
+    (``smollm2``) pass on to the loader."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from ..models.sources import FETCHABLE
+
+    path = Path(text).expanduser()
+    if text in FETCHABLE or path.suffix.lower() == ".gguf":  # the loader names a missing or unfetched one
+        return
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"--model {text!r} is a folder but not a model: it holds no config.json (an exported "
+                             "or Hugging Face model folder has one); pass the folder `cli.py export` wrote, or a "
+                             "checkpoint with --ckpt.")
+        return
+    if path.is_file():
+        if path.suffix == ".ckpt":
+            raise ValueError(f"--model {text!r} is a checkpoint file, not a model folder; pass it with --ckpt instead.")
+        raise ValueError(f"--model {text!r} is a file, not a model folder; pass a folder holding config.json, a Hub "
+                         "id or a .gguf file.")
+    try:
+        validate_repo_id(text)
+    except HFValidationError:  # no Hub id looks like this: it was meant as a path
+        raise FileNotFoundError(f"--model {text!r} does not exist; pass an exported or Hugging Face model folder, "
+                                "a Hub id or a fetched name (smollm2).") from None
 
 
 def load(args):
@@ -72,7 +110,18 @@ def load(args):
         return SATransformerForCausalLM.from_transformer(net, decode=args.decode or "dense", sa_seed=args.seed).eval(), \
             tokenizer, False  # training packs documents with no BOS
     source = sources.resolve(args.model)
-    model = sources.load_causal_lm(source, "float32")
+    try:
+        model = sources.load_causal_lm(source, "float32")
+    except OSError as err:  # a Hub id (it looks like one) that is not in the cache, or offline
+        if source.path != args.model or Path(args.model).expanduser().exists():
+            raise
+        import os
+
+        why = "it is not in the local cache, and HF_HUB_OFFLINE=1 keeps the Hub from being asked" \
+            if os.environ.get("HF_HUB_OFFLINE") == "1" else \
+            f"the Hub has no such model or cannot be reached ({str(err).splitlines()[0][:160]})"
+        raise ValueError(f"--model {args.model!r} is not a local folder (no such path), and as a Hub id {why}; "
+                         "pass an exported model folder, or a checkpoint with --ckpt.") from None
     if isinstance(model.config, SATransformerConfig):
         from ..models.hf_config import check_decode
 

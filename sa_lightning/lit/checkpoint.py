@@ -30,3 +30,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         remove_stale_partials(path.parent)
         with replacing(path, "checkpoint", fsync=True) as tmp, open(tmp, "wb") as fh:
             torch.save(checkpoint, fh)  # through a Python file: a full disk is an OSError, not torch's RuntimeError
+
+    def load_checkpoint(self, path, map_location=lambda storage, loc: storage, weights_only=None) -> dict:
+        """Lightning's load, then the one check of what it holds: a file that is not a Lightning checkpoint
+        (a bare ``torch.save({...})`` or state dict as ``--ckpt_path`` or ``trainer.fit(ckpt_path=...)``)
+        is one sentence, where Lightning's own reader ends in ``KeyError: 'pytorch-lightning_version'``."""
+        from ..models.checkpoint import check_lightning_checkpoint
+
+        checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        check_lightning_checkpoint(checkpoint, path)
+        return checkpoint

@@ -65,6 +65,9 @@ def read_checkpoint(path: str | Path, map_location="cpu", mmap: bool = False, we
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ValueError(f"checkpoint {str(path)!r} cannot be read (truncated, corrupt, or not a torch checkpoint): "
                          f"{first}. Nothing was trained; pass an intact checkpoint.") from None
+    if not isinstance(ckpt, dict):  # torch.save(tensor) or of a list: no reader here can use it
+        raise ValueError(f"checkpoint {str(path)!r} holds a {type(ckpt).__name__}, not a dict of weights; pass a "
+                         "checkpoint `cli.py fit` wrote (or, for model.init_weights, a state dict).")
     return _upgrade(ckpt)
 
 
@@ -79,9 +82,10 @@ def _upgrade(ckpt):
 
 
 def load_weights(net: torch.nn.Module, path: str | Path) -> None:
-    """Copy a ``cli.py fit`` checkpoint's model weights into ``net``, refusing in one sentence any parameter
-    whose name or shape differs (nothing is loaded then)."""
-    weights = network_weights(read_checkpoint(path, mmap=True))  # mapped: the optimizer state is never read
+    """Copy the weights in ``path`` into ``net``: a ``cli.py fit`` checkpoint's model, or a bare state dict
+    (``torch.save(net.state_dict())``, or the LightningModule's, whose names start with ``net.``). Any parameter
+    whose name or shape differs is refused in one sentence naming the first (nothing is loaded then)."""
+    weights = init_weights_of(read_checkpoint(path, mmap=True), path)  # mapped: the optimizer state is never read
     own = net.state_dict()
     shapes = [(k, tuple(weights[k].shape), tuple(v.shape)) for k, v in own.items()
               if k in weights and weights[k].shape != v.shape]
@@ -92,13 +96,61 @@ def load_weights(net: torch.nn.Module, path: str | Path) -> None:
                          f"and {ours} here{more}; init_weights keeps every shape, so change only settings that keep "
                          "them (window, variant among swa/sa/full/moba, backend), or drop init_weights.")
     missing, extra = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
+    if missing and len(extra) == len(weights):
+        raise ValueError(f"model.init_weights {str(path)!r} does not fit this model: none of its {len(weights)} "
+                         f"parameter names is one of this model's (its first is {extra[0]}, this model's "
+                         f"{next(iter(own))}); pass weights saved from this model (net.state_dict(), with or "
+                         "without the net. prefix) or a checkpoint `cli.py fit` wrote.")
     if missing or extra:
         names = "; ".join(filter(None, [f"{missing[0]} is missing there" if missing else "",
                                         f"{extra[0]} has no place here" if extra else ""]))
+        gates = any(".gate.gates." in k for k in missing[:1] + extra[:1])
+        why = ("; sa_swa has two output gates, sa and swa, where the single-path variants have one); drop "
+               "init_weights or match the variant's paths.") if gates else \
+            "); drop init_weights, or pass weights of a model with this one's layers and variant."
         raise ValueError(f"model.init_weights {str(path)!r} does not fit this model: {names} "
-                         f"({len(missing)} missing, {len(extra)} extra parameters; sa_swa has two output gates, sa "
-                         "and swa, where the single-path variants have one); drop init_weights or match the variant's paths.")
+                         f"({len(missing)} missing, {len(extra)} extra parameters{why}")
     net.load_state_dict(weights)
+
+
+def _holds(ckpt) -> str:
+    """What a checkpoint file that is not the expected kind holds, in a few words: its top-level keys."""
+    if not isinstance(ckpt, dict):
+        return f"a {type(ckpt).__name__}, not a dict"
+    if not ckpt:
+        return "an empty dict"
+    keys = list(ckpt)
+    shown = ", ".join(repr(k) for k in keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+    if all(isinstance(v, torch.Tensor) for v in ckpt.values()):
+        return f"a bare state dict of {len(keys)} tensors ({shown})"
+    return f"a dict with the top-level keys {shown}"
+
+
+def init_weights_of(ckpt: dict, path: str | Path) -> dict:
+    """The network's weights, named as in the ``nn.Module``, from what ``model.init_weights`` names: a
+    ``cli.py fit`` checkpoint, or a bare state dict of tensors with or without the ``net.`` prefix."""
+    if isinstance(ckpt.get("state_dict"), dict):
+        state = ckpt["state_dict"]
+    elif ckpt and all(isinstance(v, torch.Tensor) for v in ckpt.values()):
+        state = ckpt
+    else:
+        raise ValueError(f"model.init_weights {str(path)!r} holds neither a checkpoint `cli.py fit` wrote nor a state "
+                         f"dict of tensors: it holds {_holds(ckpt)}.")
+    if not state:
+        raise ValueError(f"model.init_weights {str(path)!r} holds no weights (its state dict is empty).")
+    if any(k.startswith(NET) for k in state):
+        return {k[len(NET):]: v for k, v in state.items() if k.startswith(NET)}
+    return dict(state)
+
+
+def check_lightning_checkpoint(ckpt, path: str | Path) -> None:
+    """A checkpoint to resume, validate or test from (``--ckpt_path``) must be one Lightning wrote (``cli.py
+    fit``); anything else is refused in one sentence saying what it holds and, for bare weights, the way in."""
+    if isinstance(ckpt, dict) and "pytorch-lightning_version" in ckpt and isinstance(ckpt.get("state_dict"), dict):
+        return
+    raise ValueError(f"checkpoint {str(path)!r} is not a Lightning checkpoint written by `cli.py fit`: it holds "
+                     f"{_holds(ckpt)}; for bare weights (a state dict), pass --model.init_weights {path} "
+                     "instead of --ckpt_path.")
 
 
 def network_weights(ckpt: dict) -> dict:
