@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+import sys
+import time
 
 import torch
-from lightning.pytorch.callbacks import Callback, ThroughputMonitor
+from lightning.pytorch.callbacks import Callback, ProgressBar, ThroughputMonitor
 
 
 def last_checkpoint_path(trainer) -> str | None:
@@ -61,7 +63,7 @@ class CheckpointAtEnd(Callback):
         if path is None or trainer.max_steps < 1 or trainer.global_step < trainer.max_steps:
             return
         if getattr(self, "_saved_step", None) != trainer.global_step:
-            trainer.save_checkpoint(path)
+            trainer.save_checkpoint(path, weights_only=False)  # a full checkpoint, as ModelCheckpoint's
             self._saved_step = trainer.global_step
             # ModelCheckpoint (which Lightning runs after this) would take a last.ckpt it did not write for
             # another run's and save its own as last-v1.ckpt when the final step is also a periodic one
@@ -159,7 +161,7 @@ class SaveOnSignal(Callback):
         path = last_checkpoint_path(trainer)
         if not isinstance(exception, SIGTERMException) or path is None:
             return
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # a full checkpoint: it resumes exactly
         self.saved = path
         if trainer.is_global_zero:
             print(f"signal received: saved {path} at step {trainer.global_step}; resume with --ckpt_path last",
@@ -264,3 +266,203 @@ class GateMeanLogger(Callback):
         if self._handles:  # read before the update: logged at the step it was read
             self._detach()
             self._write(trainer, "gates_train", self._means(trainer, across_ranks=False), self._train_step)
+
+
+class LineProgress(ProgressBar):
+    """Progress as plain lines, for output that is not a terminal (a log file, a pipe, a SLURM job's output),
+    where a live bar leaves only its last frame (``0.00it/s``). ``cli.py fit|validate|test|predict`` use it
+    in place of Lightning's bar when stdout is not a terminal (``SACLI.instantiate_trainer``); in a terminal
+    the bar stays. During ``fit``, on global rank 0 only:
+
+    - every ``every_n_steps`` optimizer steps (default: the trainer's ``log_every_n_steps``), one line with the
+      step, ``train/loss``, the learning rate, tokens/s (from ``train/tokens``) and optimizer steps/s over
+      the steps since the previous line (validation time left out), and the time left at that pace;
+    - after each validation, its ``val/*`` metrics;
+    - at the end, the run's steps, time and mean speed, the last ``train/loss``, and the last validation's
+      ``val/loss`` and ``val/ppl``, or a line saying that no validation ran.
+
+    ``validate``, ``test`` and ``predict`` print no line of their own: Lightning prints their results.
+
+    Args:
+        every_n_steps: optimizer steps between lines; None: ``trainer.log_every_n_steps``.
+        stream: where the lines go; None: ``sys.stdout`` at the time of writing.
+    """
+
+    def __init__(self, every_n_steps: int | None = None, stream=None):
+        super().__init__()
+        if every_n_steps is not None and (isinstance(every_n_steps, bool) or int(every_n_steps) < 1):
+            raise ValueError(f"LineProgress every_n_steps must be a positive integer or None, got {every_n_steps!r}.")
+        self.every_n_steps = None if every_n_steps is None else int(every_n_steps)
+        self.stream = stream
+        self._enabled = True
+        self._reset()
+
+    def _reset(self) -> None:
+        self._fit_start = self._first_mark = self._mark = None  # wall times: fit's start, first step's end, window's start
+        self._first_step = self._mark_step = self._seen_step = None
+        self._mark_tokens = self._first_tokens = None
+        self._paused = self._paused_total = 0.0  # seconds of validation inside the window / the whole fit
+        self._val_start = None
+        self._val_step = None  # the optimizer step of the last validation in this fit
+
+    # ---- ProgressBar's contract ------------------------------------------------------------------
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    @property
+    def is_disabled(self) -> bool:
+        return not self._enabled
+
+    def print(self, *args, **kwargs) -> None:
+        kwargs.setdefault("file", self.stream or sys.stdout)
+        kwargs.setdefault("flush", True)
+        print(*args, **kwargs)
+
+    def _say(self, trainer, line: str) -> None:
+        if self._enabled and trainer.is_global_zero:
+            self.print(line)
+
+    # ---- training --------------------------------------------------------------------------------
+    def every(self, trainer) -> int:
+        return max(1, self.every_n_steps or int(trainer.log_every_n_steps or 0) or 50)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._reset()
+        self._fit_start = time.monotonic()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step == self._seen_step:
+            return  # a micro-batch of gradient accumulation: the optimizer has not stepped
+        self._seen_step = step
+        now, tokens = time.monotonic(), _metric(trainer, "train/tokens")
+        if self._mark is None:  # rates are measured from the end of the first step (start-up and data loading left out)
+            self._mark, self._mark_step, self._mark_tokens = now, step, tokens
+            self._first_mark, self._first_step, self._first_tokens, self._paused = now, step, tokens, 0.0
+            if step % self.every(trainer):
+                return
+        elif step % self.every(trainer):
+            return
+        seconds = now - self._mark - self._paused
+        steps = step - self._mark_step
+        parts = [_step_text(trainer, step)]
+        loss = _metric(trainer, "train/loss")
+        if loss is None and isinstance(outputs, dict) and "loss" in outputs:
+            loss = float(outputs["loss"])
+        if loss is not None:
+            parts.append(f"loss {loss:.4f}")
+        lr = _metric(trainer, "train/lr")  # the step's own (the scheduler has stepped since)
+        lr = _learning_rate(trainer) if lr is None else lr
+        if lr is not None:
+            parts.append(f"lr {lr:.2e}")
+        if steps > 0 and seconds > 0:
+            if tokens is not None and self._mark_tokens is not None:
+                parts.append(f"{(tokens - self._mark_tokens) / seconds:,.0f} tokens/s")
+            parts.append(f"{_rate(steps / seconds)} it/s")
+            if trainer.max_steps and trainer.max_steps > 0:
+                left = (trainer.max_steps - step) * seconds / steps
+                parts.append(f"{_clock(now - self._fit_start)} elapsed, ~{_clock(left)} left")
+        else:
+            parts.append(f"{_clock(now - self._fit_start)} elapsed")
+        self._say(trainer, " | ".join(parts))
+        self._mark, self._mark_step, self._mark_tokens, self._paused = now, step, tokens, 0.0
+
+    # ---- validation inside fit -------------------------------------------------------------------
+    def _fitting(self, trainer) -> bool:
+        return trainer.state.fn == "fit" and not trainer.sanity_checking and self._fit_start is not None
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if self._fitting(trainer):
+            self._val_start = time.monotonic()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not self._fitting(trainer) or self._val_start is None:
+            return
+        seconds = time.monotonic() - self._val_start
+        self._paused += seconds
+        self._paused_total += seconds
+        self._val_start = None
+        self._val_step = trainer.global_step
+        metrics = _val_metrics(trainer)
+        self._say(trainer, f"validation at step {trainer.global_step}: "
+                           f"{' | '.join(metrics) if metrics else 'no val/ metric was logged'} ({seconds:.1f} s)")
+
+    # ---- the end -----------------------------------------------------------------------------------
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._fit_start is None:
+            return
+        now = time.monotonic()
+        step = trainer.global_step
+        done = f"fit done: {_step_text(trainer, step)} in {_clock(now - self._fit_start)}"
+        if self._mark is not None and step > self._first_step:
+            seconds = now - self._first_mark - self._paused_total
+            if seconds > 0:
+                speed = [f"{_rate((step - self._first_step) / seconds)} it/s"]
+                tokens = _metric(trainer, "train/tokens")
+                if tokens is not None and self._first_tokens is not None:
+                    speed.insert(0, f"{(tokens - self._first_tokens) / seconds:,.0f} tokens/s")
+                done += f" ({', '.join(speed)} after the first step)"
+        lines = [done]
+        loss = _metric(trainer, "train/loss")
+        if loss is not None:
+            lines.append(f"final train/loss {loss:.4f}")
+        if self._val_step is None:
+            lines.append("val/loss, val/ppl: no validation ran during this fit (trainer.val_check_interval is past "
+                         "its last step, or limit_val_batches is 0); `cli.py validate` with the same config and "
+                         "--ckpt_path last scores it")
+        else:
+            lines.append(f"final validation (step {self._val_step}): {' | '.join(_val_metrics(trainer))}")
+        for line in lines:
+            self._say(trainer, line)
+
+
+def _metric(trainer, name: str) -> float | None:
+    value = trainer.callback_metrics.get(name)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _val_metrics(trainer) -> list[str]:
+    """``val/loss`` and ``val/ppl`` first, then the other ``val/*`` metrics, as ``name value``."""
+    names = [n for n in trainer.callback_metrics if n.startswith("val/")]
+    first = [n for n in ("val/loss", "val/ppl") if n in names]
+    out = []
+    for name in first + [n for n in names if n not in first]:  # the rest in the order they were logged
+        value = _metric(trainer, name)
+        if value is not None:
+            out.append(f"{name} {value:.4f}" if abs(value) < 100 else f"{name} {value:,.1f}")
+    return out
+
+
+def _learning_rate(trainer) -> float | None:
+    try:
+        return float(trainer.optimizers[0].param_groups[0]["lr"])
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _step_text(trainer, step: int) -> str:
+    if trainer.max_steps and trainer.max_steps > 0:
+        return f"step {step}/{trainer.max_steps}"
+    return f"epoch {trainer.current_epoch} step {step}"
+
+
+def _rate(per_second: float) -> str:
+    """Steps per second: 2 decimals from 1 up (``1.00``), 3 significant digits below (``0.0712``)."""
+    return f"{per_second:.2f}" if per_second >= 1 else f"{per_second:.3g}"
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"

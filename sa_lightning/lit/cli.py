@@ -41,6 +41,19 @@ class SACLI(LightningCLI):
         parser.add_argument("--fresh_if_no_last", type=bool, default=False,
                             help="with --ckpt_path last: start a new run when the run folder holds no last.ckpt yet "
                                  "(a SLURM job's first start) instead of refusing")
+        _describe_variants(parser)
+
+    def instantiate_trainer(self, **kwargs):
+        """Lightning's trainer, with ``LineProgress`` in place of its progress bar when stdout is not a terminal
+        (a log file, a pipe, a SLURM job): plain lines every ``log_every_n_steps`` steps and the final metrics,
+        for every config, unless the config turns the bar off or names a progress bar of its own."""
+        if "callbacks" not in kwargs:
+            config = self.config_init.get(str(self.subcommand), self.config_init).get("trainer") or {}
+            if wants_line_progress(config, self.trainer_defaults):
+                from .callbacks import LineProgress
+
+                kwargs["callbacks"] = [*_as_list(config.get("callbacks")), LineProgress()]
+        return super().instantiate_trainer(**kwargs)
 
     def parse_arguments(self, parser, args) -> None:
         # the command line as given, to tell a model key the user named from one left at its default
@@ -201,6 +214,41 @@ def _tests_on_validation(datamodule) -> bool:
 
     own = getattr(type(datamodule), "test_dataloader", None)
     return own is not None and own in (LMDataModule.test_dataloader, SyntheticDataModule.test_dataloader)
+
+
+def wants_line_progress(trainer_config, trainer_defaults=None, stream=None) -> bool:
+    """True when the run's output is not a terminal and it would otherwise get Lightning's default bar: the
+    bar is on (``enable_progress_bar`` is not false) and no progress bar is among the callbacks."""
+    from lightning.pytorch.callbacks import ProgressBar
+
+    stream = sys.stdout if stream is None else stream
+    try:
+        if stream.isatty():
+            return False
+    except (AttributeError, ValueError):  # no isatty, or a closed stream: not a terminal
+        pass
+    if trainer_config.get("enable_progress_bar") is False:
+        return False
+    given = [*_as_list(trainer_config.get("callbacks")), *_as_list((trainer_defaults or {}).get("callbacks"))]
+    return not any(isinstance(cb, ProgressBar) for cb in given)
+
+
+def _as_list(value) -> list:
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _describe_variants(parser) -> None:
+    """``fit --help`` names the attention variants, as the registry holds them when the parser is built
+    (variants registered by ``register_variant`` included)."""
+    from ..attention.registry import VARIANTS
+
+    names = ", ".join(VARIANTS)
+    for action in parser._actions:  # argparse keeps no public way to reach an added argument
+        if action.dest == "model.arch.attention.variant":
+            action.help = (f"the attention variant, one of: {names} (configs/model/<variant>.yaml sets one "
+                           "with its settings)")
+    parser.description = "\n\n".join(filter(None, [parser.description,
+                                                    f"Attention variants (--model.arch.attention.variant): {names}."]))
 
 
 def _as_dict(node) -> dict:
