@@ -118,7 +118,7 @@ class SACLI(LightningCLI):
         fresh start. A model key the user set that differs from the checkpoint's stops it too (LightningCLI
         would silently take the checkpoint's); ``USER_WINS_ON_RESUME`` keys keep the user's value.
         """
-        from ..models.checkpoint import read_checkpoint
+        from ..models.checkpoint import check_lightning_checkpoint, read_checkpoint
         from .resume import USER_WINS_ON_RESUME, conflict_message, conflicts, flatten, named_model_keys
 
         subcommand = self.config.get("subcommand")
@@ -131,6 +131,7 @@ class SACLI(LightningCLI):
         if not path or path in ("best", "hpc", "registry"):
             return super()._parse_ckpt_path()
         ckpt = read_checkpoint(path, mmap=True, weights_only=cfg.get("weights_only") is not False)
+        check_lightning_checkpoint(ckpt, path)  # a bare dict or state dict: one sentence before any data work
         user = flatten(_as_dict(cfg.model))
         defaults = flatten(_as_dict(self._subcommand_parsers[subcommand].get_defaults().get("model")))
         saved = flatten(ckpt.get("hyper_parameters", {}))
