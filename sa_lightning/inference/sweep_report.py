@@ -113,9 +113,43 @@ def _series(cfg: SweepConfig, table: list[dict]):
             yield mode, sink, [r for r in table if r["mode"] == mode and r.get("sink", 0) == sink]
 
 
+#: each mode's marker, so that lines that coincide (several modes at 0% or at full attention's score) still show
+#: every mode's markers; rows with sinks are dashed with hollow markers
+MARKERS = {"swa": "o", "sa": "^", "sa_swa_union": "D", "moba": "v"}
+#: how far apart (in octaves of w_eff) the series' markers are spread at each window, so equal scores sit side by side
+DODGE = 0.25
+
+
 def _style(mode: str, sink: int) -> dict:
-    return {"color": COLORS.get(mode), "linestyle": "--" if sink else "-", "marker": "s" if sink else "o",
-            "label": variant_label(mode, sink=sink)}
+    return {"color": COLORS.get(mode), "linestyle": "--" if sink else "-", "marker": MARKERS.get(mode, "o"),
+            "markersize": 5.5, "markerfacecolor": "none" if sink else COLORS.get(mode), "markeredgewidth": 1.2,
+            "linewidth": 1.4, "zorder": 3, "label": variant_label(mode, sink=sink)}
+
+
+#: full attention, the reference every mode is compared with: a pale band drawn first, under every other line
+FULL_STYLE = {"color": "gray", "alpha": 0.35, "linewidth": 6, "solid_capstyle": "butt", "zorder": 1}
+
+
+def _dodges(n: int) -> list[float]:
+    """The factor on x of each of ``n`` series: 2**offset, the offsets spread evenly over DODGE octaves."""
+    return [2 ** (DODGE * (i / (n - 1) - 0.5)) if n > 1 else 1.0 for i in range(n)]
+
+
+def _legend(fig, axes) -> None:
+    """One legend for the whole figure, outside every axis that holds data, so it covers none: in the first
+    unused panel where the grid has one, else below the panels."""
+    handles: dict[str, object] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if not handles:
+        return
+    spare = [ax for ax in axes.flat if not ax.axison]  # the panels _panels hid
+    if spare:
+        spare[0].legend(list(handles.values()), list(handles), loc="center", fontsize=9, frameon=False)
+    else:
+        fig.legend(list(handles.values()), list(handles), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=min(len(handles), 4), fontsize=8, frameon=False)
 
 
 def _panels(n_panels: int):
@@ -134,7 +168,7 @@ def _ylabel(col: str) -> str:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    savefig(fig, path, dpi=150)
+    savefig(fig, path, dpi=150, bbox_inches="tight")  # "tight" grows the image to hold the legend below
     pyplot().close(fig)
     return path
 
@@ -148,13 +182,15 @@ def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
         fig, axes = _panels(len(columns))
         for ax, col in zip(axes.flat, columns):
             xkey = None if x_of is None else ("kpq" if col == "avg" else f"kpq:{col}")
-            for mode, sink, rows in _series(cfg, table):
+            if full is not None and full.get(col) is not None:
+                ax.axhline(full[col], label=variant_label("full"), **FULL_STYLE)
+            series = list(_series(cfg, table))
+            # at each w_eff the series sit a little apart; the measured budget (x_of) is plotted as measured
+            for (mode, sink, rows), dodge in zip(series, _dodges(len(series)) if xkey is None else [1.0] * len(series)):
                 pts = sorted((r["w_eff"] if xkey is None else r.get(xkey), r[col]) for r in rows
                              if r.get(col) is not None and (xkey is None or r.get(xkey) is not None))
                 if pts:
-                    ax.plot(*zip(*pts), **_style(mode, sink))
-            if full is not None and full.get(col) is not None:
-                ax.axhline(full[col], color="gray", linestyle=":", label=variant_label("full"))
+                    ax.plot([x * dodge for x, _ in pts], [y for _, y in pts], **_style(mode, sink))
             ax.set_xscale("log", base=2)
             if xkey is None:
                 ticks = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
@@ -165,7 +201,7 @@ def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
             if col != "avg" and lower_is_better(col):
                 ax.set_yscale("log")
             ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=6)
+        _legend(fig, axes)
         fig.suptitle(f"{cfg.model}: training-free prefill attention" +
                      (", score against the measured budget" if x_of else ""), fontsize=10)
         written.append(_save(fig, out / f"{name}.png"))
@@ -183,17 +219,17 @@ def position_plot(cfg: SweepConfig, table: list[dict], out: Path) -> Path | None
     panels = [(t, w) for t in tasks for w in windows]
     fig, axes = _panels(len(panels))
     for ax, (task, w) in zip(axes.flat, panels):
+        if full and f"pos:{task}" in full:
+            _draw_buckets(ax, full[f"pos:{task}"], label=variant_label("full"), **FULL_STYLE)
         for mode, sink, rows in _series(cfg, table):
             found = next((r for r in rows if r["w_eff"] == w and f"pos:{task}" in r), None)
             if found:
                 _draw_buckets(ax, found[f"pos:{task}"], **_style(mode, sink))
-        if full and f"pos:{task}" in full:
-            _draw_buckets(ax, full[f"pos:{task}"], color="gray", linestyle=":", label=variant_label("full"))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set(xlabel="tokens before the predicted one", ylabel="perplexity", title=f"{column_label(task)}, w_eff={w}")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6)
+    _legend(fig, axes)
     fig.suptitle(f"{cfg.model}: perplexity by position", fontsize=10)
     return _save(fig, out / "position.png")
 

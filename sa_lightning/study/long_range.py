@@ -206,29 +206,49 @@ def reach(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: how each variant's line looks: a marker of its own (lines that coincide, all at 100% say, still show each
+#: variant's markers side by side), and the nudge of its markers along the log-x axis (a factor 2**dx)
+MARKERS = {"swa": ("o", -0.15), "sa": ("^", -0.05), "sa_swa": ("D", 0.05), "moba": ("v", 0.15)}
+
+
 def plot(results: list[dict], path: Path) -> None:
     """One panel per (task, L, w): accuracy by distance per variant, SWA's receptive field L * (w - 1) as a
-    dashed line named at the top of the panel, and one legend for all panels below them, covering no curve."""
+    dashed line named at the top of the panel, and one legend for all panels below them, covering no curve.
+
+    Full attention is the reference: it is drawn first, as a wide pale band under every other line, so a
+    variant that reaches it (SA+SWA at 100%) stays visible on top of it. Each variant has its own marker,
+    nudged a little along x so that equal accuracies in one bucket show side by side; the same model averaged
+    over K permutations is dotted, its markers larger, hollow and on top (the K = 1 marker shows inside)."""
     plt = pyplot()
     panels = sorted({(r["task"], r["depth"], r["window"]) for r in results})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     legend: dict[str, object] = {}  # label -> handle, over all panels (a panel may lack a variant)
+    order = ["full", *(v for v in COLORS if v != "full")]  # the reference first, under the rest
     for ax, (task, depth, window) in zip(axes[0], panels):
         for r in sorted((r for r in results if (r["task"], r["depth"], r["window"]) == (task, depth, window)),
-                        key=lambda r: list(COLORS).index(r["variant"]) if r["variant"] in COLORS else 9):
+                        key=lambda r: order.index(r["variant"]) if r["variant"] in order else len(order)):
             mids = [sum(_bucket_bounds(b)) / 2 for b in r["scores"][1]["buckets"]]
             label, color = variant_label(r["variant"]), COLORS.get(r["variant"], "k")
-            ax.plot(mids, list(r["scores"][1]["buckets"].values()), "o-", color=color, label=label, markersize=4)
+            accs = list(r["scores"][1]["buckets"].values())
+            if r["variant"] == "full":
+                ax.plot(mids, accs, "-", color=color, alpha=0.35, linewidth=7, solid_capstyle="butt", label=label,
+                        zorder=1)
+                continue
+            marker, dx = MARKERS.get(r["variant"], ("o", 0.0))
+            xs = [m * 2 ** dx for m in mids]
+            ax.plot(xs, accs, "-", marker=marker, color=color, label=label, markersize=4.5, linewidth=1.3, zorder=3)
             k = max(r["scores"])
             if k > 1:  # the same model, its prediction averaged over K permutations
-                ax.plot(mids, list(r["scores"][k]["buckets"].values()), "s:", color=color, label=f"{label} (K={k})",
-                        markersize=4)
+                ax.plot(xs, list(r["scores"][k]["buckets"].values()), ":", marker=marker, color=color,
+                        markerfacecolor="none", markersize=8, markeredgewidth=1.2, linewidth=1.3,
+                        label=f"{label} (K={k})", zorder=4)
         rf = depth * (window - 1)
-        ax.axvline(rf, color=COLORS["swa"], linestyle="--", linewidth=1, label="SWA's receptive field L·(w−1)")
+        ax.axvline(rf, color=COLORS["swa"], linestyle="--", linewidth=1, label="SWA's receptive field L·(w−1)",
+                   zorder=1.5)
         # above the plotting area (x in data, y in axes units), where no curve can run under it
         ax.text(rf, 1.01, f"L·(w−1)={rf}", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
                 color=COLORS["swa"], fontsize=7)
-        ax.set(xscale="log", ylim=(-0.02, 1.02), xlabel="key–query distance", ylabel="accuracy")
+        ax.set(xscale="log", ylim=(-0.03, 1.05), xlabel="key–query distance", ylabel="accuracy")
         ax.set_title(f"{task}, L={depth}, w={window}", pad=14)
         ax.grid(alpha=0.3, which="both")
         for handle, label in zip(*ax.get_legend_handles_labels()):
