@@ -63,7 +63,7 @@ def run_cell(lm, cell: Cell, cfg: SweepConfig, metadata: dict) -> tuple[dict, fl
 def run(cfg: SweepConfig) -> dict:
     from ..eval.harness import load_tasks, resolve_tasks
     from ..models.patcher import patch
-    from ..models.sources import resolve
+    from ..models.sources import loadable, resolve
     from .lm import PatchedHFLM
 
     source = resolve(cfg.model)  # a missing or unpatchable GGUF fails here, in one sentence
@@ -78,7 +78,9 @@ def run(cfg: SweepConfig) -> dict:
     if pending:
         check_before_loading(cfg, source, cfg.tasks)
         # the pass-key tasks size their prompts in the tokens of this tokenizer (lm-eval hands it to their loader)
-        metadata = {"tokenizer": cfg.tokenizer or source.path, **({} if cfg.tokenizer else source.kwargs)}
+        # (a cached GGUF's converted folder: its tokenizer loads without parsing the GGUF again)
+        tokens = loadable(source)
+        metadata = {"tokenizer": cfg.tokenizer or tokens.path, **({} if cfg.tokenizer else tokens.kwargs)}
         lm_tasks = sorted({c.task for c in pending if not is_position_task(c.task)})
         if lm_tasks:
             load_tasks(lm_tasks, metadata=metadata)  # unreachable datasets fail before the model loads
