@@ -70,3 +70,15 @@ def test_every_commands_out_refuses_an_empty_or_root_folder(command):
     for out, said in (("", "is empty (an unset shell variable?)"), ("/", "which holds more than this output")):
         res = run_cli_here(*command, "--out", out)
         assert res.returncode != 0 and said in res.stderr.strip().splitlines()[-1], res.stderr[-500:]
+
+
+@pytest.mark.parametrize("command", [("sweep", "--config", "configs/sweep/tiny.yaml"),
+                                     ("study", "long-range", "--config", "configs/study/long_range.yaml")])
+def test_a_sweep_or_study_never_writes_into_a_folder_of_other_files(command, tmp_path):
+    from tests.helpers import ROOT
+
+    (tmp_path / "thesis.tex").write_text("the user's own file")
+    args = [a if not a.startswith("configs/") else str(ROOT / a) for a in command]
+    res = run_cli_here(*args, "--out", str(tmp_path))
+    assert res.returncode != 0 and "holds other files and no" in res.stderr.strip().splitlines()[-1], res.stderr[-800:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.tex"]

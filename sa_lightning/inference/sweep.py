@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
-from ..utils.atomic import check_output_folder, write_text
+from ..utils.atomic import check_results_folder, write_text
 from .plan import (Cell, SweepConfig, cell_path, cells, check_before_loading, is_done, load_config, load_error,
                    made_by)
 from .sweep_report import metric_of, report
@@ -70,7 +70,7 @@ def run(cfg: SweepConfig) -> dict:
     # lm-eval names (task sets such as table1 expand); position_ppl_* is ours and stays as it is
     cfg.tasks = [name for t in cfg.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
     todo = cells(cfg)
-    out = check_output_folder(cfg.out, "out")
+    out = check_results_folder(cfg.out, "sweep", "out")
     pending = [c for c in todo if not is_done(cell_path(out, c), c, made_by(cfg, c))]  # before anything is written
     (out / "cells").mkdir(parents=True, exist_ok=True)
     write_text(out / "config.json", json.dumps(asdict(cfg), indent=2))

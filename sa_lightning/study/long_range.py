@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from ..utils.atomic import output_folder, savefig, write_text
+from ..utils.atomic import check_results_folder, output_folder, savefig, write_text
 from ..utils.report import COLORS, head, number, pyplot, ranked_cells, row, variant_label
 from ..utils.tables import write_csv
 
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if not sep or not key:
             raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {item!r}.")
         settings["fit_overrides"] = {**(settings.get("fit_overrides") or {}), key: value}
-    out = Path(settings.get("out", "outputs/study/long_range"))
+    out = check_results_folder(settings.get("out", "outputs/study/long_range"), "study")
     (out / "cells").mkdir(parents=True, exist_ok=True)
     grid = cells(settings)
     eval_samples = sorted(set(settings.get("eval_samples", [1])))

@@ -142,6 +142,17 @@ def check_output_folder(folder: str | os.PathLike, flag: str = "--out", replaces
     return path
 
 
+def check_results_folder(folder: str | os.PathLike, what: str, flag: str = "--out") -> Path:
+    """A folder that a resumable command (a sweep, a study) fills cell by cell: empty, new, or one that it
+    wrote before (it holds ``cells/``). A folder of other files is refused in one sentence: the command's
+    tables and figures would land among them and replace any of the same name."""
+    path = check_output_folder(folder, flag)
+    if path.is_dir() and not (path / "cells").is_dir() and any(path.iterdir()):
+        raise ValueError(f"{flag} {str(folder)!r} holds other files and no {what} of its own (no cells/ folder); "
+                         f"name an empty or new folder for the {what}.")
+    return path
+
+
 def output_folder(text: str) -> Path:
     """An argparse ``type`` for an output folder (``check_output_folder``), its refusal in argparse's one line."""
     import argparse
