@@ -36,6 +36,15 @@ def test_bad_sizes_name_the_argument(call, name):
         call(*_qkv())
 
 
+#: every public attention function, called with small valid sizes
+PUBLIC_CALLS = [
+    lambda q, k, v: full_attention(q, k, v),
+    lambda q, k, v: sliding_window_attention(q, k, v, 4),
+    lambda q, k, v: stochastic_attention(q, k, v, 4),
+    lambda q, k, v: moba_attention(q, k, v, 4, 2),
+]
+
+
 @pytest.mark.parametrize("shapes,needle", [
     (((2, 4, 16, 8), (3, 2, 16, 8), (3, 2, 16, 8)), "batch"),
     (((2, 4, 16, 8), (2, 2, 15, 8), (2, 2, 15, 8)), "length"),
@@ -44,12 +53,7 @@ def test_bad_sizes_name_the_argument(call, name):
     (((2, 4, 16, 8), (2, 2, 16, 8), (2, 1, 16, 8)), "same shape"),
     (((4, 16, 8), (2, 2, 16, 8), (2, 2, 16, 8)), "q must be a 4-D"),
 ])
-@pytest.mark.parametrize("fn", [
-    lambda q, k, v: full_attention(q, k, v),
-    lambda q, k, v: sliding_window_attention(q, k, v, 4),
-    lambda q, k, v: stochastic_attention(q, k, v, 4),
-    lambda q, k, v: moba_attention(q, k, v, 4, 2),
-])
+@pytest.mark.parametrize("fn", PUBLIC_CALLS)
 def test_bad_shapes(shapes, needle, fn):
     q, k, v = (torch.randn(*s) for s in shapes)
     with pytest.raises(ValueError, match=needle):
@@ -62,12 +66,7 @@ def test_bad_shapes(shapes, needle, fn):
     (lambda: torch.randint(0, 5, (2, 4, 16, 8), dtype=torch.uint8), "floating point"),
     (lambda: torch.zeros(2, 4, 16, 8, dtype=torch.bool), "floating point"),
 ])
-@pytest.mark.parametrize("fn", [
-    lambda q, k, v: full_attention(q, k, v),
-    lambda q, k, v: sliding_window_attention(q, k, v, 4),
-    lambda q, k, v: stochastic_attention(q, k, v, 4),
-    lambda q, k, v: moba_attention(q, k, v, 4, 2),
-])
+@pytest.mark.parametrize("fn", PUBLIC_CALLS)
 def test_empty_head_dim_and_non_float_inputs_are_refused_in_one_sentence(make, needle, fn):
     q = make()
     with pytest.raises(ValueError, match=needle):

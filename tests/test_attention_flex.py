@@ -63,7 +63,7 @@ def test_moba_flex_block_mask_covers_every_pick_and_matches_oracle(n, block, top
     q = torch.randn(2, heads[0], n, 16, generator=g, dtype=torch.float64)
     k, v = (torch.randn(2, heads[1], n, 16, generator=g, dtype=torch.float64) for _ in range(2))
     selection = moba.moba_selection(q, k, block, top_k)
-    picks = moba.picks_per_head(selection, q) if selection is not None else torch.full((2, heads[0], n, 1), -1)
+    picks = moba.picks_per_head(selection, q)
     bm = flex.moba_block_mask(picks, block)
     readable = masks.dense(masks.moba_picks(picks, block), n, batch=2, heads=heads[0])
     nt = bm.kv_num_blocks.shape[-1]

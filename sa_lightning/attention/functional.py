@@ -211,9 +211,6 @@ def _moba_dense(q, k, v, block_size: int, top_k: int, scale: float, selection=No
     """MoBA through the dense n x n mask of its selection (short sequences, and a check of the other paths)."""
     n = q.shape[2]
     selection = selection if selection is not None else moba_selection(q, k, block_size, top_k)
-    if selection is None:
-        picks = torch.full((*q.shape[:3], 1), -1, dtype=torch.long, device=q.device)
-    else:
-        picks = picks_per_head(selection, q)
+    picks = picks_per_head(selection, q)
     mask = masks.dense(masks.moba_picks(picks, block_size), n, batch=q.shape[0], heads=q.shape[1], device=q.device)
     return dense_masked_attention(q, k, v, mask, scale=scale)

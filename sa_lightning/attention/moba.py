@@ -177,8 +177,11 @@ def moba_selection(q, k, block_size: int, top_k: int):
 
 
 def picks_per_head(selection, q) -> torch.Tensor:
-    """``moba_selection``'s (index, valid), folded (B, Hkv, G*n, P), as (B, Hq, n, P) block indices, -1 = none."""
+    """``moba_selection``'s (index, valid), folded (B, Hkv, G*n, P), as (B, Hq, n, P) block indices, -1 = none;
+    a selection of None (no past blocks: each query reads its own block only) as one -1 per query."""
     B, Hq, n, _ = q.shape
+    if selection is None:
+        return torch.full((B, Hq, n, 1), -1, dtype=torch.long, device=q.device)
     index, valid = selection
     return torch.where(valid, index, -1).view(B, Hq, n, -1)  # (B, Hkv, G*n) is (B, Hq, n) folded
 
@@ -198,11 +201,7 @@ def moba_kernel(q, k, v, *, block_size: int, top_k: int, scale: float, selection
 
         if selection is None:
             selection = moba_selection(q, k, c, top_k)
-        if selection is None:  # no past blocks: the own block only is a causal band of width c
-            picks = torch.full((*q.shape[:3], 1), -1, dtype=torch.long, device=q.device)
-        else:
-            picks = picks_per_head(selection, q)
-        return moba_flex(q, k, v, picks, c, scale=scale)
+        return moba_flex(q, k, v, picks_per_head(selection, q), c, scale=scale)
     # Forward only on CPU, both parts run through SDPA's fused kernel; otherwise the autograd path.
     fused = fused_forward_applies(q, k, v)
     own_block, selected_blocks = (_own_block_fused, _selected_fused) if fused else (_own_block, _selected_blocks)

@@ -237,17 +237,16 @@ class _NamedTables:
         return files[0] if len(files) == 1 else None
 
     def _name(self, files, shard) -> str:
+        path = self._path(files, shard)
+        if path is not None:
+            return repr(str(path))
         files = list(files) if isinstance(files, (list, tuple)) else []
-        if isinstance(shard, int) and 0 <= shard < len(files):
-            return repr(str(files[shard]))
-        if len(files) == 1:
-            return repr(str(files[0]))
         return "(one of " + ", ".join(repr(str(f)) for f in files[:3]) + (", ..." if len(files) > 3 else "") + ")"
 
 
-def _bad_json_line(path, limit: int = 1 << 28) -> tuple[int, str] | None:
-    """(line number, error) of the first line of a local JSON Lines file that does not parse, reading at most
-    ``limit`` bytes; only on the error path (pyarrow's own "in row N" counts within a block of the file)."""
+def _first_line(path, finding, limit: int = 1 << 28) -> tuple[int, str] | None:
+    """(line number, ``finding(line)``) of the first line of a local JSON Lines file (gzipped or not) for which
+    ``finding`` returns a description, reading at most ``limit`` bytes; only on error paths."""
     try:
         opener = gzip.open if str(path).endswith(".gz") else open
         with opener(str(path), "rb") as f:
@@ -256,14 +255,25 @@ def _bad_json_line(path, limit: int = 1 << 28) -> tuple[int, str] | None:
                 read += len(line)
                 if read > limit:
                     return None
-                if line.strip():
-                    try:
-                        json.loads(line)
-                    except ValueError as err:
-                        return number, f"{type(err).__name__}: {err}"
+                found = finding(line) if line.strip() else None
+                if found is not None:
+                    return number, found
     except OSError:
         return None
     return None
+
+
+def _bad_json_line(path) -> tuple[int, str] | None:
+    """The first line that does not parse (pyarrow's own "in row N" counts within a block of the file)."""
+
+    def error(line):
+        try:
+            json.loads(line)
+        except ValueError as err:
+            return f"{type(err).__name__}: {err}"
+        return None
+
+    return _first_line(path, error)
 
 
 def _any_quoted(column) -> bool:
@@ -273,27 +283,20 @@ def _any_quoted(column) -> bool:
     return bool(pc.any(pc.and_(pc.starts_with(column, '"'), pc.ends_with(column, '"'))).as_py())
 
 
-def _non_string_text(path, field: str, limit: int = 1 << 28) -> tuple[int, str] | None:
-    """(line number, what it holds) of the first record of a local JSON Lines file whose ``field`` is present
-    and not a string, reading at most ``limit`` bytes; only on the error path."""
-    try:
-        opener = gzip.open if str(path).endswith(".gz") else open
-        with opener(str(path), "rb") as f:
-            read = 0
-            for number, line in enumerate(f, 1):
-                read += len(line)
-                if read > limit:
-                    return None
-                try:
-                    value = json.loads(line).get(field) if line.strip() else None
-                except (ValueError, AttributeError):
-                    continue
-                if value is not None and not isinstance(value, str):
-                    shown = json.dumps(value)
-                    return number, f"{type(value).__name__} {shown[:40]}{'...' if len(shown) > 40 else ''}"
-    except OSError:
-        return None
-    return None
+def _non_string_text(path, field: str) -> tuple[int, str] | None:
+    """The first record whose ``field`` is present and not a string, and what it holds."""
+
+    def non_string(line):
+        try:
+            value = json.loads(line).get(field)
+        except (ValueError, AttributeError):
+            return None
+        if value is None or isinstance(value, str):
+            return None
+        shown = json.dumps(value)
+        return f"{type(value).__name__} {shown[:40]}{'...' if len(shown) > 40 else ''}"
+
+    return _first_line(path, non_string)
 
 
 def _name_bad_files(ds, source: SourceConfig):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
 from ..utils.atomic import savefig, write_text
-from ..utils.report import COLORS, head, number, pyplot, ranked_cells, row, score, task_label, variant_label
+from ..utils.report import COLORS, MARKERS, head, number, pyplot, ranked_cells, row, score, task_label, variant_label
 from ..utils.tables import write_csv
 from .plan import SweepConfig, cell_path, cells
 
@@ -113,9 +113,6 @@ def _series(cfg: SweepConfig, table: list[dict]):
             yield mode, sink, [r for r in table if r["mode"] == mode and r.get("sink", 0) == sink]
 
 
-#: each mode's marker, so that lines that coincide (several modes at 0% or at full attention's score) still show
-#: every mode's markers; rows with sinks are dashed with hollow markers
-MARKERS = {"swa": "o", "sa": "^", "sa_swa_union": "D", "moba": "v"}
 #: how far apart (in octaves of w_eff) the series' markers are spread at each window, so equal scores sit side by side
 DODGE = 0.25
 

@@ -95,12 +95,9 @@ def main(argv: list[str] | None = None) -> Path:
                         help="how generation reads the cache: every key (dense) or the SWA path's last w (window)")
     parser.add_argument("--tokenizer", default=None, help="default: the one the checkpoint was trained with")
     args = parser.parse_args(argv)
-    from ..utils.atomic import check_output_folder
+    from ..utils.atomic import check_replaceable_folder
 
-    out = check_output_folder(args.out, replaces=True)  # before the checkpoint is read
-    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
-        raise ValueError(f"--out {args.out!r} already holds files; pass --overwrite to replace that folder, or "
-                         "name another.")
+    check_replaceable_folder(args.out, args.overwrite)  # before the checkpoint is read
     model, info = load_checkpoint(args.ckpt)
     tokenizer = load_tokenizer(args.tokenizer or info["tokenizer"])
     folder = export(model, args.out, tokenizer, source=info, overwrite=args.overwrite, decode=args.decode)

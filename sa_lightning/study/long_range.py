@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from ..utils.atomic import check_results_folder, output_folder, savefig, write_text
-from ..utils.report import COLORS, head, number, pyplot, ranked_cells, row, variant_label
+from ..utils.report import COLORS, MARKERS, head, number, pyplot, ranked_cells, row, variant_label
 from ..utils.tables import write_csv
 
 TARGET = 0.9
@@ -206,9 +206,9 @@ def reach(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: how each variant's line looks: a marker of its own (lines that coincide, all at 100% say, still show each
-#: variant's markers side by side), and the nudge of its markers along the log-x axis (a factor 2**dx)
-MARKERS = {"swa": ("o", -0.15), "sa": ("^", -0.05), "sa_swa": ("D", 0.05), "moba": ("v", 0.15)}
+#: the nudge of each variant's markers along the log-x axis (a factor 2**dx), so that equal accuracies in one
+#: bucket sit side by side (the markers: ``utils.report.MARKERS``)
+NUDGE = {"swa": -0.15, "sa": -0.05, "sa_swa": 0.05, "moba": 0.15}
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -234,7 +234,7 @@ def plot(results: list[dict], path: Path) -> None:
                 ax.plot(mids, accs, "-", color=color, alpha=0.35, linewidth=7, solid_capstyle="butt", label=label,
                         zorder=1)
                 continue
-            marker, dx = MARKERS.get(r["variant"], ("o", 0.0))
+            marker, dx = MARKERS.get(r["variant"], "o"), NUDGE.get(r["variant"], 0.0)
             xs = [m * 2 ** dx for m in mids]
             ax.plot(xs, accs, "-", marker=marker, color=color, label=label, markersize=4.5, linewidth=1.3, zorder=3)
             k = max(r["scores"])

@@ -163,23 +163,29 @@ def output_folder(text: str) -> Path:
         raise argparse.ArgumentTypeError(str(err).replace("--out ", "", 1)) from None
 
 
+def check_replaceable_folder(folder: str | os.PathLike, overwrite: bool, flag: str = "--out") -> Path:
+    """``folder`` as a Path that ``replacing_folder`` may replace: ``check_output_folder``'s refusals, a file, and
+    a folder that holds files unless ``overwrite``, each in one sentence (callers check before long work)."""
+    path = check_output_folder(folder, flag, replaces=True)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {str(folder)!r} is a file; name a folder.")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        raise ValueError(f"{flag} {str(folder)!r} already holds files; pass --overwrite to replace that folder, or "
+                         "name another.")
+    return path
+
+
 @contextlib.contextmanager
 def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite: bool = False,
                      flag: str = "--out") -> Iterator[Path]:
     """Yield a temporary folder beside ``folder`` to build its new content in; on success the new folder takes
     its place at once (the old one, when ``overwrite``, is moved aside and then removed).
 
-    ``folder`` is checked first (``check_output_folder``); an existing non-empty folder is refused unless
-    ``overwrite``. On any error the temporary folder is removed and ``folder`` is left as it was; an
+    ``folder`` is checked first (``check_replaceable_folder``). On any error the temporary folder is removed and ``folder`` is left as it was; an
     ``OSError`` (a full disk) becomes a one-sentence ``WriteError``."""
     import shutil
 
-    folder = check_output_folder(folder, flag, replaces=True)
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{flag} {str(folder)!r} is a file; name a folder.")
-    if folder.is_dir() and any(folder.iterdir()) and not overwrite:
-        raise ValueError(f"{flag} {str(folder)!r} already holds files; pass --overwrite to replace that folder, or "
-                         "name another.")
+    folder = check_replaceable_folder(folder, overwrite, flag)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = folder.parent / f".{folder.name}.{os.getpid()}{PARTIAL}"

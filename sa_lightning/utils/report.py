@@ -9,6 +9,10 @@ from __future__ import annotations
 COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "moba": "#F39C12",
           "sa_swa_union": "#2ECC71", "full_window": "#333333", "sa_flex": "#9B59B6"}
 
+#: each variant's plot marker, so that lines that coincide (several at 0%, or at full attention's score) still
+#: show every variant's markers; the training-free union shares SA+SWA's
+MARKERS = {"swa": "o", "sa": "^", "sa_swa": "D", "sa_swa_union": "D", "moba": "v"}
+
 #: display names; the training-free union reads SA+SWA like the gated pair (the context tells them apart)
 VARIANT_LABELS = {"full": "Full", "swa": "SWA", "sa": "SA", "sa_swa": "SA+SWA", "sa_swa_union": "SA+SWA",
                   "moba": "MoBA", "full_window": "Full (w=n)", "sa_flex": "SA (flex fwd)"}
