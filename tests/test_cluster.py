@@ -39,7 +39,7 @@ def _submit(tmp_path, monkeypatch, *args):
     return run_cli_here("submit", *args), env
 
 
-@pytest.mark.parametrize("script", sorted((ROOT / "slurm").glob("*.sbatch")), ids=lambda p: p.name)
+@pytest.mark.parametrize("script", sorted((ROOT / "sa_lightning/slurm").glob("*.sbatch")), ids=lambda p: p.name)
 def test_every_slurm_script_parses(script):
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
 
@@ -129,7 +129,7 @@ def test_every_job_script_gives_srun_its_cpus_and_sets_threads_and_hub_switches(
     """Slurm >= 22.05: srun does not inherit the job's --cpus-per-task, so each script exports
     SRUN_CPUS_PER_TASK before srun; OMP_NUM_THREADS is the CPUs per task (1 for prepare's process per core);
     the Hub switches are the script's, not the submitting shell's: unset, or set with --offline. Every template
-    in slurm/ is rendered (dry run) and run with fake srun/python in a shell that says the opposite."""
+    in sa_lightning/slurm/ is rendered (dry run) and run with fake srun/python in a shell that says the opposite."""
     from sa_lightning import cluster
 
     rendered, render = [], cluster.render
@@ -144,7 +144,7 @@ def test_every_job_script_gives_srun_its_cpus_and_sets_threads_and_hub_switches(
         assert proc.returncode == 0, proc.stderr[-2000:]
         printed += proc.stdout
         scripts += [tmp_path / line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("wrote ")]
-    assert sorted(set(rendered)) == sorted(p.name for p in (ROOT / "slurm").glob("*.sbatch"))
+    assert sorted(set(rendered)) == sorted(p.name for p in (ROOT / "sa_lightning/slurm").glob("*.sbatch"))
     assert len(scripts) == 3
     # the shell that submits says the opposite of what the job needs, and sets no OpenMP threads
     shell = {key: value for key, value in env.items() if key not in ("OMP_NUM_THREADS", *HUB_SWITCHES)}
@@ -231,7 +231,7 @@ def test_sigusr1_under_slurm_saves_requeues_and_the_requeued_job_resumes_exactly
                      *extra]
         args = ["fit", "--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml"),
                 "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.callbacks", json.dumps(callbacks),
-                "--ckpt_path", "last", "--fresh_if_no_last", "true"]  # as slurm/pretrain.sbatch
+                "--ckpt_path", "last", "--fresh_if_no_last", "true"]  # as sa_lightning/slurm/pretrain.sbatch
         if here:
             for key, value in env.items():
                 monkeypatch.setenv(key, value)

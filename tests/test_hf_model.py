@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicCache
 
+import sa_lightning
 from sa_lightning.attention import VARIANTS, AttentionSpec, get_variant, oracle
 from sa_lightning.attention.permutation import row_permutations
 from sa_lightning.lit.cli import run
@@ -71,6 +72,7 @@ def test_exported_folder_gives_the_checkpoints_logits_with_the_same_sigma_and_pa
 
     net = _net(variant)
     export(net, tmp_path / "hf")
+    sa_lightning.register_with_transformers()  # what the README has a user do first
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert isinstance(hf, SATransformerForCausalLM)
     ids, lengths, mask = _batch()
@@ -206,8 +208,10 @@ def test_export_writes_model_tokenizer_and_card_and_generate_streams_the_same_gr
     assert sampled[0] == sampled[1]  # seeded
 
 
-@pytest.mark.slow  # fresh interpreters: what a user's script sees, with and without the import
-def test_from_pretrained_needs_the_import_or_trust_remote_code(exported):
+@pytest.mark.slow  # fresh interpreters: what a user's script sees, with and without the registration
+def test_from_pretrained_needs_the_registration_or_trust_remote_code(exported):
+    """``sa_lightning.register_with_transformers()`` registers the classes; importing sa_lightning alone
+    changes nothing in transformers (or anywhere else in the process)."""
     load = "from transformers import AutoModelForCausalLM as A; m = A.from_pretrained({!r}{}); print(type(m).__name__)"
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
 
@@ -215,10 +219,13 @@ def test_from_pretrained_needs_the_import_or_trust_remote_code(exported):
         return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                               stdin=subprocess.DEVNULL)
 
-    assert python("import sa_lightning; " + load.format(str(exported), "")).stdout.strip() == \
-        "SATransformerForCausalLM"
-    refused = python(load.format(str(exported), ""))
-    assert refused.returncode != 0 and "trust_remote_code=True" in refused.stderr
+    assert python("import sa_lightning; sa_lightning.register_with_transformers(); " +
+                  load.format(str(exported), "")).stdout.strip() == "SATransformerForCausalLM"
+    for prefix in ("", "import sa_lightning; "):
+        refused = python(prefix + load.format(str(exported), ""))
+        assert refused.returncode != 0 and "trust_remote_code=True" in refused.stderr
+    tokenizer = python(f"from transformers import AutoTokenizer; print(AutoTokenizer.from_pretrained({str(exported)!r}).eos_token)")
+    assert tokenizer.returncode == 0 and tokenizer.stdout.strip(), tokenizer.stderr[-2000:]  # needs no registration
     assert python(load.format(str(exported), ", trust_remote_code=True")).stdout.strip() == \
         "SATransformerForCausalLM"
 
@@ -290,6 +297,7 @@ def test_export_callback_writes_the_folder_at_the_end_of_fit_and_checks_decode_b
                                             "init_args": {"dirpath": str(tmp_path / "hf"), "decode": decode}}])
     cli = run(["fit", *BASE, "--trainer.max_steps", "1", "--trainer.default_root_dir", str(tmp_path),
                "--trainer.callbacks", callbacks("window")])
+    sa_lightning.register_with_transformers()  # what the README has a user do first
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
     assert hf.config.decode == "window"
     ids = torch.randint(1, 4096, (1, 20))

@@ -178,6 +178,17 @@ def test_a_bad_file_read_in_a_worker_fails_in_one_line_naming_it(workers, line, 
     assert "\n" not in str(err.value) and "Traceback" not in str(err.value)
 
 
+def test_a_damaged_json_file_says_one_sentence_and_datasets_logs_no_line_of_its_own(tok, tmp_path, capfd):
+    """datasets logs "Failed to load JSON from file ..." before raising; the filter that drops it is installed
+    by the reader that raises the sentence naming the file (``corpus._QuietBadJson``), not at import."""
+    src = _bad_source(tmp_path, '{"text": "cut sh')
+    stream = TokenStream(open_stream(src), src, tok, 16, seed=0, shuffle_buffer=0, read_batch=4)
+    with pytest.raises(ValueError, match="is not valid JSON"):
+        _take(StreamLoader(stream, batch_size=2, num_workers=0), 100)
+    captured = capfd.readouterr()
+    assert "Failed to load JSON" not in captured.out + captured.err
+
+
 def test_the_unigram_sample_rebuilds_itself_when_its_source_changed(tmp_path, capsys):
     folder = tmp_path / "src"
     _write_shards(folder, 2, 6)

@@ -171,9 +171,15 @@ def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_pat
                        "--data.init_args.batch_size", "8", "--trainer.default_root_dir", str(tmp_path),
                        "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_progress_bar", "false")
     assert res.returncode == 0, res.stderr[-2000:]
-    events = EventAccumulator(str(next(tmp_path.glob("tb/version_*")))).Reload()
+    events = EventAccumulator(str(next(tmp_path.glob("tb/version_*"))), size_guidance={"tensors": 0}).Reload()
     tags = set(events.Tags()["scalars"])
     assert {"val/acc", "val/loss", "val/acc@2-15", "val/acc@128-255", "train/loss"} <= tags
+    # val/acc, logged by the config's DistanceAccuracy callback, is a column of the HPARAMS tab
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    content = events.PluginTagToContent("hparams")["_hparams_/experiment"]
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content).experiment
+    assert {"val/acc", "val/loss", "train/loss"} <= {m.name.tag for m in experiment.metric_infos}
     config = (next(tmp_path.glob("tb/version_*")) / "config.yaml").read_text()
     assert "variant: swa" in config and "SyntheticDataModule" in config
 

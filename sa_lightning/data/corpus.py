@@ -15,9 +15,6 @@ from pathlib import Path
 from typing import Iterator
 
 EMBEDDED_DIR = Path(__file__).parent / "embedded"
-# datasets logs its own line for a damaged JSON file; ``_NamedTables`` raises one sentence saying all of it
-logging.getLogger("datasets.packaged_modules.json.json").addFilter(
-    lambda record: not record.getMessage().startswith("Failed to load JSON from file"))
 SOURCES = ("embedded", "files", "hub")
 _FILE_BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -168,6 +165,22 @@ def open_stream(source: SourceConfig):
         raise
 
 
+class _QuietBadJson(logging.Filter):
+    """datasets logs its own line for a damaged JSON file; ``_NamedTables`` raises one sentence saying all of it."""
+
+    LOGGER = "datasets.packaged_modules.json.json"
+
+    def filter(self, record) -> bool:
+        return not record.getMessage().startswith("Failed to load JSON from file")
+
+    @classmethod
+    def install(cls) -> None:
+        """Once per process, in the process that reads the files (a loader's worker too), not at import."""
+        logger = logging.getLogger(cls.LOGGER)
+        if not any(isinstance(f, cls) for f in logger.filters):
+            logger.addFilter(cls())
+
+
 class _NamedTables:
     """Wraps a ``datasets`` builder's table generator (one call per shard, i.e. per file) so that a file that
     cannot be decoded, or a record without text, fails in one sentence naming the file and the record: the
@@ -178,6 +191,7 @@ class _NamedTables:
         self._scanned: dict = {}  # file -> its first record with non-string text, or None
 
     def __call__(self, **kwargs):
+        _QuietBadJson.install()
         files = kwargs.get("original_files") or kwargs.get("files") or kwargs.get("base_files") or []
         tables, rows, shard = self.generate(**kwargs), 0, None
         while True:

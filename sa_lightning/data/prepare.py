@@ -6,7 +6,7 @@
 It reads the ``data`` section of a fit config (or a data config file alone), tokenizes the training
 source with ``--num_proc`` processes (one shard per task, joined in shard order, so the cache does not
 depend on the process count) and caches the validation blocks. Run it once, as its own job, before a
-multi-GPU ``fit --data.mode cache``: ``slurm/prepare.sbatch`` or ``cli.py submit prepare``.
+multi-GPU ``fit --data.mode cache``: ``sa_lightning/slurm/prepare.sbatch`` or ``cli.py submit prepare``.
 """
 from __future__ import annotations
 

@@ -36,7 +36,6 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from .corpus import DataSourceError, SourceConfig, sentence, text_view, texts_of
 
 log = logging.getLogger(__name__)
-warnings.filterwarnings("ignore", message="'set_vital' is deprecated")  # torchdata 0.11 calls it on every loader
 _SEED_MIX = 1_000_003
 
 
@@ -253,8 +252,10 @@ class StreamLoader(StatefulDataLoader):
                  world_size: int = 1, snapshot_every: int = 16):
         # a worker ships its state (the shuffle buffer: ~4 MB) with every ``snapshot_every``-th batch; a resume
         # from a batch in between regenerates the few batches since the snapshot and skips them, exactly
-        super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, persistent_workers=num_workers > 0,
-                         snapshot_every_n_steps=snapshot_every)
+        with warnings.catch_warnings():  # torchdata 0.11's __init__ calls the deprecated torch.set_vital
+            warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+            super().__init__(dataset, batch_size=batch_size, num_workers=num_workers,
+                             persistent_workers=num_workers > 0, snapshot_every_n_steps=snapshot_every)
         self.rank, self.world_size = rank, world_size
         self._pending: deque = deque()  # the state after each fetched batch not yet used, oldest first
         self._used_state: dict | None = None

@@ -218,8 +218,8 @@ class EpochOffsetSampler(Sampler[int]):
 class SyntheticDataModule(L.LightningDataModule):
     """Synthetic recall data for ``cli.py fit`` (``configs/synthetic/*.yaml``): in memory, seeded, and
     sharded exactly over ranks like ``LMDataModule``. Batches are dicts of ``tokens`` (B, n + 1),
-    ``labels`` and ``distance`` (B, n); ``LitLM`` trains on the answer positions only and logs
-    ``val/acc`` and ``val/acc@<bucket>``.
+    ``labels`` and ``distance`` (B, n); ``LitLM`` trains on the answer positions only, and the
+    ``DistanceAccuracy`` callback logs ``val/acc`` and ``val/acc@<bucket>``.
 
     Args: the ``RecallTask`` fields, and
         batch_size: sequences per device and step.

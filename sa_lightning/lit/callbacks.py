@@ -72,8 +72,8 @@ class CheckpointAtEnd(Callback):
 
 class ExportHF(Callback):
     """At the end of fit, writes a Hugging Face folder (``models.export``: the model and the data's tokenizer).
-    The Transformer++ becomes ``SATransformerForCausalLM`` (``import sa_lightning``, then
-    ``AutoModelForCausalLM.from_pretrained``); a ``backbone: qwen3`` model a plain Qwen3 folder, which
+    The Transformer++ becomes ``SATransformerForCausalLM`` (``sa_lightning.register_with_transformers()``,
+    then ``AutoModelForCausalLM.from_pretrained``); a ``backbone: qwen3`` model a plain Qwen3 folder, which
     ``cli.py sweep`` can patch.
 
     Args:
@@ -110,8 +110,9 @@ class SaveOnSignal(Callback):
     callback saves in ``on_exception``, so all ranks reach ``save_checkpoint``'s barrier. SIGUSR1 is
     routed the same way unless Lightning's SLURM auto-requeue already handles it (then Lightning saves
     its own ``hpc_ckpt`` and requeues). The first Ctrl-C is routed the same way too; a second one stops at
-    once, without saving, as Ctrl-C does elsewhere. Handlers the user installed are left alone, and the
-    previous handlers come back when fit ends.
+    once, without saving, as Ctrl-C does elsewhere. The handlers are installed when training starts, after
+    Lightning's own: a handler the user or Lightning installed is left alone, and the previous handlers come
+    back when fit ends.
     """
 
     def __init__(self, signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1", "SIGINT")):
@@ -124,27 +125,25 @@ class SaveOnSignal(Callback):
         self.saved: str | None = None
         self._restore: dict = {}
 
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_train_start(self, trainer, pl_module) -> None:
+        """After Lightning registered its signal handlers (its SLURM auto-requeue one on SIGUSR1 included)."""
         import signal
 
-        from lightning.fabric.plugins.environments import SLURMEnvironment
+        from .lightning_private import request_stop
 
-        connector = trainer._signal_connector
         if "SIGINT" in self.signals and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             def interrupt(signum, frame):
-                connector.received_sigterm = True  # the same clean stop as SIGTERM
+                request_stop(trainer)  # the same clean stop as SIGTERM
                 signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
                 os.write(2, b"\nCtrl-C: saving last.ckpt after this batch, then stopping (Ctrl-C again: stop now, "
                             b"without saving)\n")
 
             self._restore[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
-        environment = trainer._accelerator_connector.cluster_environment
-        if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
-            return  # Lightning saves hpc_ckpt and requeues on SLURM's signal itself
+        # under SLURM with auto-requeue Lightning's handler holds SIGUSR1: it saves hpc_ckpt and requeues itself
         if "SIGUSR1" in self.signals and hasattr(signal, "SIGUSR1") and \
                 signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
             def usr1(signum, frame):
-                connector.received_sigterm = True  # the same clean stop as SIGTERM
+                request_stop(trainer)  # the same clean stop as SIGTERM
 
             self._restore[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, usr1)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.plugins import TorchCheckpointIO
 
 from ..utils.atomic import remove_stale_partials, replacing
 

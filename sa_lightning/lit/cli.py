@@ -10,7 +10,11 @@ synthetic recall tasks' ``sa_lightning.data.SyntheticDataModule``); a ``data`` s
 Resuming (see ``lit/resume.py``): ``--ckpt_path last`` is the newest readable checkpoint under
 ``trainer.default_root_dir`` (last.ckpt, SLURM's hpc_ckpt, or a periodic one), and refuses when there
 is none unless ``--fresh_if_no_last true``; a model setting that differs from the checkpoint's is
-refused, never silently replaced by it.
+refused, never silently replaced by it. Checkpoints load with ``weights_only=True`` unless
+``--weights_only false`` trusts them.
+
+The private Lightning step this needs (reading ``--ckpt_path`` before instantiation) is reached through
+``lit/lightning_private.py``, the one module that uses private names.
 """
 from __future__ import annotations
 
@@ -18,9 +22,9 @@ import os
 import sys
 
 import lightning as L
-from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
+from .lightning_private import CheckpointHook, find_argument, model_hparams_of
 from .module import LitLM
 from .schedule import steps_for_tokens, tokens_per_step
 
@@ -31,8 +35,11 @@ def _int_seed(seed) -> int:
     return int(seed)
 
 
-class SACLI(LightningCLI):
+class SACLI(CheckpointHook):
     def add_arguments_to_parser(self, parser) -> None:
+        # a subcommand's parser (every one adds the same model arguments): its defaults tell a model key the
+        # user set from one left at its default when a checkpoint is read (apply_checkpoint)
+        self.model_parser = parser
         parser.link_arguments("data.vocab_size", "model.arch.vocab_size", apply_on="instantiate")
         # one run seed drives weights (seed_everything), permutations and the data order
         parser.link_arguments("seed_everything", "model.arch.seed", compute_fn=_int_seed)
@@ -60,6 +67,10 @@ class SACLI(LightningCLI):
         argv = sys.argv[1:] if args is None else args
         self._argv = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else []
         super().parse_arguments(parser, args)
+        subcommand = self.config.get("subcommand")
+        if subcommand and "weights_only" in self.config[subcommand] and self.config[subcommand].weights_only is None:
+            # checkpoints hold plain types only, and a checkpoint from elsewhere then cannot run code on load
+            self.config[subcommand].weights_only = True
 
     def before_instantiate_classes(self) -> None:
         subcommand = self.config.get("subcommand")
@@ -103,15 +114,7 @@ class SACLI(LightningCLI):
             raise ValueError("data.mode stream never runs out of data, so the run needs an end: set model.max_tokens "
                              "(the paper's 15B tokens) or trainer.max_steps.")
 
-    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict:
-        """Checkpoints are loaded with ``weights_only=True`` unless the user asks otherwise: our checkpoints
-        hold plain types only, and a checkpoint from elsewhere then cannot run code on load."""
-        kwargs = super()._prepare_subcommand_kwargs(subcommand)
-        if "weights_only" in kwargs and kwargs["weights_only"] is None:
-            kwargs["weights_only"] = True
-        return kwargs
-
-    def _parse_ckpt_path(self) -> None:
+    def apply_checkpoint(self) -> None:
         """Resolve ``last``, check the checkpoint, then take its hyperparameters as LightningCLI does.
 
         A truncated or corrupt ``ckpt_path`` stops the run in one sentence: never a traceback, never a silent
@@ -129,11 +132,11 @@ class SACLI(LightningCLI):
             cfg.ckpt_path = self._resolve_last(cfg, subcommand)
         path = cfg.get("ckpt_path")
         if not path or path in ("best", "hpc", "registry"):
-            return super()._parse_ckpt_path()
+            return super().apply_checkpoint()
         ckpt = read_checkpoint(path, mmap=True, weights_only=cfg.get("weights_only") is not False)
         check_lightning_checkpoint(ckpt, path)  # a bare dict or state dict: one sentence before any data work
         user = flatten(_as_dict(cfg.model))
-        defaults = flatten(_as_dict(self._subcommand_parsers[subcommand].get_defaults().get("model")))
+        defaults = flatten(_as_dict(self.model_parser.get_defaults().get("model")))
         saved = flatten(ckpt.get("hyper_parameters", {}))
         saved.setdefault("init_weights", None)  # checkpoints from before init_weights existed
         found = conflicts(user, defaults, saved, named_model_keys(self._argv))
@@ -151,14 +154,11 @@ class SACLI(LightningCLI):
             _continue_logger_version(cfg.trainer, version)
 
     def _apply_checkpoint_hparams(self, subcommand: str, ckpt: dict) -> None:
-        """What ``LightningCLI._parse_ckpt_path`` does, from the checkpoint already mapped here: its model
-        hyperparameters replace the config's (the base class would read the whole file a second time)."""
-        hparams = dict(ckpt.get("hyper_parameters") or {})
-        hparams.pop("_instantiator", None)
+        """What LightningCLI does with ``--ckpt_path``, from the checkpoint already mapped here: its model
+        hyperparameters replace the config's (LightningCLI would read the whole file a second time)."""
+        hparams = model_hparams_of(ckpt)
         if not hparams:
             return
-        if "_class_path" in hparams:
-            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
         try:
             self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
         except SystemExit:
@@ -244,10 +244,10 @@ def _describe_variants(parser) -> None:
     from ..attention.registry import VARIANTS
 
     names = ", ".join(VARIANTS)
-    for action in parser._actions:  # argparse keeps no public way to reach an added argument
-        if action.dest == "model.arch.attention.variant":
-            action.help = (f"the attention variant, one of: {names} (configs/model/<variant>.yaml sets one "
-                           "with its settings)")
+    action = find_argument(parser, "model.arch.attention.variant")
+    if action is not None:
+        action.help = (f"the attention variant, one of: {names} (configs/model/<variant>.yaml sets one "
+                       "with its settings)")
     parser.description = "\n\n".join(filter(None, [parser.description,
                                                     f"Attention variants (--model.arch.attention.variant): {names}."]))
 

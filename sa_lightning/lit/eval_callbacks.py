@@ -89,9 +89,11 @@ class AttentionMapLogger(EveryNSteps):
 
     def __init__(self, every_n_steps: int = 0, at_fit_end: bool = True, layer: int = 11, head: int = 0,
                  window: int = 8, tokens: int = 27, text: str | None = None,
-                 variants: tuple[str, ...] = ("full", "swa", "sa", "sa_swa"), seed: int = 0):
+                 variants: tuple[str, ...] | None = None, seed: int = 0):
+        from ..analysis.attention_maps import FIGURE_3
         from ..attention import get_variant
 
+        variants = FIGURE_3 if variants is None else variants
         for name in variants:
             get_variant(name)
         super().__init__(every_n_steps)

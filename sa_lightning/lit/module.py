@@ -2,13 +2,16 @@
 runs need. It wraps a ``Transformer`` built from ``arch`` and knows nothing of attention kernels.
 
 A batch is a LongTensor (B, n + 1) of text, or a dict from ``SyntheticDataModule``: ``tokens`` plus
-``labels`` (only the answer positions count) and ``distance`` (validation then logs ``val/acc`` and
-``val/acc@<bucket>`` by key-query distance).
+``labels`` (only the answer positions count). For such a labeled batch ``validation_step`` and
+``test_step`` return the predicted tokens (``{"predictions": (B, n)}``), which callbacks score:
+``DistanceAccuracy`` (``lit/accuracy.py``, in the synthetic configs) logs ``val/acc`` and
+``val/acc@<bucket>`` by key-query distance.
 """
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 
 import lightning as L
 import torch
@@ -79,9 +82,6 @@ class LitLM(L.LightningModule):
             load_weights(self.net, init_weights)
         self.compile = compile
         self.val_loss = MeanMetric()
-        self.val_acc: MeanMetric | None = None  # labeled (synthetic) data: see setup()
-        self.bucket_acc = torch.nn.ModuleList()
-        self.bucket_names: list[str] = []
         self.micro_step = 0  # training forward passes so far: the permutation stream, restored on resume
         self.tokens_seen = 0  # global (all ranks) training tokens
         self.trained_steps = 0  # optimizer steps of the loaded checkpoint
@@ -145,26 +145,17 @@ class LitLM(L.LightningModule):
             if note:
                 print(note, file=sys.stderr, flush=True)
 
-    def validation_step(self, batch, batch_idx: int) -> None:
+    def validation_step(self, batch, batch_idx: int) -> dict | None:
+        """The loss; for a labeled batch also ``{"predictions": (B, n) token ids}`` for callbacks to score
+        (``DistanceAccuracy``). A batch without a target that counts returns None."""
         # validation permutations depend only on the batch index: val loss is comparable across evals
         inputs, targets = self.targets_of(batch)
         scores = self.eval_scores(inputs, -1 - batch_idx)
-        scored = targets != -100
-        count = scored.sum()
+        count = (targets != -100).sum()
         if count == 0:
-            return
+            return None
         self.val_loss.update(self.cross_entropy(scores, targets), weight=count)
-        if isinstance(batch, dict) and self.val_acc is not None:
-            self._update_accuracy(scores, targets, batch["distance"], scored)
-
-    def _update_accuracy(self, scores, targets, distance, scored) -> None:
-        """Every metric is updated on every batch, empty selections included, so that every rank reaches
-        the same collectives in ``compute``."""
-        hit = (scores.argmax(-1) == targets).float()
-        self.val_acc.update(hit[scored], weight=1.0)
-        bucket = self.trainer.datamodule.task.bucket_of(distance)
-        for b, metric in enumerate(self.bucket_acc):
-            metric.update(hit[scored & (bucket == b)], weight=1.0)
+        return {"predictions": scores.argmax(-1)} if isinstance(batch, dict) else None
 
     def _log_eval(self, stage: str, prog_bar: bool) -> None:
         loss = self.val_loss.compute()
@@ -174,20 +165,12 @@ class LitLM(L.LightningModule):
         if stage == "val" and self.unigram_ppl is not None:
             # the context-free baseline val/ppl should beat: a flat line beside val/ppl (see on_fit_start)
             self.log("val/unigram_ppl", self.unigram_ppl, sync_dist=False)
-        if self.val_acc is None:
-            return
-        # computed on every rank (each compute is a collective); a value no rank saw an answer for is NaN
-        for name, metric in (("acc", self.val_acc), *((f"acc@{b}", m) for b, m in zip(self.bucket_names, self.bucket_acc))):
-            value = metric.compute()
-            metric.reset()
-            if not torch.isnan(value):
-                self.log(f"{stage}/{name}", value, prog_bar=prog_bar and name == "acc", sync_dist=False)
 
     def on_validation_epoch_end(self) -> None:
         self._log_eval("val", prog_bar=True)
 
-    def test_step(self, batch, batch_idx: int) -> None:
-        self.validation_step(batch, batch_idx)
+    def test_step(self, batch, batch_idx: int) -> dict | None:
+        return self.validation_step(batch, batch_idx)
 
     def on_test_epoch_end(self) -> None:
         self._log_eval("test", prog_bar=False)
@@ -239,10 +222,6 @@ class LitLM(L.LightningModule):
         dm = self.trainer.datamodule
         if dm is not None and hasattr(dm, "seq_len"):  # read by TokenThroughput for flops/s and MFU
             self.flops_per_batch = self.train_flops_per_token(dm.seq_len) * dm.seq_len * dm.batch_size
-        if getattr(dm, "bucket_names", None) and self.val_acc is None:  # before the model moves to its device
-            self.bucket_names = list(dm.bucket_names)
-            self.val_acc = MeanMetric()
-            self.bucket_acc = torch.nn.ModuleList(MeanMetric() for _ in self.bucket_names)
 
     def teardown(self, stage: str) -> None:
         if stage == "fit" and self._run_lock is not None:
@@ -274,32 +253,18 @@ class LitLM(L.LightningModule):
 
     def _write_tensorboard_hparams(self, logger: TensorBoardLogger, counts: dict) -> None:
         """TensorBoard's HPARAMS tab: the module's hyperparameters (``arch/...`` flattened), the data's sequence
-        length and batch size, and the parameter counts, against the run's metrics. Lightning writes that
-        summary only along with metric values (``default_hp_metric`` logs a dummy ``hp_metric`` for it); the
-        tab reads each metric's values from the scalars of its tag, so this summary only names the tags."""
-        from lightning.fabric.loggers.tensorboard import _TENSORBOARD_AVAILABLE
-        from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
-
-        if _TENSORBOARD_AVAILABLE:
-            from torch.utils.tensorboard.summary import hparams
-        else:
-            from tensorboardX.summary import hparams
-
+        length and batch size, and the parameter counts, against the run's metrics (ours, and the tags a
+        callback names in its ``hparams_metrics``, as ``DistanceAccuracy`` does ``val/acc``)."""
         dm = self.trainer.datamodule
         data = {f"data/{k}": getattr(dm, k) for k in ("seq_len", "batch_size") if isinstance(getattr(dm, k, None), int)}
         params = {k: v for k, v in dict(self.hparams).items() if not k.startswith("_")}  # not LightningCLI's own
-        params = logger._sanitize_params(_flatten_dict(_convert_params({**params, **data, **counts})))
-        params = {k: v for k, v in params.items() if v is not None}
         tags = ["val/loss", "val/ppl"]
         if self.unigram_ppl is not None:
             tags.append("val/unigram_ppl")
-        if self.val_acc is not None:
-            tags.append("val/acc")
+        for callback in self.trainer.callbacks:
+            tags.extend(t for t in getattr(callback, "hparams_metrics", ()) if t not in tags)
         tags.append("train/loss")
-        writer = logger.experiment._get_file_writer()
-        for summary in hparams(params, dict.fromkeys(tags, 0.0)):
-            writer.add_summary(summary, self.global_step)
-        writer.flush()
+        write_hparams_summary(logger.experiment, {**params, **data, **counts}, tags, self.global_step)
 
     def train_flops_per_token(self, seq_len: int) -> float:
         """6N + 12 * layers * d * (keys each query's kernel computes), per trained token (``models/flops.py``);
@@ -307,7 +272,7 @@ class LitLM(L.LightningModule):
         return train_flops_per_token(self.arch, seq_len, matmul_params(self.net))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        logger = self.trainer.logger if self._trainer is not None else None
+        logger = self.logger  # None without a trainer
         checkpoint["sa_lightning"] = {"micro_step": self.micro_step, "tokens_seen": self.tokens_seen,
                                       "arch": self.arch.to_dict(),
                                       # a resumed fit logs into the same version (see lit/cli.py)
@@ -322,6 +287,44 @@ class LitLM(L.LightningModule):
         self.micro_step = state.get("micro_step", 0)
         self.trained_steps = int(checkpoint.get("global_step") or 0)  # trainer.global_step stays 0 in test
         self.tokens_seen = state.get("tokens_seen", 0)
+
+
+def hparams_for_tensorboard(params: Mapping, prefix: str = "") -> dict:
+    """``params`` flattened with ``/`` (``arch/attention/window``), in the types TensorBoard's HPARAMS tab shows:
+    bool, int, float and str as they are, anything else (None, a list, a tuple) as its ``str``, as Lightning's
+    ``TensorBoardLogger.log_hyperparams`` shows them."""
+    flat = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(hparams_for_tensorboard(value, f"{name}/"))
+        else:
+            flat[name] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return flat
+
+
+def write_hparams_summary(writer, params: Mapping, tags: list[str], step: int) -> None:
+    """Write TensorBoard's HPARAMS summary for ``params`` against the metric ``tags`` into ``writer`` (the
+    ``torch.utils.tensorboard.SummaryWriter`` that is ``TensorBoardLogger.experiment``).
+
+    The tab reads each metric's values from the scalars of its tag, so the summary only names the tags.
+    ``TensorBoardLogger.log_hyperparams(params, metrics)`` writes this summary too, but also logs every metric
+    it is given as a scalar at ``step``: a made-up ``val/loss`` point before the first validation. The
+    summary goes through torch's public ``hparams`` and the writer's ``file_writer`` (as torch's own
+    ``SummaryWriter.add_hparams`` does); a writer closed by an earlier fit gets a new events file, as its
+    next event would."""
+    from torch.utils.tensorboard.summary import hparams
+    from torch.utils.tensorboard.writer import FileWriter
+
+    file_writer = writer.file_writer
+    closed = file_writer is None
+    if closed:
+        file_writer = FileWriter(writer.get_logdir())
+    for summary in hparams(hparams_for_tensorboard(params), dict.fromkeys(tags, 0.0)):
+        file_writer.add_summary(summary, step)
+    file_writer.flush()
+    if closed:
+        file_writer.close()
 
 
 def _fsdp_root(model):

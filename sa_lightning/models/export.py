@@ -1,9 +1,9 @@
 """``python cli.py export --ckpt CKPT --out DIR``: a ``cli.py fit`` checkpoint as a Hugging Face folder.
 
 The Transformer++ becomes ``SATransformerForCausalLM`` (``config.json``, ``model.safetensors``, the tokenizer,
-a model card). ``AutoModelForCausalLM.from_pretrained(DIR)`` loads it after ``import sa_lightning``, offline;
-``trust_remote_code=True`` loads it without that import, through a two-line module in the folder that imports
-sa_lightning. A ``backbone: qwen3`` model becomes a plain Qwen3 folder, which needs no sa_lightning at all.
+a model card). ``AutoModelForCausalLM.from_pretrained(DIR)`` loads it after
+``sa_lightning.register_with_transformers()``, offline; ``trust_remote_code=True`` loads it without that call,
+through a two-line module in the folder that imports sa_lightning. A ``backbone: qwen3`` model becomes a plain Qwen3 folder, which needs no sa_lightning at all.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 #: the module in an exported folder that ``trust_remote_code=True`` runs: it only imports sa_lightning
 REMOTE_MODULE = "sa_lightning_remote"
 REMOTE_CODE = '''"""The model of this folder is sa_lightning's Transformer++ (written by `cli.py export`). Its code is
-the sa_lightning package: `pip install` it, then `import sa_lightning` before from_pretrained (or pass
-trust_remote_code=True, which runs this file)."""
+the sa_lightning package: `pip install` it, then call `sa_lightning.register_with_transformers()` before
+from_pretrained (or pass trust_remote_code=True, which runs this file)."""
 from sa_lightning.models.hf_config import SATransformerConfig  # noqa: F401
 from sa_lightning.models.hf_model import SATransformerForCausalLM  # noqa: F401
 '''
@@ -28,14 +28,15 @@ A Transformer++ trained with sa_lightning (attention: {variant}, window {window}
 `{ckpt}` at step {step}.
 
 ```python
-import sa_lightning  # registers the model with transformers' Auto classes
+import sa_lightning
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+sa_lightning.register_with_transformers()  # the model's classes, for transformers' Auto classes
 model = AutoModelForCausalLM.from_pretrained("{name}")
 tokenizer = AutoTokenizer.from_pretrained("{name}")
 ```
 
-Without `import sa_lightning`, pass `trust_remote_code=True` (it runs `{module}.py`, which imports
+Without that call, pass `trust_remote_code=True` (it runs `{module}.py`, which imports
 sa_lightning). Prefill runs the trained variant; decoding reads the whole cache (`decode: dense`) or, for
 the SWA path, the last w keys (`decode: window`).
 """
@@ -101,6 +102,6 @@ def main(argv: list[str] | None = None) -> Path:
     model, info = load_checkpoint(args.ckpt)
     tokenizer = load_tokenizer(args.tokenizer or info["tokenizer"])
     folder = export(model, args.out, tokenizer, source=info, overwrite=args.overwrite, decode=args.decode)
-    print(f"exported {args.ckpt} (step {info['step']}) to {folder}; load it with `import sa_lightning` and "
-          f"AutoModelForCausalLM.from_pretrained({str(folder)!r})", flush=True)
+    print(f"exported {args.ckpt} (step {info['step']}) to {folder}; load it with "
+          f"`sa_lightning.register_with_transformers()` and AutoModelForCausalLM.from_pretrained({str(folder)!r})", flush=True)
     return folder

@@ -143,9 +143,20 @@ def check_architecture(path: Path, arch: str) -> str:
     return model_type
 
 
+def _register_exported() -> None:
+    """Lets transformers' Auto classes read and build a folder written by ``cli.py export`` (``model_type:
+    sa_transformer``), here where one may be loaded rather than at any import."""
+    from .hf_config import register as register_config
+    from .hf_model import register as register_model
+
+    register_config()
+    register_model()
+
+
 def load_config(source: ModelSource, trust_remote_code: bool = False):
     from transformers import AutoConfig
 
+    _register_exported()
     source = loadable(source)
     return AutoConfig.from_pretrained(source.path, trust_remote_code=trust_remote_code, **source.kwargs)
 
@@ -155,6 +166,7 @@ def load_causal_lm(source: ModelSource, dtype="auto", device_map=None, trust_rem
     import torch
     from transformers import AutoModelForCausalLM
 
+    _register_exported()
     source = loadable(source)
     if isinstance(dtype, str) and dtype != "auto":
         dtype = getattr(torch, dtype)

@@ -5,8 +5,9 @@ Attention scores are tens of MB per layer. With glibc's defaults every such buff
 Raising the mmap and trim thresholds makes malloc recycle those pages. It is what tcmalloc or
 jemalloc would do, without a preload. Opt out with ``SA_LIGHTNING_DEFAULT_MALLOC=1``.
 
-``import sa_lightning.attention`` applies it once per process, so every entry point (``cli.py``, the
-``sa-lightning`` command, a notebook, a user's own script) gets the same kernel speed.
+It is a setting of the whole process, so no import applies it: the command line (``main.py``, every
+command) and the doctor's stage processes call ``tune_cpu_allocator()``; a notebook or a script of your own
+calls it once for the same kernel speed.
 """
 from __future__ import annotations
 
