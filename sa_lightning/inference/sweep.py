@@ -4,7 +4,8 @@
 
 One model is loaded once; every cell (mode, window, sink, seed, task) patches its prefill and runs one
 task: an lm-eval task, or ``position_ppl_<n>`` (perplexity by token position, ``eval.position``). Each finished cell is written at once to ``<out>/cells/``, and a rerun skips the cells
-already there, so a killed sweep resumes where it stopped. At the end: ``results.json``,
+already there, so a killed sweep resumes where it stopped. At the end, moved into place together (a
+failure while they are written leaves the previous ones whole): ``config.json``, ``results.json``,
 ``results.csv``, ``table.md`` (rows w_eff x mode, columns the tasks and their average; best in bold
 and second underlined within each w_eff) and the plots ``average.png`` (Figure 4) and ``tasks.png``
 (Figures 5-8). Every cell also records its budget, the mean keys each query attended (counted by the
@@ -73,7 +74,6 @@ def run(cfg: SweepConfig) -> dict:
     out = check_results_folder(cfg.out, "sweep", "out")
     pending = [c for c in todo if not is_done(cell_path(out, c), c, made_by(cfg, c))]  # before anything is written
     (out / "cells").mkdir(parents=True, exist_ok=True)
-    write_text(out / "config.json", json.dumps(asdict(cfg), indent=2))
     print(f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run", flush=True)
     if pending:
         check_before_loading(cfg, source, cfg.tasks)

@@ -8,6 +8,10 @@ systems ever overwrites a good file in place (what a move from ``/tmp`` onto a c
 
 An ``OSError`` while writing (a full disk, a read-only or missing folder) removes the partial file and is
 raised again as a ``WriteError``: one sentence that names the file and says the old one is intact.
+
+A set of files written together (a sweep's or a study's tables and figures, an analysis's CSV and PNG) is built
+in a hidden folder beside them and moved into place only once all of it is written (``replacing_files``); a
+whole folder that one command owns (an exported model) is built beside it and swapped in (``replacing_folder``).
 """
 from __future__ import annotations
 
@@ -39,7 +43,8 @@ def partial_path(path: str | os.PathLike) -> Path:
 
 def describe_os_error(err: OSError, what: str = "file") -> str:
     """``No space left on device`` etc. with the path: the part of a sentence every write error shares."""
-    reason = err.strerror or type(err).__name__
+    reason = (os.strerror(err.errno) if isinstance(err, WriteError) and err.errno else err.strerror) \
+        or type(err).__name__  # a WriteError's strerror is its whole sentence
     where = err.filename if err.filename is not None else "?"
     return f"the {what} {str(where)!r} could not be written ({reason})"
 
@@ -214,6 +219,43 @@ def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite:
                              "then run again.", str(folder)) from None
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def replacing_files(folder: str | os.PathLike, what: str = "results") -> Iterator[Path]:
+    """Yield a new hidden folder inside ``folder`` (``.<what>.<pid>.<random>.partial``) to write a set of files
+    in, each under its final name; when the block ends without an error, each file is renamed onto that name in
+    ``folder``. The hidden folder is removed either way.
+
+    ``folder`` may hold other files (a sweep's resumable ``cells/``, an earlier analysis): only the names the
+    block wrote are replaced, and none of them before the whole set is written. The renames stay on one file
+    system and take no space, so a failure while the set is built (a full disk, a plot that raises) leaves every
+    earlier file whole; an ``OSError`` becomes a one-sentence ``WriteError`` naming the file in ``folder``. The
+    random part keeps array jobs of one sweep on several nodes (equal pids) out of each other's folders; a
+    ``kill -9`` mid-write may leave one behind, which nothing reads."""
+    import shutil
+    import tempfile
+
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(PARTIAL, f".{what.replace(' ', '_')}.{os.getpid()}.", folder))
+    except OSError as err:
+        raise WriteError(err.errno, f"{describe_os_error(err, 'folder')} for the {what} in {str(folder)!r}; pass a "
+                         "folder that can be created and written.", err.filename) from None
+    try:
+        try:
+            yield tmp
+        except OSError as err:
+            where = Path(err.filename) if err.filename is not None else folder
+            err.filename = str(folder / where.relative_to(tmp)) if where.is_relative_to(tmp) else str(where)
+            raise WriteError(err.errno, f"{describe_os_error(err, what)}; nothing in {str(folder)!r} was replaced, "
+                             f"its previous {what} (if any) is intact; free space or pass a writable folder, then run "
+                             "again.", err.filename) from None
+        for p in sorted(tmp.iterdir()):
+            os.replace(p, folder / p.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text(path: str | os.PathLike, text: str, what: str = "file") -> None:
