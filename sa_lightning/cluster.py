@@ -1,4 +1,5 @@
-"""``cli.py submit``: fill the sbatch templates in ``slurm/`` from a config and submit them.
+"""``cli.py submit``: fill the sbatch templates in ``sa_lightning/slurm/`` (package data) from a config and
+submit them.
 
     python cli.py submit pretrain --config configs/pretrain_360m.yaml --nodes 2 --gpus_per_node 4
     python cli.py submit pretrain --config configs/pretrain_360m.yaml --prepare   # tokenize first, then train from the cache
@@ -12,6 +13,9 @@ pretrain: ``srun`` with one task per GPU, ``--signal=SIGUSR1@90``, requeue into 
 that CPU job alone. sweep: a job array with one
 (mode, window) pair per array task, then a report job (``--dependency=afterany``) that writes the
 tables and plots from the finished cells.
+
+The jobs run ``python <checkout>/cli.py`` from a checkout of the repository and ``python -m sa_lightning.main``
+(the ``sa-lightning`` command) from an installed copy, which has no cli.py.
 
 Every job sets its own environment rather than inheriting the submitting shell's (sbatch passes it all on):
 ``SRUN_CPUS_PER_TASK`` = the job's CPUs per task (srun no longer inherits ``--cpus-per-task`` since Slurm
@@ -30,14 +34,21 @@ import shlex
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES = ROOT / "slurm"
+from .utils.checkout import PACKAGE, checkout_root
+
+TEMPLATES = PACKAGE / "slurm"
 HUB_SWITCHES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def hub_env(offline: bool) -> str:
     """The shell line that sets a job's Hub switches: offline (local caches only) or unset (the Hub)."""
     return "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1" if offline else f"unset {' '.join(HUB_SWITCHES)}"
+
+
+def cli_command() -> str:
+    """What follows ``python`` in a job to run this sa_lightning: the checkout's cli.py, or the installed module."""
+    root = checkout_root()
+    return shlex.quote(str(root / "cli.py")) if root else "-m sa_lightning.main"
 
 
 def render(template: str, fields: dict[str, str]) -> str:
@@ -72,12 +83,13 @@ def _submit(script: Path, dry_run: bool, extra: list[str] = ()) -> str | None:
 
 def sweep_pairs(config: str):
     """The sweep's distinct (mode, window or MoBA block size) pairs, one per array task, and its config."""
+    from .attention import get_variant
     from .inference.plan import cells, load_config
 
     cfg = load_config(["--config", config])
     pairs = []
     for cell in cells(cfg):
-        setting = cell.spec.block_size if cell.mode == "moba" else (cell.spec.window or 0)
+        setting = cell.spec.block_size if get_variant(cell.mode).blocked else (cell.spec.window or 0)
         if (cell.mode, setting) not in pairs:
             pairs.append((cell.mode, setting))
     return pairs, cfg
@@ -130,7 +142,7 @@ def main(argv: list[str] | None = None) -> Path:
     if offline_here and not args.offline:
         print(f"note: this shell sets {' '.join(key + '=1' for key in offline_here)}; the jobs unset it and may use "
               "the Hugging Face Hub (add --offline to keep them offline).", flush=True)
-    common = {"workdir": shlex.quote(str(Path.cwd())), "cli": shlex.quote(str(ROOT / "cli.py")),
+    common = {"workdir": shlex.quote(str(Path.cwd())), "cli": cli_command(),
               "config": shlex.quote(args.config), "time": args.time,
               "cpus_per_task": args.cpus_per_task, "extra_sbatch": _sbatch_lines(args.sbatch),
               "extra_args": shlex.join(extra), "hub_env": hub_env(args.offline)}

@@ -36,7 +36,8 @@ import traceback
 from datetime import date
 from pathlib import Path
 
-from .utils.atomic import output_folder, write_text
+from .utils.atomic import output_folder, replacing_files, write_text
+from .utils.checkout import checkout_root
 from .utils.report import head, number, row
 
 STAGES = ("env", "tests", "recompiles", "table2", "train", "prefill")
@@ -46,7 +47,7 @@ BUDGETS = {"gpu": {"env": 30, "tests": 180, "recompiles": 120, "table2": 420, "t
            "tiny": {"env": 20, "tests": 60, "recompiles": 90, "table2": 40, "train": 60, "prefill": 40}}
 #: Table 2 of the paper (A100 80GB, B=16, H=16, d=64, bf16, forward+backward): n -> (SA w=256 ms, full ms)
 PAPER_TABLE2 = {2048: (5.4, 8.0), 4096: (7.9, 27.2), 8192: (15.2, 99.7), 16384: (29.6, 379.9), 32768: (52.8, 1477.0)}
-ROOT = Path(__file__).resolve().parents[1]  # a checkout: tests/ lives here
+ROOT = checkout_root()  # a checkout: tests/ lives here; None for an installed copy, which ships no tests
 
 
 # ---- the command: stages in child processes, the report after each --------------------------------------
@@ -146,7 +147,8 @@ def _run_child(name: str, out: Path, tiny: bool, budget: float) -> dict:
     path, log = out / "stages" / f"{name}.json", out / "stages" / f"{name}.log"
     path.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "sa_lightning.doctor", "--stage", name, "--out", str(out), *(["--tiny"] if tiny else [])]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    paths = [str(ROOT) if ROOT else None, os.environ.get("PYTHONPATH")]  # an installed copy: its own sys.path
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
     t0 = time.perf_counter()
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -190,8 +192,9 @@ def write_report(out: Path, stages, elapsed: float) -> dict:
         if r.get("summary"):
             lines += ["", f"## {name}: {r['status']}", "", r["summary"].rstrip()]
     report = {"date": date.today().isoformat(), "elapsed_s": round(elapsed, 1), "stages": records}
-    write_text(out / "report.json", json.dumps(report, indent=2))
-    write_text(out / "report.md", "\n".join(lines) + "\n")
+    with replacing_files(out, "doctor report") as tmp:  # both, or the previous two whole
+        write_text(tmp / "report.json", json.dumps(report, indent=2))
+        write_text(tmp / "report.md", "\n".join(lines) + "\n")
     return report
 
 
@@ -239,7 +242,7 @@ def stage_env(out: Path, tiny: bool) -> dict:
 def stage_tests(out: Path, tiny: bool) -> dict:
     """The gpu-marked tests (pytest, in a process of its own), then the exactness grid on this device."""
     lines, status, data = [], "ok", {}
-    files = sorted(str(p) for p in (ROOT / "tests").glob("test_*.py") if "mark.gpu" in p.read_text())
+    files = sorted(str(p) for p in (ROOT / "tests").glob("test_*.py") if "mark.gpu" in p.read_text()) if ROOT else []
     if files:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *files],
                               cwd=ROOT, capture_output=True, text=True)
@@ -281,7 +284,7 @@ def exactness_grid(device, n: int, window: int) -> list[dict]:
     and tests/test_gpu_risks.py check it)."""
     import torch
 
-    from .attention import AttentionSpec, get_variant, sample_permutation
+    from .attention import VARIANTS, AttentionSpec, get_variant, sample_permutation
 
     bounds = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (3e-2, 6e-2)}
     backends = ["flex", "banded"] if device.type == "cuda" else ["banded", "dense"]
@@ -290,12 +293,12 @@ def exactness_grid(device, n: int, window: int) -> list[dict]:
     base = [torch.randn(B, H, n, d, generator=g, dtype=torch.float64) for _ in range(3)]
     perm = sample_permutation(n, batch=B, generator=g)
     rows = []
-    for variant in ("sa", "swa", "sa_swa", "moba"):
-        for backend in backends:
+    for variant in (name for name, v in VARIANTS.items() if v.sparse):  # full attention is SDPA's own
+        for backend in (b for b in backends if b in VARIANTS[variant].backends):
             for dtype, (fwd_bound, bwd_bound) in bounds.items():
                 q, k, v = (t.to(dtype).to(device).requires_grad_(True) for t in base)
                 spec = AttentionSpec(variant, window=window, block_size=max(1, window // 2), top_k=2, backend=backend)
-                outs = get_variant(variant).kernel(q, k, v, spec, perm.to(device), None, None)
+                outs = get_variant(variant)(q, k, v, spec, perm.to(device))
                 ref_in = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
                 refs = _oracle_paths(variant, *ref_in, perm.to(device), window, spec)
                 fwd = max(_rel(o, r) for o, r in zip(outs, refs))
@@ -310,17 +313,9 @@ def exactness_grid(device, n: int, window: int) -> list[dict]:
 
 
 def _oracle_paths(variant, q, k, v, perm, window, spec):
-    from .attention import oracle
+    from .attention import get_variant, oracle
 
-    B, n = q.shape[0], q.shape[2]
-    if variant == "sa":
-        return [oracle.reference_attention(q, k, v, oracle.sa_mask(perm, window, B))]
-    if variant == "swa":
-        return [oracle.reference_attention(q, k, v, oracle.swa_mask(n, window, q.device))]
-    if variant == "sa_swa":
-        return [oracle.reference_attention(q, k, v, oracle.sa_mask(perm, window, B)),
-                oracle.reference_attention(q, k, v, oracle.swa_mask(n, window, q.device))]
-    return [oracle.reference_attention(q, k, v, oracle.moba_mask(q, k, spec.block_size, spec.top_k))]
+    return [oracle.reference_attention(q, k, v, mask) for mask in get_variant(variant).oracle_masks(spec, q, k, perm)]
 
 
 def _rel(got, want) -> float:
@@ -343,7 +338,9 @@ def stage_recompiles(out: Path, tiny: bool) -> dict:
     # --tiny: 3 layers x 10 steps still draw 30 sigmas, past the recompile limit of 8; compiling 24 layers
     # takes minutes on a CPU
     size = dict(d_model=64, n_head=2, n_kv_head=2, max_seq_len=64, n_layer=3) if tiny else dict(max_seq_len=512)
-    cfg = ModelConfig.from_name("tiny" if tiny else "360m", variant="sa", backend="flex", **size)
+    from .attention.variants import SA
+
+    cfg = ModelConfig.from_name("tiny" if tiny else "360m", variant=SA.name, backend="flex", **size)
     torch.manual_seed(0)
     model = Transformer(cfg).to(device)
     model.compile()  # in place, as model.compile: true does
@@ -391,15 +388,16 @@ def stage_recompiles(out: Path, tiny: bool) -> dict:
 
 def stage_table2(out: Path, tiny: bool) -> dict:
     """``bench attention --preset paper`` (tiny: the cpu preset at two short lengths), beside the paper's A100."""
+    from .attention.variants import SA, SWA
     from .bench.attention import main as bench_attention
 
     argv = (["--preset", "cpu", "--lengths", "256", "512", "--repeats", "1", "--same-process", "--no-memory",
-             "--variants", "full_window", "swa", "sa"] if tiny else ["--preset", "paper"])
+             "--variants", "full_window", SWA.name, SA.name] if tiny else ["--preset", "paper"])
     rows = bench_attention([*argv, "--out", str(out / "table2")])
     by = {(r["n"], r["variant"]): r["ms"] for r in rows}
     lines = head(["n", "SA ms", "full_window ms", "speed-up", "paper A100: SA ms", "full ms", "speed-up"], "---:")
     for n in sorted({r["n"] for r in rows}):
-        sa, full = by.get((n, "sa")), by.get((n, "full_window"))
+        sa, full = by.get((n, SA.name)), by.get((n, "full_window"))
         paper = PAPER_TABLE2.get(n)
         ours = f"{full / sa:.1f}×" if sa and full and sa == sa and full == full else "–"
         theirs = [paper[0], paper[1], f"{paper[1] / paper[0]:.1f}×"] if paper else ["–"] * 3
@@ -410,11 +408,12 @@ def stage_table2(out: Path, tiny: bool) -> dict:
 
 
 def stage_train(out: Path, tiny: bool) -> dict:
+    from .attention.variants import FULL, SA, SA_SWA, SWA
     from .bench.train import main as bench_train
 
     argv = (["--preset", "cpu", "--seq-len", "64", "--batch", "2", "--steps", "2", "--repeats", "1"] if tiny
             else ["--preset", "paper", "--steps", "10", "--repeats", "2"])
-    rows = bench_train([*argv, "--variants", "full", "swa", "sa", "sa_swa", "--compile", "both", "--no-data",
+    rows = bench_train([*argv, "--variants", *(v.name for v in (FULL, SWA, SA, SA_SWA)), "--compile", "both", "--no-data",
                         "--out", str(out / "train")])
     rows = rows[0] if isinstance(rows, tuple) else rows
     keys = [k for k in ("variant", "compile", "tokens_per_s", "mfu", "peak_mib", "note") if k in rows[0]]
@@ -450,5 +449,8 @@ STAGE_FUNCTIONS = {"env": stage_env, "tests": stage_tests, "recompiles": stage_r
                    "train": stage_train, "prefill": stage_prefill}
 
 
-if __name__ == "__main__":  # a stage's child process
+if __name__ == "__main__":  # a stage's child process: the CLI's malloc settings (``main.py``), then the stage
+    from sa_lightning.utils.cpu_allocator import tune_cpu_allocator
+
+    tune_cpu_allocator()
     main()

@@ -120,3 +120,29 @@ def test_cuda_banded_matches_flex():
     a = sliding_window_attention(q, k, v, w, backend="banded")
     b = sliding_window_attention(q, k, v, w, backend="flex")
     torch.testing.assert_close(a, b, atol=2e-5, rtol=0)
+
+
+@pytest.mark.slow  # compiles (Inductor, with its compile workers)
+def test_compiled_flex_cpu_forward_compiles_once_per_length_bucket():
+    """Documents of many lengths (a prefill sweep, an evaluation) run at bucketed lengths: three lengths in
+    one bucket compile one graph per variant, and each stays exact against the float64 oracle."""
+    from torch._dynamo.utils import counters
+
+    w = 64
+    assert {flex.bucket(n) for n in (300, 333, 384)} == {384}
+    before = counters["stats"]["unique_graphs"]
+    for n in (300, 333, 384):
+        q, k, v = _qkv(n)
+        perm = sample_permutation(n, batch=2, generator=torch.Generator().manual_seed(n))
+        y = stochastic_attention(q, k, v, w, perm, backend="flex")
+        torch.testing.assert_close(y, oracle.reference_attention(q, k, v, oracle.sa_mask(perm, w, 2)), atol=1e-5, rtol=0)
+        y = sliding_window_attention(q, k, v, w, backend="flex")
+        torch.testing.assert_close(y, oracle.reference_attention(q, k, v, oracle.swa_mask(n, w)), atol=1e-5, rtol=0)
+    assert counters["stats"]["unique_graphs"] - before <= 2  # SA's and SWA's, each once
+
+
+@pytest.mark.parametrize("n", [1, 100, 128, 129, 192, 193, 256, 257, 384, 385, 2048, 3000])
+def test_length_buckets_pad_at_most_a_third(n):
+    size = flex.bucket(n)
+    assert size >= max(n, flex.BLOCK) and (n <= flex.BLOCK or size - n < size / 3 + 1)
+    assert flex.bucket(size) == size  # a bucket length runs unpadded (training at 2^k pads nothing)

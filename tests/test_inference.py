@@ -5,7 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sa_lightning.inference import VARIANTS, patch, patched, unpatch
+from sa_lightning.attention import variant_names
+from sa_lightning.inference import patch, patched, unpatch
+
+VARIANTS = variant_names(gated=False)  # what a pretrained model runs without training
 from sa_lightning.models import patcher
 from sa_lightning.models.hf_cache import CACHE, cache_of
 from tests.helpers import no_cache_rename_warning
@@ -161,9 +164,8 @@ def test_unpatching_restores_the_model_exactly(model):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"mode": "stochastic", "window": 8}, "unknown attention variant 'stochastic' for a Hugging Face model"),
-    ({"mode": "sa_swa", "window": 8}, "variant 'sa_swa' is the gated SA\\+SWA pair, whose output gates only a model "
-                                      "trained with them has; a Hugging Face model runs SA\\+SWA training-free as "
-                                      "'sa_swa_union'"),
+    ({"mode": "sa_swa", "window": 8}, "variant 'sa_swa' mixes its paths with output gates that only a model trained "
+                                      "with them has; a Hugging Face model runs it training-free as 'sa_swa_union'"),
     ({"mode": "sa", "window": 0}, "window must be an integer >= 1, got 0"),
     ({"mode": "swa"}, "variant 'swa' needs a window >= 1, got None"),
     ({"mode": "moba", "block_size": 512, "top_k": 2}, "does not fit"),

@@ -1,8 +1,10 @@
 """Kernel contracts: a padded batch's ``perm`` must keep every row's padding out of its valid slots, and a
 NaN or inf key or value reaches only the rows that see it (every variant and CPU backend, against the
-float64 oracle). Small sizes: the whole file runs in seconds."""
+float64 oracle), with the non-finite guard on (its debug mode). Small sizes: the whole file runs in seconds."""
 import pytest
 import torch
+
+from sa_lightning.attention._finite import check_finite
 
 from sa_lightning.attention import (AttentionSpec, get_variant, sa_swa_attention, sa_swa_union_attention,
                                     sample_permutation, sliding_window_attention, stochastic_attention)
@@ -12,6 +14,13 @@ from sa_lightning.attention.permutation import row_permutations
 B, HQ, HKV, D, W = 2, 4, 2, 16, 16
 BLOCK, TOP_K, SINK = 16, 3, 4
 NAN, INF = float("nan"), float("inf")
+
+
+@pytest.fixture(autouse=True)
+def _guard_on():
+    """The guard is opt-in (it reads a value back to the host per kernel call): these tests check its contract."""
+    with check_finite():
+        yield
 
 #: (variant, backend, sink): every variant, every backend that runs on CPU, and the sinks
 CASES = [("full", "auto", 0), ("swa", "banded", 0), ("swa", "dense", 0), ("swa", "flex", 0),

@@ -5,7 +5,7 @@ import torch
 from sa_lightning.attention import AttentionSpec, get_variant, sample_permutation
 from sa_lightning.attention.oracle import (full_mask, moba_mask, reference_attention, sa_mask, sa_swa_union_mask,
                                            swa_mask)
-from sa_lightning.attention.sinks import keys_per_query
+from sa_lightning.attention.sinks import keys_attended
 
 # (n, w, sink): the banded kernel, the dense path (n < 2w), an odd window, sink 1, a sink longer than the rows
 CASES = [(48, 8, 4), (48, 32, 4), (130, 16, 3), (37, 5, 1), (64, 8, 80)]
@@ -71,6 +71,12 @@ def test_sink_gradients_flow_on_cpu():
 def test_bad_sinks_are_refused_in_one_sentence(spec, message):
     with pytest.raises(ValueError, match=message):
         AttentionSpec(**spec)
+
+
+def keys_per_query(variant, n, *, window=1, block_size=64, top_k=2, sink=0, **kwargs):
+    """The registry's count for a variant name and its knobs."""
+    spec = AttentionSpec(variant, window=window, block_size=block_size, top_k=top_k, sink=sink)
+    return keys_attended(get_variant(variant), spec, n, **kwargs)
 
 
 @pytest.mark.parametrize("n, w, sink", CASES)

@@ -20,11 +20,15 @@ import torch
 
 from ..attention import AttentionSpec, get_variant, layer_generator, masks, sample_permutation
 from ..attention.oracle import moba_mask
+from ..attention.variants import FULL, SA, SA_SWA, SWA
 from ..models.transformer import Transformer, apply_rope
 from ..utils.atomic import output_folder, savefig
 from ..utils.report import pyplot
 
-TITLES = {"full": "Full Attention", "swa": "SWA", "sa": "Stochastic Attention", "sa_swa": "SA + SWA", "moba": "MoBA"}
+
+
+#: the paper's Figure 3
+FIGURE_3 = tuple(v.name for v in (FULL, SWA, SA, SA_SWA))
 
 
 class _Stop(Exception):
@@ -69,7 +73,7 @@ def layer_gates(model: Transformer, idx: torch.Tensor, layer: int, head: int) ->
     for a model whose ``layer`` has the two gates of SA+SWA; None otherwise."""
     attn = model.blocks[layer].attn
     gate = attn.gate
-    if set(gate.paths) != {"sa", "swa"}:
+    if len(gate.paths) < 2:
         return None
     paths = _inputs_of(gate, model, idx)
     channels = slice(head * attn.head_dim, (head + 1) * attn.head_dim)
@@ -98,15 +102,15 @@ def variant_maps(q: torch.Tensor, k: torch.Tensor, head: int, variants: list[str
     for name in variants:
         variant = get_variant(name)
         spec = AttentionSpec(variant=name, window=window, block_size=block_size, top_k=top_k)
-        if name == "moba":
+        if variant.mask is None:  # picked by content (MoBA): the oracle's selection for this head
             visible = moba_mask(q[:, head:head + 1], k[:, head // group:head // group + 1], block_size, top_k)[0, 0]
             out[name] = (_weights(scores, visible), visible)
-        elif name == "sa_swa":  # the two paths' weights, balanced per query by the learned gates
-            sa = masks.dense(get_variant("sa").mask(spec, n, perm), n)[0, 0]
-            swa = masks.dense(get_variant("swa").mask(spec, n, perm), n)[0, 0]
-            g_sa, g_swa = (gates["sa"], gates["swa"]) if gates else (torch.ones(n, dtype=torch.float64),) * 2
-            mixed = g_sa[:, None] * _weights(scores, sa) + g_swa[:, None] * _weights(scores, swa)
-            out[name] = (mixed / (g_sa + g_swa)[:, None], sa | swa)
+        elif len(variant.paths) > 1:  # each path's weights (a path is a variant), balanced by the learned gates
+            ones = torch.ones(n, dtype=torch.float64)
+            seen = [masks.dense(get_variant(p).mask(spec, n, perm), n)[0, 0] for p in variant.paths]
+            weight = [gates[p] if gates else ones for p in variant.paths]
+            mixed = sum(g[:, None] * _weights(scores, m) for g, m in zip(weight, seen))
+            out[name] = (mixed / sum(weight)[:, None], torch.stack(seen).any(0))
         else:
             visible = masks.dense(variant.mask(spec, n, perm), n)[0, 0]
             out[name] = (_weights(scores, visible), visible)
@@ -126,7 +130,7 @@ def draw(maps: dict[str, tuple], labels: list[str], title: str):
     for ax, (name, (weights, visible)) in zip(axes[0], maps.items()):
         grid = np.ma.masked_array(weights.numpy(), mask=~visible.numpy())
         image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=max(float(weights.max()), 1e-6), interpolation="nearest")
-        ax.set_title(TITLES.get(name, name), fontsize=10)
+        ax.set_title(get_variant(name).title, fontsize=10)
         ticks = range(0, n, max(1, n // 14))
         ax.set_xticks(list(ticks), [labels[i] for i in ticks], rotation=90, fontsize=5)
         ax.set_yticks(list(ticks), [labels[i] for i in ticks], fontsize=5)
@@ -146,7 +150,7 @@ def default_text() -> str:
 
 
 def attention_maps(model: Transformer, tokenizer, *, text: str | None = None, tokens: int = 27, layer: int = 11,
-                   head: int = 0, window: int = 8, variants=("full", "swa", "sa", "sa_swa"), seed: int = 0):
+                   head: int = 0, window: int = 8, variants=FIGURE_3, seed: int = 0):
     """(figure, maps, token labels). ``layer`` is clipped to the model's depth."""
     ids = tokenizer.encode(text or default_text(), add_special_tokens=False)[:tokens]
     if not ids:
@@ -163,8 +167,9 @@ def attention_maps(model: Transformer, tokenizer, *, text: str | None = None, to
                         top_k=2, seed=seed, layer=layer, perm=own, gates=gates)
     labels = [tokenizer.decode([t]).replace("\n", "\\n") for t in ids]
     title = f"Attention weights, layer {layer}, head {head}, {len(ids)} tokens, w={window} ({model.cfg.attention.variant} model)"
-    if "sa_swa" in variants:
-        title += ("; SA+SWA weighted by its learned gates" if gates else "; SA+SWA: equal weights (no gates in this model)")
+    for gated in (get_variant(v) for v in variants if get_variant(v).gated):
+        title += (f"; {gated.label} weighted by its learned gates" if gates else
+                  f"; {gated.label}: equal weights (no gates in this model)")
     return draw(maps, labels, title), maps, labels
 
 
@@ -179,7 +184,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--layer", type=int, default=11, help="clipped to the model's last layer")
     p.add_argument("--head", type=int, default=0)
     p.add_argument("--window", type=int, default=8)
-    p.add_argument("--variants", nargs="+", default=["full", "swa", "sa", "sa_swa"])
+    p.add_argument("--variants", nargs="+", default=list(FIGURE_3))
     p.add_argument("--seed", type=int, default=0, help="seed of the SA masks when the model draws no permutation of its own (full, swa, moba)")
     p.add_argument("--out", type=output_folder, default=Path("outputs/analysis"))
     args = p.parse_args(argv)

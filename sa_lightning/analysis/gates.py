@@ -21,12 +21,13 @@ from pathlib import Path
 import torch
 
 from ..attention import AttentionSpec, get_variant, masks
-from ..utils.atomic import output_folder, savefig
-from ..utils.report import COLORS, pyplot
+from ..attention.variants import SA, SA_SWA, SWA
+from ..utils.atomic import output_folder, replacing_files, savefig
+from ..utils.report import pyplot
 from ..utils.tables import write_csv
 from .attention_maps import layer_gates, layer_qk, variant_maps
 
-PATHS = ("sa", "swa")
+PATHS = SA_SWA.paths
 REACH_BINS = 10
 MIN_PLOTTED = 30  # buckets with fewer (sequence, head, query) values stay in the CSV but not in the plot
 
@@ -63,7 +64,7 @@ def path_reach(model, n: int, layer: int) -> dict[str, torch.Tensor]:
     """Per path, the farthest key distance each query may read in ``layer``, with the model's own SA
     permutation (stream 0, as ``layer_gates`` runs the model)."""
     perm = model.permutations(n, 0, "cpu")[layer]
-    spec = AttentionSpec("sa", window=model.cfg.attention.window)
+    spec = AttentionSpec(SA_SWA.name, window=model.cfg.attention.window)
     distance = (torch.arange(n).view(-1, 1) - torch.arange(n).view(1, -1)).double()
     reach = {}
     for path in PATHS:
@@ -103,8 +104,8 @@ def collect(model, sequences: list[torch.Tensor], progress=print) -> dict[int, d
                 for key in ("gate", "distance"):
                     rows[p][key].append(torch.stack(per_head[p][key]))
         out[layer] = {p: {key: torch.stack(v) for key, v in rows[p].items()} for p in PATHS}
-        progress(f"gates layer {layer}: mean g_sa {out[layer]['sa']['gate'].mean():.4f}  "
-                 f"g_swa {out[layer]['swa']['gate'].mean():.4f}  ({len(sequences)} sequences x "
+        progress(f"gates layer {layer}: mean g_sa {out[layer][SA.name]['gate'].mean():.4f}  "
+                 f"g_swa {out[layer][SWA.name]['gate'].mean():.4f}  ({len(sequences)} sequences x "
                  f"{model.cfg.n_head} heads x {sequences[0].numel()} queries)")
     return out
 
@@ -144,7 +145,7 @@ def distance_rows(data: dict, model) -> list[dict]:
     rows = []
     window = model.cfg.attention.window
     for layer, paths in data.items():
-        n = paths["sa"]["gate"].shape[-1]
+        n = paths[PATHS[0]]["gate"].shape[-1]
         reach = path_reach(model, n, layer)
         position = torch.arange(n)
         for path, d in paths.items():
@@ -162,13 +163,25 @@ def distance_rows(data: dict, model) -> list[dict]:
     return rows
 
 
+#: one colour per layer in the two right panels: dark, told apart from each other and from white (viridis'
+#: light end vanished on it); they cycle past four layers
+LAYER_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#a6761d", "#666666", "#e6ab02")
+#: how each path's line looks in the two right panels: SA solid with small filled circles, SWA dashed with
+#: larger hollow squares, so that where the two paths' means are equal the circle shows inside the square
+PATH_STYLES = {SA.name: {"linestyle": "-", "marker": "o", "markerfacecolor": None, "markersize": 4.0},
+               SWA.name: {"linestyle": "--", "marker": "s", "markerfacecolor": "none", "markersize": 6.5}}
+
+
 def draw(data: dict, buckets: list[dict], title: str):
     """Three panels: per-layer distributions, mean gate against query position and against the relative
-    read distance. Returns the matplotlib figure."""
+    read distance. Returns the matplotlib figure.
+
+    In the two right panels a layer is a colour and a path a line style and marker; their legends sit below
+    the panels, outside every axis, so that no line runs under them."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     gen = torch.Generator().manual_seed(0)
-    for offset, path in ((-0.18, "sa"), (0.18, "swa")):
+    for offset, path in zip((-0.18, 0.18), PATHS):
         values = []
         for layer in data:
             flat = data[layer][path]["gate"].flatten()
@@ -176,32 +189,49 @@ def draw(data: dict, buckets: list[dict], title: str):
         parts = axes[0].violinplot(values, positions=[layer + offset for layer in data], widths=0.32,
                                    showmeans=True, showextrema=False)
         for body in parts["bodies"]:
-            body.set_color(COLORS[path])
-        parts["cmeans"].set_color(COLORS[path])
-        axes[0].plot([], [], color=COLORS[path], label=f"g_{path}")
+            body.set_color(get_variant(path).color)
+        parts["cmeans"].set_color(get_variant(path).color)
+        axes[0].plot([], [], color=get_variant(path).color, linewidth=6, alpha=0.5, label=f"g_{path} (bar: mean)")
     axes[0].set(xlabel="layer", ylabel="gate activation (head mean)", xticks=list(data), title="distribution per layer")
-    shades = plt.get_cmap("viridis")
     for axis, ax, xlabel in (("query_position", axes[1], "query position i (bucket start)"),
                              ("relative_read_distance", axes[2], "path's attention-weighted key distance / its reach")):
         for layer in data:
-            shade = shades(layer / max(1, len(data) - 1))
-            for path, style in (("sa", "-"), ("swa", "--")):
+            color = LAYER_COLORS[layer % len(LAYER_COLORS)]
+            for path, style in PATH_STYLES.items():
                 pts = [(r["lo"] if axis == "query_position" else (r["lo"] + r["hi"]) / 2, r["mean"]) for r in buckets
                        if r["layer"] == layer and r["path"] == path and r["axis"] == axis
                        and r["count"] >= MIN_PLOTTED]
-                ax.plot(*zip(*pts), style, marker=".", color=shade,
-                        label=f"layer {layer} g_{path}" if axis == "query_position" else None)
+                if pts:
+                    ax.plot(*zip(*pts), color=color, markeredgewidth=1.1, linewidth=1.4,
+                            **{**style, "markerfacecolor": style["markerfacecolor"] or color})
         ax.set(xlabel=xlabel, ylabel="mean gate")
         if axis == "query_position":
             ax.set_xscale("symlog", linthresh=1)
-    axes[1].set_title("against the query's position (solid SA, dashed SWA)")
+            starts = sorted({r["lo"] for r in buckets if r["axis"] == axis})
+            ax.set_xticks(starts, [str(s) for s in starts], fontsize=8)
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+    axes[1].set_title("against the query's position")
     axes[2].set_title("against how far back the path reads (i ≥ w)")
-    axes[0].legend(fontsize=8)
-    axes[1].legend(fontsize=6, ncol=2)
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    # the legends in a strip kept free below the panels, outside every axis and inside the image however it is
+    # saved: the distribution panel's paths, and the right panels' layers (colours) and paths (line styles)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    from matplotlib.lines import Line2D
+
+    def below(ax_from, ax_to, handles, ncol):
+        x0, x1 = ax_from.get_position().x0, ax_to.get_position().x1
+        fig.legend(handles=handles, loc="lower center", bbox_to_anchor=((x0 + x1) / 2, 0.0), ncol=ncol, fontsize=8,
+                   frameon=False)
+
+    below(axes[0], axes[0], axes[0].get_legend_handles_labels()[0], 2)
+    keys = [Line2D([], [], color=LAYER_COLORS[layer % len(LAYER_COLORS)], linewidth=2.5, label=f"layer {layer}")
+            for layer in data]
+    keys += [Line2D([], [], color="black", linewidth=1.4, label=f"g_{path}",
+                    **{**style, "markerfacecolor": style["markerfacecolor"] or "black"})
+             for path, style in PATH_STYLES.items()]
+    below(axes[1], axes[2], keys, len(keys))
     return fig
 
 
@@ -227,12 +257,11 @@ def main(argv: list[str] | None = None) -> Path:
     sequences = held_out_sequences(load_tokenizer(info["tokenizer"]), tokens, args.sequences, args.text)
     data = collect(model, sequences)
     summary, buckets = summary_rows(data), distance_rows(data, model)
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "gates.csv", summary, digits=6)
-    write_csv(args.out / "gates_by_distance.csv", buckets, digits=6)
     title = (f"SA+SWA gates, {info['path']} (step {info['step']}), w={model.cfg.attention.window}, "
              f"{len(sequences)} held-out sequences of {tokens} tokens")
-    fig = draw(data, buckets, title)
-    savefig(fig, args.out / "gates.png", dpi=150)
+    with replacing_files(args.out, "gate analysis") as tmp:  # the three together, or the previous three whole
+        write_csv(tmp / "gates.csv", summary, digits=6)
+        write_csv(tmp / "gates_by_distance.csv", buckets, digits=6)
+        savefig(draw(data, buckets, title), tmp / "gates.png", dpi=150)
     print(f"wrote {args.out / 'gates.csv'}, {args.out / 'gates_by_distance.csv'} and {args.out / 'gates.png'}")
     return args.out / "gates.csv"

@@ -17,12 +17,13 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee, shortest_path
 from scipy.sparse.linalg import svds
 
-from ..attention import layer_generator
+from ..attention import get_variant, layer_generator
+from ..attention.variants import SA, SA_SWA, SWA
 from .mechanism import LayerSampler
 
 #: the graphs every command compares: SA+SWA is the union of the two paths' edges (connectome,
 #: small world) or the mean of their two operators (spectrum: equal gates).
-GRAPHS = ("swa", "sa", "sa_swa")
+GRAPHS = tuple(v.name for v in (SWA, SA, SA_SWA))
 
 
 # ---- masks -----------------------------------------------------------------------------------------
@@ -106,11 +107,11 @@ def layer_operators(graph: str, n: int, window: int, layers: int, *, seed: int =
                     convention: str = "theory") -> list[sp.csr_matrix]:
     """One uniform-attention operator per layer. SA+SWA is the gated pair with equal gates: the mean of
     the SA and SWA operators of the same permutation."""
-    if graph != "sa_swa":
+    paths = get_variant(graph).paths
+    if len(paths) == 1:
         return [mixing_operator(m) for m in layer_stack(graph, n, window, layers, seed=seed, convention=convention)]
-    sa = layer_stack("sa", n, window, layers, seed=seed, convention=convention)
-    swa = layer_stack("swa", n, window, layers, seed=seed, convention=convention)
-    return [(mixing_operator(a) + mixing_operator(b)) / 2 for a, b in zip(sa, swa)]
+    stacks = [layer_stack(p, n, window, layers, seed=seed, convention=convention) for p in paths]
+    return [sum(mixing_operator(m) for m in per_layer) / len(paths) for per_layer in zip(*stacks)]
 
 
 def operator_eigenvalues(op: sp.spmatrix) -> np.ndarray:

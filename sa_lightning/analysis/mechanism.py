@@ -12,10 +12,11 @@ import torch
 
 from ..attention import AttentionSpec, get_variant, masks, sample_permutation, stochastic_attention
 from ..attention.permutation import invert_permutation
+from ..attention.variants import FULL, SA, SA_SWA, SWA
 
 CONVENTIONS = ("theory", "causal")
 #: the variants whose adjacency is known before the scores (MoBA's blocks are picked by content)
-PATTERNED = ("full", "swa", "sa", "sa_swa")
+PATTERNED = tuple(v.name for v in (FULL, SWA, SA, SA_SWA))
 
 
 class LayerSampler:
@@ -24,7 +25,7 @@ class LayerSampler:
     def __init__(self, variant: str, n: int, window: int, convention: str = "theory"):
         if convention not in CONVENTIONS:
             raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}.")
-        if variant != "full" and get_variant(variant).mask is None:
+        if get_variant(variant).mask is None:
             raise ValueError(f"{variant} has no pattern fixed before the scores (its blocks are picked by content); "
                              f"the mechanism tools take {', '.join(PATTERNED)}.")
         self.variant, self.n, self.window, self.convention = variant, n, window, convention
@@ -34,19 +35,20 @@ class LayerSampler:
         self.local = masks.circular_distance(idx.view(-1, 1), idx.view(1, -1), n) <= masks.sa_half_width(window)
 
     def _theory(self, perm: torch.Tensor | None) -> torch.Tensor:
-        if self.variant == "full":
+        variant = get_variant(self.variant)
+        if not variant.sparse:
             return torch.ones(self.n, self.n, dtype=torch.bool)
-        if self.variant == "swa":
+        if not variant.uses_permutation:
             return self.local
         slot = invert_permutation(perm)
         shuffled = self.local[slot][:, slot]
-        return shuffled | self.local if self.variant == "sa_swa" else shuffled
+        return shuffled | self.local if variant.local_paths else shuffled  # SA+SWA: both windows
 
     def draw(self, generator: torch.Generator) -> torch.Tensor:
         perm = sample_permutation(self.n, generator=generator) if self.permuted else None
         if self.convention == "theory":
             return self._theory(perm)
-        if self.variant == "full":
+        if not get_variant(self.variant).sparse:
             return torch.ones(self.n, self.n, dtype=torch.bool).tril()
         spec = AttentionSpec(self.variant, window=self.window)
         return masks.dense(get_variant(self.variant).mask(spec, self.n, perm), self.n)[0, 0]
@@ -91,7 +93,7 @@ def connection_probability(n: int, window: int, *, trials: int = 200, seed: int 
     measurement follows fixed pairs at distance 1 (neighbours) and n/2 (far apart) over ``trials``
     permutations, to show that the chance does not depend on distance.
     """
-    sampler = LayerSampler("sa", n, window)
+    sampler = LayerSampler(SA.name, n, window)
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.arange(n)
     near_hits = far_hits = 0.0

@@ -1,4 +1,7 @@
-"""``cli.py analyze ...``: run the mechanism checks, write CSV tables and PNG plots."""
+"""``cli.py analyze ...``: run the mechanism checks, write CSV tables and PNG plots.
+
+Each check's files (its CSVs and PNG) are written in a hidden folder in ``--out`` and moved into place together
+(``utils.atomic.replacing_files``): a failure while they are written leaves that check's previous files whole."""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..utils.atomic import output_folder, savefig
-from ..utils.report import COLORS, pyplot, variant_label
+from ..attention import get_variant, variant_label
+from ..attention.variants import SA, SWA
+from ..utils.atomic import output_folder, replacing_files, savefig
+from ..utils.report import power_of_two_ticks, pyplot, spread
 from ..utils.tables import write_csv
 from . import graphs, mechanism
 
@@ -32,14 +37,40 @@ def run_coverage(args) -> Path:
         print(f"coverage {variant:>6}: 99% after {mechanism.layers_to_cover(curve)} layers "
               f"(log_w n = {math.log(args.n) / math.log(args.window):.2f}, n/w = {args.n / args.window:.0f})", flush=True)
     write_csv(args.out / "coverage.csv", rows)
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.6))
-    for variant, curve in curves.items():
-        ax.plot(range(len(curve)), curve.numpy(), label=variant_label(variant), color=COLORS[variant])
-    ax.set(xlabel="layers", ylabel="receptive-field coverage", ylim=(0, 1.02),
-           title=f"Coverage vs depth (n={args.n}, w={args.window}, {convention})")
-    _save(fig, ax, args.out / "coverage.png")
+    fig = draw_coverage(curves, f"Coverage vs depth (n={args.n}, w={args.window}, {convention})")
+    savefig(fig, args.out / "coverage.png", dpi=150, bbox_inches="tight")
+    pyplot().close(fig)
     return args.out / "coverage.csv"
+
+
+#: how far apart (in octaves of depth) the variants' markers sit at one depth, so that equal coverages (every
+#: variant at 1.0, SA and SA+SWA on their first layers) show side by side, not one under the other
+COVERAGE_DODGE = 0.2
+#: the depths that get a marker: every layer up to 8, then about four a doubling (the log axis crowds them)
+COVERAGE_MARKS = (*range(1, 9), 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128)
+
+
+def draw_coverage(curves: dict, title: str):
+    """Coverage against depth, one line per variant. Depth is on a log axis from layer 1 (layer 0 is each
+    token alone, 1/n, the same for every variant; it stays in the CSV): SA covers the sequence in log_w n
+    layers, SWA in n/w, and on a linear axis SA's and SA+SWA's rise is squeezed into the first few pixels, one
+    curve on the other. Each variant has its marker, nudged a little along depth."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.4, 3.6))
+    depth = max(len(curve) for curve in curves.values()) - 1
+    for (variant, curve), dodge in zip(curves.items(), spread(len(curves), COVERAGE_DODGE)):
+        layers = list(range(1, len(curve)))
+        marks = [i for i, layer in enumerate(layers) if layer in COVERAGE_MARKS or layer == layers[-1]]
+        ax.plot([layer * dodge for layer in layers], [float(c) for c in curve[1:]], "-", label=variant_label(variant),
+                color=get_variant(variant).color, marker=get_variant(variant).marker, markevery=marks, markersize=5,
+                markeredgewidth=1.0, linewidth=1.4)
+    ax.set(xscale="log", xlabel="layers (log scale)", ylabel="receptive-field coverage", ylim=(-0.02, 1.05),
+           title=title)
+    power_of_two_ticks(ax, [2 ** k for k in range(depth.bit_length()) if 2 ** k <= depth])
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside the axes, over no curve
+    fig.tight_layout()
+    return fig
 
 
 def _per_window(args, measure, report) -> list[dict]:
@@ -73,8 +104,8 @@ def run_connection(args) -> Path:
 
     rows = _per_window(args, mechanism.connection_probability, report)
     return _window_figure(args, rows, "connection", [
-        ("measured_near", "o", COLORS["sa"], "measured, |i−j|=1"),
-        ("measured_far", "x", COLORS["swa"], "measured, |i−j|=n/2"),
+        ("measured_near", "o", SA.color, "measured, |i−j|=1"),
+        ("measured_far", "x", SWA.color, "measured, |i−j|=n/2"),
         ("exact", "-", "black", "exact (2⌈w/2⌉−2)/(n−1)"),
         ("paper", "--", "gray", "paper (w−1)/(n−1)"),
     ], ylabel="P[pair shares a window]", title=f"SA connection probability (n={args.n})")
@@ -87,10 +118,10 @@ def run_variance(args) -> Path:
 
     rows = _per_window(args, mechanism.uniform_attention_moments, report)
     return _window_figure(args, rows, "variance", [
-        ("variance", "o-", COLORS["sa"], "SA variance (measured)"),
+        ("variance", "o-", SA.color, "SA variance (measured)"),
         ("sampling_variance", "--", "black", "exact sampling variance"),
         ("paper_bound", ":", "gray", "σ²/w bound"),
-        ("bias", "s-", COLORS["swa"], "|bias| vs uniform full"),
+        ("bias", "s-", SWA.color, "|bias| vs uniform full"),
     ], legend_size=8, title=f"SA at infinite temperature (n={args.n})")
 
 
@@ -169,7 +200,7 @@ def run_spectrum(args) -> Path:
     two share a spectrum in the circular convention) and how fast the L-layer product mixes."""
     convention = args.convention or "theory"
     eig_rows, mix_rows, spectra = _spectrum_rows(args, convention)
-    gap = np.abs(np.sort(spectra["sa"].real) - np.sort(spectra["swa"].real)).max()
+    gap = np.abs(np.sort(spectra[SA.name].real) - np.sort(spectra[SWA.name].real)).max()
     print(f"spectrum: max |sorted eig(SA) - sorted eig(SWA)| = {gap:.3g} (one layer, {convention}); "
           f"circulant lambda_2 = {graphs.circulant_lambda2(args.n, args.window):.6f}", flush=True)
     write_csv(args.out / "spectrum_eigenvalues.csv", eig_rows)
@@ -177,17 +208,17 @@ def run_spectrum(args) -> Path:
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     for graph, values in spectra.items():
-        style = "--" if graph == "sa" else "-"
-        axes[0].plot(np.arange(len(values)) / len(values), np.sort(values.real)[::-1], style, color=COLORS[graph],
+        style = "--" if graph == SA.name else "-"
+        axes[0].plot(np.arange(len(values)) / len(values), np.sort(values.real)[::-1], style, color=get_variant(graph).color,
                      label=variant_label(graph))
         curve = [r for r in mix_rows if r["graph"] == graph]
         layers = [r["layers"] for r in curve]
         if convention == "theory":
-            axes[1].plot(layers, [r["sigma2"] for r in curve], "o-", color=COLORS[graph], label=variant_label(graph))
-        axes[2].plot(layers, [r["tv_to_uniform"] for r in curve], "o-", color=COLORS[graph], label=variant_label(graph))
+            axes[1].plot(layers, [r["sigma2"] for r in curve], "o-", color=get_variant(graph).color, label=variant_label(graph))
+        axes[2].plot(layers, [r["tv_to_uniform"] for r in curve], "o-", color=get_variant(graph).color, label=variant_label(graph))
     axes[0].set(xlabel="eigenvalue rank / n", ylabel="eigenvalue (real part)", title="one layer's operator")
     if convention == "theory":
-        layers = [r["layers"] for r in mix_rows if r["graph"] == "swa"]
+        layers = [r["layers"] for r in mix_rows if r["graph"] == SWA.name]
         axes[1].plot(layers, [graphs.circulant_lambda2(args.n, args.window) ** L for L in layers], ":", color="black",
                      label="SWA analytic λ₂^L")
         axes[1].set(yscale="log", xlabel="layers L", ylabel="σ₂ of the L-layer product", title="spectral mixing")
@@ -203,7 +234,6 @@ def run_spectrum(args) -> Path:
     fig.suptitle(f"Uniform-attention mixing operator (n={args.n}, w={args.window}, {convention})", fontsize=10)
     fig.tight_layout()
     savefig(fig, args.out / "spectrum.png", dpi=150)
-    print(f"wrote {args.out / 'spectrum_eigenvalues.csv'}")
     return args.out / "spectrum.csv"
 
 
@@ -226,9 +256,9 @@ def run_small_world(args) -> Path:
     for ax, scope in zip(axes, ("layer", "stack")):
         chosen = [r for r in rows if r["scope"] == scope]
         for r in chosen:  # one SA layer is a relabelled SWA layer: the SA marker sits inside SWA's
-            marker, size = {"swa": ("o", 110), "sa": ("D", 35), "sa_swa": ("s", 60)}[r["graph"]]
+            marker, size = {SWA.name: ("o", 110), SA.name: ("D", 35)}.get(r["graph"], ("s", 60))
             ax.scatter(_ratio(r["path_length"], r["path_length_random"]),
-                       _ratio(r["clustering"], r["clustering_random"]), s=size, marker=marker, color=COLORS[r["graph"]],
+                       _ratio(r["clustering"], r["clustering_random"]), s=size, marker=marker, color=get_variant(r["graph"]).color,
                        label=f"{variant_label(r['graph'])} (k={r['mean_degree']:.0f}, σ={r['sigma']:.1f})")
         ax.scatter(1, 1, marker="x", color="black", label="random graph, same k")
         ax.set(xscale="log", yscale="log", xlabel="L / L_random (path length)", ylabel="C / C_random (clustering)",
@@ -265,7 +295,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--depth", type=int, default=72, help="layers to grow the receptive field")
     parser.add_argument("--layers", type=int, default=4,
                         help="layers in the stack for connectome, spectrum and small-world (one permutation each)")
-    parser.add_argument("--variants", nargs="+", default=["sa", "swa", "sa_swa"], choices=mechanism.PATTERNED)
+    parser.add_argument("--variants", nargs="+", default=list(graphs.GRAPHS), choices=mechanism.PATTERNED)
     parser.add_argument("--convention", choices=mechanism.CONVENTIONS, default=None,
                         help="theory: Appendix A's circular window; causal: the masks the models run "
                              "(default: causal for connectome, theory for the others)")
@@ -300,5 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     chosen = args.trials
     for name in RUNNERS if args.what == "all" else [args.what]:
         args.trials = DEFAULT_TRIALS.get(name, 1) if chosen is None else chosen
-        path = RUNNERS[name](args)
-        print(f"wrote {path} and {path.with_suffix('.png')}")
+        with replacing_files(args.out, "analysis") as tmp:  # the check's CSVs and PNG together
+            RUNNERS[name](argparse.Namespace(**{**vars(args), "out": tmp}))
+            written = sorted(p.name for p in tmp.iterdir())
+        print(f"wrote {', '.join(written)} in {args.out}")

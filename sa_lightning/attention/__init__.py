@@ -1,17 +1,16 @@
-"""The attention core: semantics, kernels, permutations, MoBA and the variant registry.
+"""The attention core: semantics, kernels, permutations, MoBA and the variant registry (``variants/``: one
+file per variant).
 
-Importing it tunes glibc's malloc for the kernels' large short-lived buffers (see
-``sa_lightning.utils.cpu_allocator``), so a kernel runs as fast from Python as from ``cli.py``. Opt out
-with ``SA_LIGHTNING_DEFAULT_MALLOC=1`` before the import.
+Importing it changes nothing in the process. The command line tunes glibc's malloc for the kernels' large
+short-lived buffers (``sa_lightning.utils.cpu_allocator.tune_cpu_allocator``); call that from a script of your
+own for the same speed.
 """
-from ..utils.cpu_allocator import tune_cpu_allocator
 from .functional import (full_attention, moba_attention, sa_swa_attention, sa_swa_union_attention,
                          sliding_window_attention, stochastic_attention)
 from .gating import GatedPaths
 from .permutation import invert_permutation, layer_generator, sample_permutation
-from .registry import VARIANTS, AttentionSpec, Variant, get_variant, register_variant
-
-tune_cpu_allocator()
+from .registry import (VARIANTS, AttentionSpec, Call, Variant, get_variant, register_variant, trained_variant_names,
+                       variant_label, variant_names)
 
 __all__ = [
     "full_attention",
@@ -26,6 +25,10 @@ __all__ = [
     "GatedPaths",
     "AttentionSpec",
     "Variant",
+    "Call",
+    "variant_names",
+    "trained_variant_names",
+    "variant_label",
     "VARIANTS",
     "get_variant",
     "register_variant",

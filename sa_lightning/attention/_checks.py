@@ -63,8 +63,9 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, i
     return B, Hq, Hkv, n, d
 
 
-def check_perm(perm: torch.Tensor, batch: int, n: int, device: torch.device) -> torch.Tensor:
-    """Check a gather-index permutation of shape (n,) or (B, n) in O(B*n)."""
+def check_perm(perm: torch.Tensor, batch: int, n: int, device: torch.device, values: bool = True) -> torch.Tensor:
+    """Check a gather-index permutation of shape (n,) or (B, n): its type, shape and device, and with ``values``
+    its values in O(B*n) (three host syncs; a caller that draws it, valid by construction, skips them)."""
     if not isinstance(perm, torch.Tensor):
         raise ValueError(f"perm must be a LongTensor of shape ({n},) or ({batch}, {n}), got {type(perm).__name__}.")
     if perm.dtype not in (torch.int64, torch.int32):
@@ -74,7 +75,7 @@ def check_perm(perm: torch.Tensor, batch: int, n: int, device: torch.device) -> 
     if perm.device != device:
         raise ValueError(f"perm is on {perm.device} but q is on {device}.")
     perm = perm.long()
-    if n == 0 or torch.compiler.is_compiling():  # reading values back breaks a compiled graph in every layer;
+    if n == 0 or not values or torch.compiler.is_compiling():  # reading values back breaks a compiled graph;
         return perm                              # the eager call of the same code checks them
     if int(perm.min()) < 0 or int(perm.max()) >= n:
         raise ValueError(f"perm values must lie in [0, {n - 1}], got range [{int(perm.min())}, {int(perm.max())}].")
@@ -89,8 +90,9 @@ def default_scale(d: int, scale: float | None) -> float:
     return d ** -0.5 if scale is None else float(scale)
 
 
-def check_lengths(lengths, batch: int, n: int, device: torch.device) -> torch.Tensor | None:
-    """Check per-row valid lengths: a LongTensor of shape (B,) with values in [1, n]."""
+def check_lengths(lengths, batch: int, n: int, device: torch.device, values: bool = True) -> torch.Tensor | None:
+    """Check per-row valid lengths: a LongTensor of shape (B,) with values in [1, n] (``values``: checked, one
+    host sync)."""
     if lengths is None:
         return None
     if not isinstance(lengths, torch.Tensor) or lengths.dtype not in (torch.int64, torch.int32):
@@ -99,7 +101,7 @@ def check_lengths(lengths, batch: int, n: int, device: torch.device) -> torch.Te
         raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}.")
     if lengths.device != device:
         raise ValueError(f"lengths is on {lengths.device} but q is on {device}.")
-    if batch and not torch.compiler.is_compiling() and (int(lengths.min()) < 1 or int(lengths.max()) > n):
+    if batch and values and not torch.compiler.is_compiling() and (int(lengths.min()) < 1 or int(lengths.max()) > n):
         raise ValueError(f"lengths must lie in [1, {n}], got range [{int(lengths.min())}, {int(lengths.max())}].")
     return lengths.long()
 

@@ -8,12 +8,36 @@ key) is exactly what it would be were that token's key and value any finite numb
 non-finite key or value gives what the raw computation gives (NaN or inf, as a rule); a non-finite
 query only ever touches its own row. Outputs at padding tokens keep their own contract: finite, but
 meaningless, for finite inputs.
+
+The guard is a **debug mode**, off by default: checking the inputs reads a value back to the host (a GPU sync
+per kernel call, one per layer per step), and a training run whose keys are non-finite has diverged anyway.
+Turn it on with ``with check_finite(): ...`` or ``SA_LIGHTNING_CHECK_FINITE=1`` when a NaN must be traced to
+the rows that see it; off, every kernel runs straight through.
 """
 from __future__ import annotations
 
-from typing import Callable, Tuple, Union
+import contextlib
+import os
+from typing import Callable, Iterator, Tuple, Union
 
 import torch
+
+_CHECKING = [os.environ.get("SA_LIGHTNING_CHECK_FINITE", "") not in ("", "0")]
+
+
+def checking_finite() -> bool:
+    """Whether the non-finite guard is on (``check_finite``)."""
+    return _CHECKING[0]
+
+
+@contextlib.contextmanager
+def check_finite(enabled: bool = True) -> Iterator[None]:
+    """``with check_finite(): ...`` runs every kernel inside with the non-finite guard (the debug mode)."""
+    before, _CHECKING[0] = _CHECKING[0], enabled
+    try:
+        yield
+    finally:
+        _CHECKING[0] = before
 
 #: what a kernel returns: an output, or a tuple of outputs each optionally followed by its log-sum-exp
 Outputs = Union[torch.Tensor, Tuple[torch.Tensor, ...]]
@@ -25,8 +49,8 @@ def kv_finite(k: torch.Tensor, v: torch.Tensor) -> bool:
     A sum is non-finite whenever any term is (inf + -inf is NaN), so nothing non-finite slips through;
     an overflowing sum of finite values only sends the call down the (exact, slower) guarded path. It
     costs about 1% of an SA forward at n=2048, w=64 on CPU, where ``isfinite(k).all()`` would cost a
-    third of the forward itself. On a GPU the ``bool`` is the one host sync this check adds to a kernel
-    call: a non-finite input has to change what runs, and the checks of perm and lengths sync already.
+    third of the forward itself. On a GPU the ``bool`` is a host sync: a non-finite input has to change what
+    runs. That is why the guard is a debug mode.
     """
     acc = torch.float32 if k.dtype == torch.float16 else k.dtype  # fp16's range would overflow; bf16 has fp32's
     return bool(torch.isfinite(k.sum(dtype=acc) + v.sum(dtype=acc)))
@@ -44,10 +68,10 @@ def guard_nonfinite(run: Callable[..., Outputs], q: torch.Tensor, k: torch.Tenso
     weights are exact zeros); and on the raw inputs, whose result the rows that see a bad token keep.
     Gradients flow through the first run only, so they stay finite where the inputs are.
 
-    Inside ``torch.compile`` (``model.compile: true``) the guard is skipped: its branch on the data would
-    break the graph in every layer, and a training run whose keys are non-finite has diverged anyway.
+    Off unless the debug mode is on (``check_finite``), and always inside ``torch.compile``, where its branch on
+    the data would break the graph in every layer.
     """
-    if torch.compiler.is_compiling():  # a data-dependent branch would break the graph in every layer
+    if not _CHECKING[0] or torch.compiler.is_compiling():
         return run(q, k, v)
     if finite if finite is not None else kv_finite(k, v):
         return run(q, k, v)

@@ -3,6 +3,12 @@
 The block-sparsity pattern of a band depends only on (n, band, block size), so it is built once and
 cached. Each call only swaps the ``mask_mod``, which captures the per-layer positions: no
 ``create_block_mask`` runs per step.
+
+Lengths are bucketed: a call at length n runs at ``bucket(n)`` (n itself at a power of two, otherwise the
+next of 2^k and 1.5 * 2^k, at least one block), with the padded keys masked out and the padded queries
+dropped. The compiled kernel is specialized on its shapes, so a prefill or evaluation over documents of
+many lengths compiles once per bucket (two per doubling) instead of once per length; every mask_mod takes
+the true length as a tensor, never as a constant of the graph.
 """
 from __future__ import annotations
 
@@ -38,11 +44,38 @@ def _compiled():
     return torch.compile(_flex().flex_attention, dynamic=False)
 
 
-def _band_blocks(n: int, before: int, after: int, circular: bool, block: int, device: str):
-    """(1, 1, Qb, KVb) bool: which (query block, key block) pairs hold any in-band slot pair."""
-    nb = -(-n // block)
+def bucket(n: int, block: int = BLOCK) -> int:
+    """The length a call at length n runs at: n at a power of two, else the next of 2^k and 1.5 * 2^k (so at
+    most a third of the rows are padding), and never below one block."""
+    if n <= block:
+        return block
+    top = 1 << (n - 1).bit_length()  # the power of two at or above n
+    return top * 3 // 4 if top * 3 // 4 >= n else top
+
+
+@functools.lru_cache(maxsize=64)
+def _length(n: int, device: str) -> torch.Tensor:
+    """n as a 0-d tensor for a mask_mod to capture (a Python int would be a constant of the compiled graph)."""
+    return torch.tensor(n, device=device)
+
+
+def _pad(t: torch.Tensor, size: int, value=0) -> torch.Tensor:
+    """``t`` padded along its sequence dimension (dim 2, or the last of a (B, n) table) to ``size``."""
+    dim = 2 if t.dim() == 4 else t.dim() - 1
+    extra = size - t.shape[dim]
+    if not extra:
+        return t
+    pad = [0, 0] * (t.dim() - 1 - dim) + [0, extra]
+    return F.pad(t, pad, value=value)
+
+
+def _band_blocks(n: int, before: int, after: int, circular: bool, block: int, device: str, size: int | None = None):
+    """(1, 1, Qb, KVb) bool: which (query block, key block) pairs hold any in-band slot pair, over ``size``
+    positions (n by default; padded slots past n may add blocks, never drop one). A circular band wraps at n."""
+    size = n if size is None else size
+    nb = -(-size // block)
     starts = torch.arange(nb, device=device) * block
-    ends = torch.clamp(starts + block, max=n) - 1
+    ends = torch.clamp(starts + block, max=size) - 1
     # Slot offsets delta = s - t of a block pair span [qs - ke, qe - ks]; the band is [-after, before].
     lo = starts.view(-1, 1) - ends.view(1, -1)
     hi = ends.view(-1, 1) - starts.view(1, -1)
@@ -54,13 +87,17 @@ def _band_blocks(n: int, before: int, after: int, circular: bool, block: int, de
 
 
 @functools.lru_cache(maxsize=64)
-def band_block_mask(n: int, before: int, after: int, circular: bool, block: int = BLOCK, device: str = "cuda"):
-    """The cached BlockMask of a band. Every visited block is partial, since the mask_mod that each
-    call supplies may add a data-dependent test (SA's causality on original positions)."""
-    hit = _band_blocks(n, before, after, circular, block, device)
+def band_block_mask(n: int, before: int, after: int, circular: bool, block: int = BLOCK, device: str = "cuda",
+                    size: int | None = None):
+    """The cached BlockMask of a band over ``size`` positions (n by default). Every visited block is partial,
+    since the mask_mod that each call supplies may add a data-dependent test (SA's causality on original
+    positions, the true length of a padded call)."""
+    size = n if size is None else size
+    hit = _band_blocks(n, before, after, circular, block, device, size)
     num = hit.sum(-1, dtype=torch.int32)
     order = torch.argsort((~hit).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-    return _flex().BlockMask.from_kv_blocks(num, order, BLOCK_SIZE=block, mask_mod=masks.causal, seq_lengths=(n, n))
+    return _flex().BlockMask.from_kv_blocks(num, order, BLOCK_SIZE=block, mask_mod=masks.causal,
+                                            seq_lengths=(size, size))
 
 
 def with_mask_mod(block_mask, mask_mod):
@@ -76,22 +113,38 @@ def flex_attention(q, k, v, block_mask, *, scale: float, compiled: bool = True) 
     return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 
 
-def swa_flex(q, k, v, window: int, *, scale: float, compiled: bool = True):
+def _padded(fn, q, k, v, *tables):
+    """``fn(q, k, v, *tables, size)`` at the bucketed length, cut back to n rows. Padded keys are never read:
+    they lie after every real query (the causal variants) or carry a position past every real one (SA)."""
     n = q.shape[2]
-    bm = band_block_mask(n, window - 1, 0, False, BLOCK, str(q.device))
-    return flex_attention(q, k, v, with_mask_mod(bm, masks.sliding_window(window)), scale=scale, compiled=compiled)
+    size = bucket(n)
+    q, k, v = (_pad(t, size) for t in (q, k, v))
+    tables = tuple(_pad(t, size, value) for t, value in tables)
+    return fn(q, k, v, *tables, size)[:, :, :n]
+
+
+def swa_flex(q, k, v, window: int, *, scale: float, compiled: bool = True):
+    def run(q, k, v, size):
+        bm = band_block_mask(size, window - 1, 0, False, BLOCK, str(q.device))
+        return flex_attention(q, k, v, with_mask_mod(bm, masks.sliding_window(window)), scale=scale, compiled=compiled)
+
+    return _padded(run, q, k, v)
 
 
 def sa_flex_slots(qs, ks, vs, pos: torch.Tensor, window: int, *, scale: float, compiled: bool = True):
     """SA on slot-ordered q/k/v; ``pos`` (B or 1, n) is each slot's original position."""
     n = qs.shape[2]
     half = masks.sa_half_width(window)
-    if 2 * half + 1 >= n:  # the band covers every slot
-        bm = band_block_mask(n, n, n, False, BLOCK, str(qs.device))
-    else:
-        bm = band_block_mask(n, half, half, True, BLOCK, str(qs.device))
-    mod = masks.stochastic_in_slots(pos, window)
-    return flex_attention(qs, ks, vs, with_mask_mod(bm, mod), scale=scale, compiled=compiled)
+
+    def run(qs, ks, vs, pos, size):
+        if 2 * half + 1 >= n:  # the band covers every slot
+            bm = band_block_mask(n, size, size, False, BLOCK, str(qs.device), size)
+        else:
+            bm = band_block_mask(n, half, half, True, BLOCK, str(qs.device), size)
+        mod = masks.stochastic_in_slots(pos, window, _length(n, str(qs.device)))
+        return flex_attention(qs, ks, vs, with_mask_mod(bm, mod), scale=scale, compiled=compiled)
+
+    return _padded(run, qs, ks, vs, (pos, n))  # a padded slot's position n is past every real one
 
 
 def moba_block_mask(picks: torch.Tensor, block_size: int, block: int = BLOCK):
@@ -123,4 +176,7 @@ def moba_block_mask(picks: torch.Tensor, block_size: int, block: int = BLOCK):
 
 def moba_flex(q, k, v, picks: torch.Tensor, block_size: int, *, scale: float, compiled: bool = True):
     """MoBA on FlexAttention: ``picks`` (B, Hq, n, P) are each query head's selected past blocks (-1: none)."""
-    return flex_attention(q, k, v, moba_block_mask(picks, block_size), scale=scale, compiled=compiled)
+    def run(q, k, v, picks, size):
+        return flex_attention(q, k, v, moba_block_mask(picks, block_size), scale=scale, compiled=compiled)
+
+    return _padded(run, q, k, v, (picks, -1))

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from . import masks
 from ._checks import check_lengths, check_padded_perm, check_perm, check_positive, check_qkv, default_scale
-from ._finite import guard_nonfinite, kv_finite
+from ._finite import checking_finite, guard_nonfinite, kv_finite
 from .band_common import fused_forward_applies
 from .band_inplace import Band, multi_band_attention
 from .banded import banded_attention
@@ -30,16 +30,28 @@ def _backend(backend: str, q: torch.Tensor) -> str:
     return backend
 
 
-def _permutation_args(perm, inv, generator, lengths, B: int, n: int, device):
+def _permutation_args(perm, inv, generator, lengths, B: int, n: int, device, validate: bool = True):
     """SA's checked (perm, inv, lengths): a drawn permutation when ``perm`` is None (its inverse then unknown;
     with ``lengths``, one per row that keeps the padding in place). A given ``perm`` must keep every row's
-    padding out of its first lengths[b] slots (``check_padded_perm``)."""
-    lengths = check_lengths(lengths, B, n, device)
+    padding out of its first lengths[b] slots (``check_padded_perm``). ``validate=False`` checks types and
+    shapes only, for a caller whose perm and lengths are valid by construction (no host sync)."""
+    lengths = check_lengths(lengths, B, n, device, values=validate)
     if perm is None:
         return sample_permutation(n, generator=generator, device=device, lengths=lengths), None, lengths
-    perm = check_perm(perm, B, n, device)
-    check_padded_perm(perm, lengths)
+    perm = check_perm(perm, B, n, device, values=validate)
+    if validate:
+        check_padded_perm(perm, lengths)
     return perm, inv, lengths
+
+
+def checked_inputs(perm, lengths, batch: int, n: int, device):
+    """(perm, lengths) checked once at a model's public boundary (values included: host syncs), so that its
+    layers can run the kernels with ``validate=False``. ``perm`` may be None (a variant that does not permute)."""
+    lengths = check_lengths(lengths, batch, n, device)
+    if perm is not None:
+        perm = check_perm(perm, batch, n, device)
+        check_padded_perm(perm, lengths)
+    return perm, lengths
 
 
 def full_attention(q, k, v, *, scale=None):
@@ -71,7 +83,7 @@ def _swa(q, k, v, window: int, scale: float, backend: str):
 
 
 def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=None, backend="auto", lengths=None,
-                         inv=None):
+                         inv=None, validate=True):
     """Stochastic Attention: sliding-window attention in a permuted order, causal in original order.
 
     ``perm`` is a gather index of shape (n,) or (B, n): slot s holds token perm[s]. Query i reads key
@@ -84,14 +96,17 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
     pad token among a row's first lengths[b] slots is refused. Outputs at padding tokens are finite but
     meaningless (for finite inputs).
 
-    Like every kernel here, a NaN or inf key or value reaches only the rows that see it (``_finite``).
+    With the debug mode on (``check_finite``), a NaN or inf key or value reaches only the rows that see it.
+
+    ``validate=False`` skips the value checks of ``perm`` and ``lengths`` (their host syncs): for a caller that
+    draws them valid by construction, as the model does in every layer of every step.
 
     ``inv`` is ``perm``'s inverse (``invert_permutation(perm)``), for callers that precompute sigma and
     sigma^-1 together, as the paper does; it is not checked against ``perm``.
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     window = check_positive("window", window)
-    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
+    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device, validate)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
     return guard_nonfinite(lambda q, k, v: _sa(q, k, v, window, perm, inv, lengths, scale, backend), q, k, v)
@@ -118,7 +133,7 @@ def _sa(q, k, v, window: int, perm, inv, lengths, scale: float, backend: str):
 
 
 def sa_swa_attention(q, k, v, window, perm=None, *, generator=None, scale=None, backend="auto", lengths=None,
-                     inv=None):
+                     inv=None, validate=True):
     """Both paths of gated SA+SWA: returns (y_sa, y_swa), each exactly what ``stochastic_attention`` and
     ``sliding_window_attention`` return for these arguments (``perm``, ``generator``, ``lengths``, ``inv``
     and ``backend`` as there; SA's path reads one permutation, drawn here when ``perm`` is None).
@@ -133,7 +148,7 @@ def sa_swa_attention(q, k, v, window, perm=None, *, generator=None, scale=None, 
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     window = check_positive("window", window)
-    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
+    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device, validate)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
 
@@ -150,7 +165,7 @@ def sa_swa_attention(q, k, v, window, perm=None, *, generator=None, scale=None, 
 
 
 def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=None, lengths=None, inv=None,
-                           return_lse=False):
+                           return_lse=False, validate=True):
     """The union of the SWA and SA masks in one softmax (training-free SA+SWA: no gate to learn).
 
     Query i reads key j when j <= i and (i - j < window or |slot(i) - slot(j)|_n < window / 2). SWA's
@@ -160,7 +175,7 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     window = check_positive("window", window)
-    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device)
+    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device, validate)
     scale = default_scale(d, scale)
     run = lambda q, k, v: _sa_swa_union(q, k, v, window, perm, inv, lengths, scale, return_lse)  # noqa: E731
     return guard_nonfinite(run, q, k, v)
@@ -194,7 +209,7 @@ def moba_attention(q, k, v, block_size, top_k, *, scale=None, backend="auto"):
     top_k = check_positive("top_k", top_k)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
-    finite = kv_finite(k, v)
+    finite = kv_finite(k, v) if checking_finite() else True
     # With non-finite keys the guard's runs must read the same blocks: the gate of the inputs as given
     # (a NaN gate never selects).
     chosen = None if finite else moba_selection(q, k, block_size, top_k)

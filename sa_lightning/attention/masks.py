@@ -62,17 +62,34 @@ def stochastic(slot: torch.Tensor, window: int, lengths: torch.Tensor | None = N
     return mask
 
 
-def stochastic_in_slots(pos: torch.Tensor, window: int) -> MaskMod:
+def stochastic_in_slots(pos: torch.Tensor, window: int, length: "torch.Tensor | None" = None) -> MaskMod:
     """SA in permuted (slot) space: slots within the circular band, causal on original positions.
 
     ``pos`` is (B, n): ``pos[b, s]`` is the original position of the token in slot ``s`` (the perm).
+    ``length`` (a 0-d tensor) is where the band wraps when ``pos`` is padded past the real slots; the
+    padded slots must then hold a position past every real one, which causality keeps from every query.
     """
-    n, half, row = pos.shape[-1], sa_half_width(window), _row(pos)
+    half, row = sa_half_width(window), _row(pos)
+    n = pos.shape[-1] if length is None else length
 
     def mask(b, h, q_idx, kv_idx):
         r = row(b)
         near = circular_distance(q_idx, kv_idx, n) <= half
         return near & (pos[r, kv_idx] <= pos[r, q_idx])
+
+    return mask
+
+
+def strided(window: int, n: int, lengths: torch.Tensor | None = None) -> MaskMod:
+    """The strided control: j <= i and (i - j) mod s = 0, s = ceil((L - 1) / (2 * ceil(w/2) - 2)) for a row of
+    L valid tokens (n without ``lengths``; w >= 3)."""
+    per = 2 * math.ceil(window / 2) - 2
+    fixed = max(1, math.ceil((n - 1) / per))
+
+    def mask(b, h, q_idx, kv_idx):
+        s = fixed if lengths is None else torch.clamp(torch.div(lengths[b] - 1 + per - 1, per, rounding_mode="floor"),
+                                                      min=1)
+        return (kv_idx <= q_idx) & ((q_idx - kv_idx) % s == 0)
 
     return mask
 

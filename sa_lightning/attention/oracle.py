@@ -64,6 +64,25 @@ def sa_swa_union_mask(perm: torch.Tensor, window: int, batch: int, lengths: torc
     return masks.dense(mask, slot.shape[-1], batch=batch, device=perm.device)
 
 
+def strided_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None, device=None) -> torch.Tensor:
+    """(B, 1, n, n): query i reads j <= i with (i - j) mod s == 0, s = ceil((L - 1) / (2 * ceil(w/2) - 2)) for
+    the row's L valid tokens; written out row by row, independently of ``masks.strided``."""
+    rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]
+    out = torch.zeros(batch, 1, n, n, dtype=torch.bool)
+    per = 2 * math.ceil(window / 2) - 2
+    for b, length in enumerate(rows):
+        s = max(1, math.ceil((length - 1) / per))
+        for i in range(n):
+            out[b, 0, i, i % s:i + 1:s] = True  # j = i, i - s, ..., down to i mod s
+    return out.to(device)
+
+
+def strided_swa_union_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None,
+                           device=None) -> torch.Tensor:
+    """The strided pattern or SWA's window (one softmax over both key sets)."""
+    return strided_mask(n, window, batch, lengths, device) | swa_mask(n, window, device)
+
+
 def moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:
     """(B, Hq, n, nblk) bool: the past blocks each query selects, gated in float64."""
     B, Hq, n, d = q.shape

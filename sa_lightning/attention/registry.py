@@ -1,8 +1,12 @@
-"""The variant registry: one name -> implementation map for every caller.
+"""The variant registry: everything the project knows about an attention variant, under its name.
 
-The Transformer++ model, the Hugging Face patcher, the benchmarks and the analysis tools all resolve
-``full | swa | sa | sa_swa | sa_swa_union | moba`` here. A variant returns one tensor per path; the caller gates and
-sums the paths (see ``GatedPaths``) or, training-free, uses the single path as is.
+Each variant is one ``Variant`` object in one file of ``attention/variants/``: its paths, its mask builder,
+its kernel (run on each backend it lists) and its kernel with log-sum-exp (which makes sinks generic), its
+capability flags, its key counts, and how reports draw it. Every other module asks the registry
+(``get_variant``, ``variant_names``) instead of naming a variant. Adding a variant is one new file there.
+
+A variant returns one tensor per path; the caller gates and sums the paths (see ``GatedPaths``) or,
+training-free, uses the single path as is.
 """
 from __future__ import annotations
 
@@ -14,9 +18,9 @@ import torch
 
 from . import masks
 from ._checks import check_nonnegative, check_positive
-from .sinks import SINK_VARIANTS, sink_attention, with_sink
-from .functional import (full_attention, moba_attention, sa_swa_attention, sa_swa_union_attention,
-                         sliding_window_attention, stochastic_attention)
+
+#: ``auto`` is FlexAttention on CUDA where a variant has it, else the banded (O(n*w)) kernel
+BACKENDS = ("auto", "banded", "flex", "dense")
 
 
 @dataclass(frozen=True)
@@ -32,34 +36,153 @@ class AttentionSpec:
     sink: int = 0
 
     def __post_init__(self):
-        get_variant(self.variant)
+        variant = get_variant(self.variant)
         for name, check in (("window", check_positive), ("block_size", check_positive), ("top_k", check_positive),
                             ("sink", check_nonnegative)):
             object.__setattr__(self, name, check(name, getattr(self, name)))  # numpy and 0-d tensor ints: int
-        if self.sink and self.variant not in SINK_VARIANTS:
-            raise ValueError(f"sink applies to the variants {', '.join(SINK_VARIANTS)}, not {self.variant!r}.")
+        if self.sink and not variant.takes_sink:
+            raise ValueError(f"sink applies to the variants {', '.join(variant_names(takes_sink=True))}, "
+                             f"not {self.variant!r}.")
+        variant.check_backend(self.backend, self.sink)
 
 
-#: kernel(q, k, v, spec, perm, lengths, inv) -> one output per path. ``lengths`` (B,) marks right padding;
-#: only SA needs it (its band wraps), the causal variants never read a later pad token anyway. ``inv`` is
-#: ``perm``'s inverse when the caller precomputed it (None: the kernel inverts ``perm`` itself).
-Kernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionSpec, "torch.Tensor | None",
-                   "torch.Tensor | None", "torch.Tensor | None"], tuple]
-MaskBuilder = Callable[[AttentionSpec, int, "torch.Tensor | None"], masks.MaskMod]
+@dataclass(frozen=True)
+class Call:
+    """One attention call, checked: what a kernel reads. ``perm`` is the gather index (n,) or (B, n) of the
+    variants that permute (slot s holds token perm[s]), ``inv`` its inverse when known; ``lengths`` (B,) marks
+    right padding (row b's valid tokens come first); ``backend`` is resolved (never ``auto``). ``validate``
+    False: ``perm`` and ``lengths`` are valid by construction, and their values are not read back (no host
+    sync; the model's layers)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    spec: AttentionSpec
+    backend: str
+    scale: float
+    perm: torch.Tensor | None = None
+    lengths: torch.Tensor | None = None
+    inv: torch.Tensor | None = None
+    validate: bool = True
+
+    @property
+    def window(self) -> int:
+        return self.spec.window
+
+    @property
+    def pos(self) -> torch.Tensor | None:
+        """``perm`` as a (1 or B, n) table."""
+        return None if self.perm is None else (self.perm if self.perm.dim() == 2 else self.perm.unsqueeze(0))
+
+
+#: kernel(call) -> one output per path
+Kernel = Callable[[Call], tuple]
+#: kernel_with_lse(call) -> (output, log-sum-exp (B, Hq, n)) of a single-path variant
+LseKernel = Callable[[Call], tuple]
+#: mask(spec, n, perm, lengths) -> the variant's mask function in original positions
+MaskBuilder = Callable[[AttentionSpec, int, "torch.Tensor | None", "torch.Tensor | None"], masks.MaskMod]
+#: attended(spec, length, pos_row) -> keys the mask allows over one row of ``length`` valid tokens
+KeyCount = Callable[[AttentionSpec, int, "torch.Tensor | None"], int]
+#: computed(spec, n) -> keys per query that the kernel computes at length n, paths summed
+KeyCost = Callable[[AttentionSpec, int], float]
+#: oracle_mask(spec, q, k, perm, lengths) -> the float64 oracle's own bool mask, (1 or B, 1 or Hq, n, n), built by
+#: ``attention.oracle`` independently of the kernels and of ``mask`` (the tests' single source of truth)
+OracleMask = Callable[..., torch.Tensor]
 
 
 @dataclass(frozen=True)
 class Variant:
+    """One attention variant, whole."""
+
     name: str
+    #: how tables and figures name and draw it
+    label: str
+    color: str
+    marker: str
+    #: one output per path; a variant with several is gated by its trained model (``gated``)
     paths: tuple[str, ...]
     kernel: Kernel = field(repr=False)
-    #: Builds the variant's mask function in original positions (None for data-dependent MoBA).
+    keys_attended_row: KeyCount = field(repr=False)
+    keys_computed_at: KeyCost = field(repr=False)
+    #: the backends its kernel honours besides ``auto``
+    backends: tuple[str, ...] = ("banded", "dense")
+    #: its single path with log-sum-exp, on checked arguments (None: it takes no sinks)
+    kernel_with_lse: LseKernel | None = field(default=None, repr=False)
     mask: MaskBuilder | None = field(default=None, repr=False)
+    #: one oracle mask per path (a gated variant's paths are variants: the registry has theirs)
+    oracle_mask: OracleMask | None = field(default=None, repr=False)
     uses_permutation: bool = False
+    #: False for full attention, which reads every earlier key (a patched model keeps its own kernel for it)
+    sparse: bool = True
+    #: reads ``spec.window``
+    windowed: bool = False
+    #: reads ``spec.block_size`` and ``spec.top_k``
+    blocked: bool = False
+    #: its paths' outputs are mixed by output gates only a model trained with them has (not training-free)
+    gated: bool = False
+    #: a gated variant's training-free counterpart (one softmax over the paths' masks), for a pretrained model
+    training_free_twin: str | None = None
+    #: the paths that read only the last ``window`` keys, so decoding may keep only that much cache
+    local_paths: tuple[str, ...] = ()
+    description: str = ""
+    #: a figure's panel title (the label when empty)
+    title: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "title", self.title or self.label)
+
+    @property
+    def takes_sink(self) -> bool:
+        return self.kernel_with_lse is not None
+
+    def check_backend(self, backend: str, sink: int = 0) -> None:
+        """Refuse, in one sentence, a backend this variant would not honour."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}.")
+        offered = ("banded", "dense") if sink else self.backends
+        if backend != "auto" and backend not in offered:
+            extra = " with sinks" if sink and backend in self.backends else ""
+            raise ValueError(f"variant {self.name!r}{extra} runs on the backends {', '.join(offered)} (or auto), "
+                             f"not {backend!r}.")
+
+    def resolve_backend(self, backend: str, q: torch.Tensor, sink: int = 0) -> str:
+        if backend != "auto":
+            return backend
+        return "flex" if q.is_cuda and "flex" in self.backends and not sink else "banded"
 
     def __call__(self, q, k, v, spec: AttentionSpec, perm: torch.Tensor | None = None,
-                 lengths: torch.Tensor | None = None, inv: torch.Tensor | None = None) -> tuple:
-        return self.kernel(q, k, v, spec, perm, lengths, inv)
+                 lengths: torch.Tensor | None = None, inv: torch.Tensor | None = None, *,
+                 validate: bool = True) -> tuple:
+        """One output per path for q (B, Hq, n, d), k, v (B, Hkv, n, d); ``perm`` etc. as ``Call``'s."""
+        from ._checks import check_qkv, default_scale
+
+        _, _, _, _, d = check_qkv(q, k, v)
+        call = Call(q, k, v, spec, self.resolve_backend(spec.backend, q, spec.sink), default_scale(d, None),
+                    perm, lengths, inv, validate)
+        if spec.sink:
+            from .sinks import attend_with_sinks
+
+            return (attend_with_sinks(self, call),)
+        return self.kernel(call)
+
+    def oracle_masks(self, spec, q, k, perm=None, lengths=None) -> list[torch.Tensor]:
+        """The float64 oracle's mask of each path, in path order."""
+        if self.oracle_mask is not None:
+            return [self.oracle_mask(spec, q, k, perm, lengths)]
+        return [m for p in self.paths for m in get_variant(p).oracle_masks(spec, q, k, perm, lengths)]
+
+    def effective_window(self, spec) -> int | None:
+        """w_eff, the x-axis of the sweeps: the window, MoBA's block_size * top_k, or None (full attention)."""
+        if self.blocked:
+            return spec.block_size * spec.top_k
+        return spec.window if self.windowed else None
+
+    def keys_computed(self, spec: AttentionSpec, n: int) -> float:
+        """Keys per query that the kernel computes at length n, paths summed (what FLOPs count)."""
+        return float(self.keys_computed_at(spec, n))
+
+    def __str__(self) -> str:
+        return self.name
 
 
 VARIANTS: dict[str, Variant] = {}
@@ -70,61 +193,43 @@ def register_variant(variant: Variant) -> Variant:
     return variant
 
 
-def get_variant(name: str) -> Variant:
+def get_variant(name: str | Variant) -> Variant:
+    if isinstance(name, Variant):
+        return name
     try:
         return VARIANTS[name]
-    except KeyError:
+    except (KeyError, TypeError):
         close = difflib.get_close_matches(str(name), VARIANTS, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown attention variant {name!r}; choose one of {', '.join(VARIANTS)}.{hint}") from None
 
 
-def _slot_of(perm: torch.Tensor) -> torch.Tensor:
-    from .permutation import invert_permutation
-
-    return invert_permutation(perm if perm.dim() == 2 else perm.unsqueeze(0))
-
-
-register_variant(Variant(
-    "full", ("full",),
-    lambda q, k, v, s, p, lens, inv: (full_attention(q, k, v),),
-    mask=lambda s, n, p: masks.causal,
-))
-def _sinks(q, k, v, s, p, lens, inv) -> tuple:
-    """A single-path variant with ``s.sink`` sink keys added (the spec refuses sinks elsewhere)."""
-    return (sink_attention(q, k, v, s.variant, s.window, s.sink, p, lengths=lens, inv=inv),)
+def variant_names(**flags) -> tuple[str, ...]:
+    """The registered names, in registration order, whose attributes equal ``flags``
+    (``variant_names(gated=False)``: the training-free ones)."""
+    return tuple(name for name, v in VARIANTS.items() if all(getattr(v, k) == want for k, want in flags.items()))
 
 
-register_variant(Variant(
-    "swa", ("swa",),
-    lambda q, k, v, s, p, lens, inv: _sinks(q, k, v, s, p, lens, inv) if s.sink else
-    (sliding_window_attention(q, k, v, s.window, backend=s.backend),),
-    mask=lambda s, n, p: with_sink(masks.sliding_window(s.window), s.sink),
-))
-register_variant(Variant(
-    "sa", ("sa",),
-    lambda q, k, v, s, p, lens, inv: _sinks(q, k, v, s, p, lens, inv) if s.sink else
-    (stochastic_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens, inv=inv),),
-    mask=lambda s, n, p: with_sink(masks.stochastic(_slot_of(p), s.window), s.sink),
-    uses_permutation=True,
-))
-register_variant(Variant(
-    "sa_swa", ("sa", "swa"),
-    lambda q, k, v, s, p, lens, inv: sa_swa_attention(q, k, v, s.window, p, backend=s.backend, lengths=lens, inv=inv),
-    mask=lambda s, n, p: masks.union(masks.stochastic(_slot_of(p), s.window), masks.sliding_window(s.window)),
-    uses_permutation=True,
-))
-register_variant(Variant(
-    "moba", ("moba",),
-    lambda q, k, v, s, p, lens, inv: (moba_attention(q, k, v, s.block_size, s.top_k, backend=s.backend),),
-))
-# Training-free SA+SWA (the HF patcher's ``sa_swa`` mode): one softmax over the union of both masks.
-register_variant(Variant(
-    "sa_swa_union", ("sa_swa_union",),
-    lambda q, k, v, s, p, lens, inv: _sinks(q, k, v, s, p, lens, inv) if s.sink else
-    (sa_swa_union_attention(q, k, v, s.window, p, lengths=lens, inv=inv),),
-    mask=lambda s, n, p: with_sink(masks.union(masks.stochastic(_slot_of(p), s.window),
-                                               masks.sliding_window(s.window)), s.sink),
-    uses_permutation=True,
-))
+def trained_variant_names() -> tuple[str, ...]:
+    """The variants a model is pre-trained with: every one but the training-free twins of gated ones."""
+    twins = {v.training_free_twin for v in VARIANTS.values()}
+    return tuple(name for name in VARIANTS if name not in twins)
 
+
+def variant_label(name: str, window: int | None = None, block_size: int | None = None, top_k: int | None = None,
+                  sink: int = 0) -> str:
+    """``SA``, ``SWA+sink4``, ``SA+SWA (w=32)``, ``MoBA (c=64, k=2)``, ``Full``: a variant's name in a table or
+    legend, with its window (windowed variants) or block and top-k (blocked ones) when given. A name the
+    registry lacks (a benchmark's own) is written out in capitals."""
+    variant = VARIANTS.get(name)
+    label = variant.label if variant else name.replace("_", "+").upper()
+    if sink:
+        label += f"+sink{sink}"
+    if variant and variant.windowed and window is not None:
+        label += f" (w={window})"
+    elif variant and variant.blocked and block_size is not None and top_k is not None:
+        label += f" (c={block_size}, k={top_k})"
+    return label
+
+
+from . import variants as _variants  # noqa: E402,F401  (each file there registers its variant)

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import torch
 
-from ..attention import AttentionSpec, get_variant, invert_permutation, sample_permutation
-from ..utils.atomic import output_folder, savefig, write_text
-from ..utils.report import COLORS, head, number, pyplot, row, variant_label
+from ..attention import VARIANTS, AttentionSpec, get_variant, invert_permutation, sample_permutation, variant_label
+from ..attention.variants import FULL, MOBA, SA, SA_SWA, SWA
+from ..utils.atomic import output_folder, replacing_files, savefig, write_text
+from ..utils.report import head, number, power_of_two_ticks, pyplot, row, spread
 from ..utils.tables import write_csv
 from .machine import describe, positive_int, sync
 from .memory import peak_bytes
@@ -42,9 +43,20 @@ PRESETS = {
     "paper": dict(batch=16, heads=16, kv_heads=16, dim=64, window=256, lengths=[2048, 4096, 8192, 16384, 32768],
                   dtype="bfloat16", device="cuda", repeats=10),
 }
-VARIANTS = ("full", "full_window", "swa", "sa", "sa_swa", "moba")
+#: the benchmark's rows: the registry's variants and its own names (``full_window``: SWA with w = n)
+BENCH_VARIANTS = (FULL.name, "full_window", SWA.name, SA.name, SA_SWA.name, MOBA.name)
 #: bench-only names: which registry variant each runs, and with what
-ALIASES = {"full_window": "swa", "sa_flex": "sa"}
+ALIASES = {"full_window": SWA.name, "sa_flex": SA.name}
+#: how the figures draw the bench-only names (colour, marker, label); the registry's variants draw their own
+ALIAS_STYLES = {"full_window": ("#333333", "P", "Full (w=n)"), "sa_flex": ("#9B59B6", "X", "SA (flex fwd)")}
+
+
+def style(name: str) -> tuple[str, str, str]:
+    """(colour, marker, label) of a variant or a bench-only name."""
+    if name in ALIAS_STYLES:
+        return ALIAS_STYLES[name]
+    variant = get_variant(name)
+    return variant.color, variant.marker, variant_label(name)
 #: the CPU dense path of a band covering the row keeps about this many (B, H, n, n) float32 tensors live
 _DENSE_LIVE = 4
 
@@ -176,9 +188,10 @@ def _add_ratios(rows):
         by_n.setdefault(r["n"], {})[r["variant"]] = r
     for cell in by_n.values():
         for r in cell.values():
-            for ref in ("swa", "full", "full_window"):
+            for ref in (SWA.name, FULL.name, "full_window"):
                 r[f"x_{ref}"] = r["ms"] / cell[ref]["ms"] if ref in cell else math.nan
-            r["mem_x_swa"] = (r["peak_mib"] / cell["swa"]["peak_mib"]) if "swa" in cell and cell["swa"]["peak_mib"] else math.nan
+            swa = cell.get(SWA.name)
+            r[f"mem_x_{SWA.name}"] = r["peak_mib"] / swa["peak_mib"] if swa and swa["peak_mib"] else math.nan
 
 
 def paper_table(rows, variants) -> str:
@@ -187,8 +200,8 @@ def paper_table(rows, variants) -> str:
     by_n: dict[int, dict] = {}
     for r in rows:
         by_n.setdefault(r["n"], {})[r["variant"]] = r
-    ref = "full_window" if "full_window" in variants else "full" if "full" in variants else None
-    others = [v for v in variants if v not in ("full", "full_window")] if ref else []
+    ref = "full_window" if "full_window" in variants else FULL.name if FULL.name in variants else None
+    others = [v for v in variants if v not in (FULL.name, "full_window")] if ref else []
     lines = head(["n", *(f"{v} ms" for v in variants), *(f"{v} speed-up" for v in others)], "---:")
     for n, cell in by_n.items():
         ms = [number(cell[v]["ms"], ".1f") for v in variants]
@@ -215,21 +228,49 @@ def markdown(rows, args) -> str:
     return intro + paper_table(rows, args.variants) + "\n" + "\n".join(lines) + "\n"
 
 
+#: how far apart (in octaves of n) the variants' markers sit at each length, so that equal values (SA's and
+#: SWA's peak memory, full attention's and MoBA's time at 16k) show side by side, not one under the other
+DODGE = 0.3
+
+
 def plot(rows, path: Path, args) -> None:
-    fig, axes = pyplot().subplots(1, 2, figsize=(9, 3.6))
-    for variant in args.variants:
-        pts = [r for r in rows if r["variant"] == variant and not math.isnan(r["ms"])]
-        label = "Full (SDPA)" if variant == "full" else variant_label(variant)
-        axes[0].plot([r["n"] for r in pts], [r["ms"] for r in pts], "o-", label=label, color=COLORS[variant])
-        if not args.no_memory:
-            axes[1].plot([r["n"] for r in pts], [r["peak_mib"] for r in pts], "o-", label=label, color=COLORS[variant])
-    axes[0].set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="ms (fwd+bwd)", title=f"Latency, w={args.window}")
-    axes[1].set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="peak MiB", title="Peak memory")
-    for ax in axes:
+    """``draw``'s figure, saved to ``path``."""
+    fig = draw(rows, args)
+    savefig(fig, path, dpi=150, bbox_inches="tight")
+    pyplot().close(fig)
+
+
+def draw(rows, args):
+    """Latency and (unless ``--no-memory``) peak memory against n, log-log. Each variant has its colour and
+    marker (``utils.report``), the full-attention references hollow; at each n the variants' markers are
+    nudged a little apart along n so that equal values show side by side; the ticks are the measured lengths
+    and one legend sits below the panels, covering none of them. Returns the matplotlib figure."""
+    plt = pyplot()
+    panels = [("ms", f"ms ({'forward only' if args.forward_only else 'forward+backward'})", f"Latency, w={args.window}")]
+    if not args.no_memory:
+        panels.append(("peak_mib", "peak memory (MiB)", "Peak memory"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6), squeeze=False)
+    drawn = [v for v in args.variants if any(r["variant"] == v and not math.isnan(r["ms"]) for r in rows)]
+    for ax, (key, ylabel, title) in zip(axes[0], panels):
+        for variant, dodge in zip(drawn, spread(len(drawn), DODGE)):
+            pts = [r for r in rows if r["variant"] == variant and not math.isnan(r[key])]
+            if not pts:
+                continue
+            reference = variant == "full_window" or variant in VARIANTS and not VARIANTS[variant].sparse
+            color, marker, label = style(variant)
+            ax.plot([r["n"] * dodge for r in pts], [r[key] for r in pts], "-", marker=marker,
+                    color=color, markerfacecolor="white" if reference else color,
+                    markersize=5.5, markeredgewidth=1.2, linewidth=1.4,
+                    label=f"{label} (SDPA)" if variant in VARIANTS and not VARIANTS[variant].sparse else label)
+        ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel=ylabel, title=title)
+        power_of_two_ticks(ax, [r["n"] for r in rows])
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    savefig(fig, path, dpi=150)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    # in a strip kept free below the panels: outside both, inside the image however it is saved
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(labels), 6),
+               fontsize=8, frameon=False)
+    return fig
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -244,7 +285,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device")
     parser.add_argument("--repeats", type=positive_int)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=[*VARIANTS, "sa_flex"],
+    parser.add_argument("--variants", nargs="+", default=list(BENCH_VARIANTS), choices=[*BENCH_VARIANTS, "sa_flex"],
                         help="full is SDPA; full_window is the SWA kernel and backend with w = n (the paper's full)")
     parser.add_argument("--moba-top-k", type=positive_int, default=2, help="MoBA k; its block is window // k")
     parser.add_argument("--backend", default="auto", help="attention backend for swa/sa/sa_swa")
@@ -271,11 +312,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return rows
     args.out.mkdir(parents=True, exist_ok=True)
     rows = run(args, argv)
-    stem = args.out / f"attention_{args.preset}{'_fwd' if args.forward_only else ''}"
-    write_csv(stem.with_suffix(".csv"), rows)
+    name = f"attention_{args.preset}{'_fwd' if args.forward_only else ''}"
     table = markdown(rows, args)
-    write_text(stem.with_suffix(".md"), table)
-    plot(rows, stem.with_suffix(".png"), args)
+    with replacing_files(args.out, "benchmark") as tmp:  # the three together, or the previous three whole
+        write_csv(tmp / f"{name}.csv", rows)
+        write_text(tmp / f"{name}.md", table)
+        plot(rows, tmp / f"{name}.png", args)
+    stem = args.out / name
     print("\n" + table)
     print(f"wrote {stem}.csv, {stem}.md and {stem}.png")
     return rows

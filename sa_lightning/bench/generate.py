@@ -18,10 +18,13 @@ from pathlib import Path
 
 import torch
 
+from ..attention import VARIANTS
+from ..attention.variants import SA_SWA
 from ..utils.atomic import output_folder, write_text
 from ..utils.device import check_device
 from ..utils.report import head, row
 from .machine import describe, positive_int, sync
+
 
 SHAPES = ("tiny", "360m")
 
@@ -48,7 +51,8 @@ def _tokens_per_s(model, prompt: torch.Tensor, new: int, cache: bool) -> float:
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="cli.py bench generate", description=__doc__.splitlines()[0])
     p.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
-    p.add_argument("--variant", default="sa_swa", help="the attention variant (default: the paper's gated SA+SWA)")
+    p.add_argument("--variant", default=SA_SWA.name, choices=list(VARIANTS),
+                   help="the attention variant (default: the paper's gated SA+SWA)")
     p.add_argument("--prompt", type=positive_int, default=128, help="prompt tokens")
     p.add_argument("--new", type=positive_int, default=16, help="generated tokens")
     p.add_argument("--repeats", type=positive_int, default=2)

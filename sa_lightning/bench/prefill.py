@@ -24,13 +24,16 @@ from pathlib import Path
 
 import torch
 
+from ..attention import variant_names
+from ..attention.variants import SWA
 from ..utils.atomic import output_folder, write_text
 from ..utils.device import check_device
 from ..utils.report import head, row
 from .machine import available_bytes, describe, positive_int, sync
 from .memory import peak_bytes
 
-MODES = ("full", "swa", "sa", "sa_swa_union", "moba")
+#: what a pretrained model runs without training, and the ratios' reference
+MODES, REFERENCE = variant_names(gated=False), SWA.name
 # Qwen/Qwen3-8B's config.json: 36 layers, GQA 32/8 heads of 128, untied 151,936-token embedding; 8.19B parameters.
 QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, hidden_act="silu", attention_bias=False,
@@ -118,9 +121,7 @@ def run(args) -> list[dict]:
     args.params = sum(p.numel() for p in model.parameters())
     print(f"model {args.model}: {args.params / 1e9:.2f}B parameters, {model.config.num_hidden_layers} layers, "
           f"built in {time.perf_counter() - t0:.1f} s", flush=True)
-    specs = {"full": PatchSpec("full"), "swa": PatchSpec("swa", args.window), "sa": PatchSpec("sa", args.window),
-             "sa_swa_union": PatchSpec("sa_swa_union", args.window),
-             "moba": PatchSpec("moba", block_size=args.window // 2, top_k=2)}
+    specs = {mode: PatchSpec.at_window(mode, args.window) for mode in args.modes}
     rows = []
     for n in args.lengths:
         ids = torch.randint(0, model.config.vocab_size, (args.batch, n), device=device)
@@ -142,7 +143,7 @@ def run(args) -> list[dict]:
             patch(model, specs[mode])
             rows.append({"n": n, "mode": mode, "ms": statistics.median(times[mode]) * 1e3,
                          "peak_mib": peak_bytes(forward, device) / 2**20})
-        swa = next(r for r in rows if r["n"] == n and r["mode"] == "swa")
+        swa = next(r for r in rows if r["n"] == n and r["mode"] == REFERENCE)
         for r in rows:
             if r["n"] == n:
                 r["x_swa"] = r["ms"] / swa["ms"]
@@ -179,8 +180,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.layers and args.model not in RANDOM_MODELS:
         p.error(f"--layers applies to the random models ({', '.join(RANDOM_MODELS)}), not to {args.model!r}.")
     check_device(args.device)
-    if "swa" not in args.modes:
-        args.modes.insert(0, "swa")  # the ratios' reference
+    if REFERENCE not in args.modes:
+        args.modes.insert(0, REFERENCE)  # the ratios' reference
     rows = run(args)
     text = markdown(rows, args)
     out = Path(args.out)

@@ -33,14 +33,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..attention import trained_variant_names, variant_label
+from ..attention.variants import SWA
 from ..models import ModelConfig, Transformer
 from ..models.flops import matmul_params, train_flops_per_token
 from .machine import describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import output_folder, write_text
-from ..utils.report import head, number, row, variant_label
+from ..utils.report import head, number, row
 
-VARIANTS = ("full", "swa", "sa", "sa_swa", "moba")
+VARIANTS = trained_variant_names()
 PRESETS = {
     "cpu": dict(model="tiny", seq_len=256, batch=16, window=32, moba_block_size=16, steps=4, repeats=3, warmup=2,
                 device="cpu", dtype="float32"),
@@ -178,7 +180,7 @@ def add_ratios(rows: list[dict]) -> None:
     ms = {(r["variant"], r["compile"]): r["step_ms"] for r in rows}
     nan = float("nan")
     for r in rows:
-        r["vs_swa"] = r["step_ms"] / ms.get(("swa", r["compile"]), nan)
+        r["vs_swa"] = r["step_ms"] / ms.get((SWA.name, r["compile"]), nan)
         r["vs_eager"] = r["step_ms"] / ms.get((r["variant"], False), nan)
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from .harness import layout_for, run_tasks
 from .table import markdown_table
 from ..utils.argtypes import non_negative_int, positive_int, seed
-from ..utils.atomic import output_folder, write_text
-from ..utils.report import variant_label
+from ..utils.atomic import output_folder, replacing_files, write_text
+from ..attention import variant_label
 
 
 def label_of(info: dict) -> str:
@@ -93,8 +93,9 @@ def evaluate(args: argparse.Namespace) -> dict:
     if len(args.seeds) > 1:
         text += f"\nStandard deviation over the {len(args.seeds)} permutation seeds:\n\n" + \
             markdown_table(stds, columns).replace("**", "").replace("<u>", "").replace("</u>", "")
-    write_text(out / "results.json", json.dumps(report, indent=2))
-    write_text(out / "table.md", text)
+    with replacing_files(out, "evaluation") as tmp:  # both, or the previous two whole
+        write_text(tmp / "results.json", json.dumps(report, indent=2))
+        write_text(tmp / "table.md", text)
     print(text)
     print(f"wrote {out / 'results.json'}, {out / 'table.md'} and TensorBoard logs in {out / 'tb'}")
     return report

@@ -16,6 +16,7 @@ import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
+from ..attention.variants import FULL
 from ..models.patcher import PatchSpec, patch
 
 
@@ -25,7 +26,7 @@ class PatchedHFLM(HFLM):
     ``trust_remote_code`` stays False unless given), plus the patch: ``variant``, ``window``, ``block_size``,
     ``top_k``, ``seed``, ``sink``."""
 
-    def __init__(self, pretrained, variant: str = "full", window: int | None = None, block_size: int = 64,
+    def __init__(self, pretrained, variant: str = FULL.name, window: int | None = None, block_size: int = 64,
                  top_k: int = 2, seed: int = 0, sink: int = 0, **kwargs):
         spec = PatchSpec(variant, None if window in (None, "None") else int(window), int(block_size), int(top_k),
                          seed=int(seed), sink=int(sink))

@@ -9,6 +9,8 @@ import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from ..attention import get_variant, variant_names
+from ..attention.variants import FULL, MOBA, SA, SWA
 from ..eval.position import context_length, is_position_task
 from ..models.patcher import PatchSpec
 
@@ -46,13 +48,14 @@ class SweepConfig:
     max_length: int | None = None
     tasks: list[str] = field(default_factory=lambda: ["hellaswag", "mmlu", "arc_challenge", "boolq",
                                                        "lambada_openai", "arc_easy"])
-    modes: list[str] = field(default_factory=lambda: ["full", "swa", "sa", "moba"])
+    modes: list[str] = field(default_factory=lambda: [v.name for v in (FULL, SWA, SA, MOBA)])
     windows: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256, 512])
     moba_block_sizes: list[int] = field(default_factory=lambda: [32, 64, 128, 256])
     moba_top_k: int = 2
     sinks: list[int] = field(default_factory=lambda: [0])
     seeds: list[int] = field(default_factory=lambda: [0])
-    seed_modes: list[str] = field(default_factory=lambda: ["sa", "sa_swa_union"])
+    #: the modes that run every seed: the ones that draw σ
+    seed_modes: list[str] = field(default_factory=lambda: list(variant_names(uses_permutation=True, gated=False)))
     sa_mode: str = "stochastic"
     limit: float | None = None
     task_limits: dict[str, float] | None = None
@@ -76,8 +79,8 @@ class SweepConfig:
         for mode in self.seed_modes:
             PatchSpec(mode, 1)  # a misspelt seed mode fails like a misspelt mode
         for sink in self.sinks:
-            PatchSpec("swa", 1, sink=sink)  # a negative or non-integer sink fails here, in one sentence
-        PatchSpec("full", sa_mode=self.sa_mode)  # an unknown sa_mode fails here
+            PatchSpec(SWA.name, 1, sink=sink)  # a negative or non-integer sink fails here, in one sentence
+        PatchSpec(FULL.name, sa_mode=self.sa_mode)  # an unknown sa_mode fails here
         unsafe = [t for t in self.tasks if str(t).startswith(CODE_TASKS)]
         if unsafe and not self.confirm_run_unsafe_code:
             raise ValueError(f"task(s) {', '.join(unsafe)} execute model-written code; set "
@@ -106,10 +109,11 @@ class Cell:
 def cells(cfg: SweepConfig) -> list[Cell]:
     out = []
     for mode in cfg.modes:
-        if mode == "full":
-            settings = [(None, PatchSpec("full"))]
-        elif mode == "moba":
-            settings = [(c * cfg.moba_top_k, PatchSpec("moba", None, c, cfg.moba_top_k)) for c in cfg.moba_block_sizes]
+        variant = get_variant(mode)
+        if not variant.sparse:
+            settings = [(None, PatchSpec(mode))]
+        elif variant.blocked:
+            settings = [(c * cfg.moba_top_k, PatchSpec(mode, None, c, cfg.moba_top_k)) for c in cfg.moba_block_sizes]
         else:
             settings = [(w, PatchSpec(mode, w, sink=k)) for w in cfg.windows for k in cfg.sinks]
         seeds = cfg.seeds if mode in cfg.seed_modes else cfg.seeds[:1]
@@ -190,7 +194,7 @@ def check_before_loading(cfg: SweepConfig, source, tasks: list[str]) -> None:
         raise ValueError(f"task(s) {', '.join(too_long)} need a longer context than the model's "
                          f"max_position_embeddings={limit}; drop them from tasks.")
     too_wide = sorted({c * cfg.moba_top_k for c in cfg.moba_block_sizes if c * cfg.moba_top_k > limit}) \
-        if "moba" in cfg.modes else []
+        if any(get_variant(m).blocked for m in cfg.modes) else []
     if too_wide:
         raise ValueError(f"MoBA's block_size * top_k = {too_wide} does not fit the model's "
                          f"max_position_embeddings={limit}; drop those moba_block_sizes.")

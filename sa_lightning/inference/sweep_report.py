@@ -3,6 +3,10 @@
 ``results.json``, ``results.csv``, ``table.md`` (rows w_eff x mode, columns the tasks and their average; best
 in bold and second underlined within each w_eff) and the plots ``average.png`` (Figure 4), ``tasks.png``
 (Figures 5-8), ``budget.png`` (score against keys per query) and ``position.png`` (perplexity by position).
+
+The set (with ``config.json``) is written beside ``cells/`` in a hidden folder and moved into place only when
+all of it is written (``utils.atomic.replacing_files``): a full disk or a plot that fails leaves the previous
+report whole, and the cells already run stay for the next run.
 """
 from __future__ import annotations
 
@@ -13,8 +17,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
-from ..utils.atomic import savefig, write_text
-from ..utils.report import COLORS, MARKERS, head, number, pyplot, ranked_cells, row, score, task_label, variant_label
+from ..utils.atomic import replacing_files, savefig, write_text
+from ..attention import get_variant, variant_label
+from ..attention.variants import FULL
+from ..utils.report import head, number, pyplot, ranked_cells, row, score, task_label
 from ..utils.tables import write_csv
 from .plan import SweepConfig, cell_path, cells
 
@@ -98,8 +104,8 @@ def markdown(cfg: SweepConfig, table: list[dict]) -> str:
             lines.append(row([w, variant_label(r["mode"], sink=r.get("sink", 0)), number(r.get("kpq"), ".1f"),
                               *(column[i] for column in marked)]))
     for r in table:
-        if r["mode"] == "full":
-            lines.append(row(["all", variant_label("full"), number(r.get("kpq"), ".1f"),
+        if not get_variant(r["mode"]).sparse:
+            lines.append(row(["all", FULL.label, number(r.get("kpq"), ".1f"),
                               *(score(r.get(c), lower[c]) for c in cols)]))
     return "\n".join(lines) + "\n"
 
@@ -107,7 +113,7 @@ def markdown(cfg: SweepConfig, table: list[dict]) -> str:
 def _series(cfg: SweepConfig, table: list[dict]):
     """(mode, sink, rows) for every line of the plots, in the config's order."""
     for mode in cfg.modes:
-        if mode == "full":
+        if not get_variant(mode).sparse:  # the reference, drawn on its own
             continue
         for sink in sorted({r.get("sink", 0) for r in table if r["mode"] == mode}):
             yield mode, sink, [r for r in table if r["mode"] == mode and r.get("sink", 0) == sink]
@@ -118,8 +124,9 @@ DODGE = 0.25
 
 
 def _style(mode: str, sink: int) -> dict:
-    return {"color": COLORS.get(mode), "linestyle": "--" if sink else "-", "marker": MARKERS.get(mode, "o"),
-            "markersize": 5.5, "markerfacecolor": "none" if sink else COLORS.get(mode), "markeredgewidth": 1.2,
+    color = get_variant(mode).color
+    return {"color": color, "linestyle": "--" if sink else "-", "marker": get_variant(mode).marker,
+            "markersize": 5.5, "markerfacecolor": "none" if sink else color, "markeredgewidth": 1.2,
             "linewidth": 1.4, "zorder": 3, "label": variant_label(mode, sink=sink)}
 
 
@@ -171,7 +178,7 @@ def _save(fig, path: Path) -> Path:
 
 
 def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
-    full = next((r for r in table if r["mode"] == "full"), None)
+    full = next((r for r in table if not get_variant(r["mode"]).sparse), None)
     written = []
     # Figures 4-8: score against w_eff; budget.png: the same scores against the keys each query attended
     for name, columns, x_of in (("average", ["avg"], None), ("tasks", cfg.tasks, None),
@@ -180,7 +187,7 @@ def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
         for ax, col in zip(axes.flat, columns):
             xkey = None if x_of is None else ("kpq" if col == "avg" else f"kpq:{col}")
             if full is not None and full.get(col) is not None:
-                ax.axhline(full[col], label=variant_label("full"), **FULL_STYLE)
+                ax.axhline(full[col], label=FULL.label, **FULL_STYLE)
             series = list(_series(cfg, table))
             # at each w_eff the series sit a little apart; the measured budget (x_of) is plotted as measured
             for (mode, sink, rows), dodge in zip(series, _dodges(len(series)) if xkey is None else [1.0] * len(series)):
@@ -212,16 +219,19 @@ def position_plot(cfg: SweepConfig, table: list[dict], out: Path) -> Path | None
     windows = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
     if not tasks or not windows:
         return None
-    full = next((r for r in table if r["mode"] == "full"), None)
+    full = next((r for r in table if not get_variant(r["mode"]).sparse), None)
     panels = [(t, w) for t in tasks for w in windows]
     fig, axes = _panels(len(panels))
     for ax, (task, w) in zip(axes.flat, panels):
         if full and f"pos:{task}" in full:
-            _draw_buckets(ax, full[f"pos:{task}"], label=variant_label("full"), **FULL_STYLE)
-        for mode, sink, rows in _series(cfg, table):
+            _draw_buckets(ax, full[f"pos:{task}"], label=FULL.label, **FULL_STYLE)
+        series = list(_series(cfg, table))
+        # in each bucket the series sit a little apart, so equal perplexities (SWA+sink4 and SA+SWA+sink4, every
+        # mode in the buckets w covers) show side by side
+        for (mode, sink, rows), dodge in zip(series, _dodges(len(series))):
             found = next((r for r in rows if r["w_eff"] == w and f"pos:{task}" in r), None)
             if found:
-                _draw_buckets(ax, found[f"pos:{task}"], **_style(mode, sink))
+                _draw_buckets(ax, found[f"pos:{task}"], dodge=dodge, **_style(mode, sink))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set(xlabel="tokens before the predicted one", ylabel="perplexity", title=f"{column_label(task)}, w_eff={w}")
@@ -231,22 +241,25 @@ def position_plot(cfg: SweepConfig, table: list[dict], out: Path) -> Path | None
     return _save(fig, out / "position.png")
 
 
-def _draw_buckets(ax, by_bucket: dict[str, float], **style) -> None:
+def _draw_buckets(ax, by_bucket: dict[str, float], dodge: float = 1.0, **style) -> None:
+    """One line through the buckets' perplexities, each at its bucket's geometric middle times ``dodge``."""
     pts = []
     for name, value in by_bucket.items():
         lo, hi = (int(x) for x in name.removeprefix("ppl@").split("-"))
-        pts.append((math.sqrt(lo * (hi + 1)), value))  # the bucket's geometric middle
+        pts.append((math.sqrt(lo * (hi + 1)) * dodge, value))  # the bucket's geometric middle, nudged
     ax.plot(*zip(*sorted(pts)), **style)
 
 
 def report(cfg: SweepConfig, out: Path) -> dict:
     table = collect(cfg, out)
-    write_text(out / "results.json", json.dumps({"config": asdict(cfg), "rows": table}, indent=2))
-    write_csv(out / "results.csv", table,
-              fields=["mode", "w_eff", "sink", *cfg.tasks, "avg", "kpq", *(f"kpq:{t}" for t in cfg.tasks)])
     text = markdown(cfg, table)
-    write_text(out / "table.md", text)
-    figures = plots(cfg, table, out)
+    with replacing_files(out, "sweep report") as tmp:
+        write_text(tmp / "config.json", json.dumps(asdict(cfg), indent=2))
+        write_text(tmp / "results.json", json.dumps({"config": asdict(cfg), "rows": table}, indent=2))
+        write_csv(tmp / "results.csv", table,
+                  fields=["mode", "w_eff", "sink", *cfg.tasks, "avg", "kpq", *(f"kpq:{t}" for t in cfg.tasks)])
+        write_text(tmp / "table.md", text)
+        figures = plots(cfg, table, tmp)
     print(text)
     print(f"wrote {out / 'results.json'}, results.csv, table.md, {', '.join(p.name for p in figures)}")
     return {"rows": table, "table": text}

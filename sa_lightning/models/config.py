@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 
 from ..attention import AttentionSpec, get_variant
+from ..attention.variants import SA_SWA
+from ..data.tokenizer import EMBEDDED_VOCAB
 
 PERMUTATION_MODES = ("stochastic", "fixed")
 BACKBONES = ("transformer++", "qwen3")
@@ -65,9 +66,11 @@ class ModelConfig:
             raise ValueError(f"model backbone must be one of {', '.join(BACKBONES)}, got {self.backbone!r}.")
         if self.init_from is not None and self.backbone != "qwen3":
             raise ValueError("model init_from (continued pre-training from a Hugging Face folder) needs backbone: qwen3.")
-        if self.backbone == "qwen3" and self.attention.variant == "sa_swa":
-            raise ValueError("model backbone qwen3 has no output gate, so the gated sa_swa cannot run on it; use "
-                             "attention.variant sa_swa_union (one softmax over both masks) or backbone transformer++.")
+        variant = get_variant(self.attention.variant)
+        if self.backbone == "qwen3" and variant.gated:
+            raise ValueError(f"model backbone qwen3 has no output gate, so the gated {variant.name} cannot run on it; "
+                             f"use attention.variant {variant.training_free_twin} (one softmax over both masks) or "
+                             "backbone transformer++.")
 
     @property
     def head_dim(self) -> int:
@@ -89,8 +92,14 @@ class ModelConfig:
         """A preset; ``overrides`` may name ``ModelConfig`` or ``AttentionSpec`` fields (``variant="sa"``)."""
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}.")
-        arch = PRESETS[name]() if callable(PRESETS[name]) else PRESETS[name].to_dict()
-        arch = upgrade_arch({**arch, **overrides})
+        preset = PRESETS[name].to_dict()
+        # d_ff and n_kv_head follow d_model and n_head (as when a YAML leaves them out) unless the preset sets
+        # them apart: from_name("tiny", d_model=64, n_head=2) gets floor(2.67 * 64) and 2, not tiny's own
+        if preset["d_ff"] == math.floor(2.67 * preset["d_model"]):
+            preset["d_ff"] = None
+        if preset["n_kv_head"] == preset["n_head"]:
+            preset["n_kv_head"] = None
+        arch = upgrade_arch({**preset, **overrides})
         return cls(**arch)
 
     def to_dict(self) -> dict:
@@ -118,34 +127,20 @@ def upgrade_arch(arch: dict) -> dict:
     return arch
 
 
-#: the shipped run configs whose ``model.arch`` is each preset: the sizes have one source, the YAML
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-SHIPPED = {"tiny": "tiny.yaml", "360m": "pretrain_360m.yaml"}
-
-
-def _shipped_arch(name: str) -> dict:
-    """``model.arch`` of the shipped config behind preset ``name``, with the vocabulary its data links in."""
-    import yaml
-
-    path = CONFIGS / SHIPPED[name]
-    if not path.is_file():
-        raise ValueError(f"model preset {name!r} is the model of {path}, which this install lacks; run from a "
-                         "checkout of sa_lightning (pip install -e .), or pass a ModelConfig.")
-    config = yaml.safe_load(path.read_text())
-    arch = dict(config["model"]["arch"])
-    data = config.get("data")
-    if isinstance(data, dict) and data.get("tokenizer") == "embedded":
-        from ..data.tokenizer import EMBEDDED_VOCAB
-
-        arch.setdefault("vocab_size", EMBEDDED_VOCAB)
-    return arch
-
-
-PRESETS: dict = {
+#: the model presets. ``tiny`` and ``360m`` are the models of the shipped run configs (``configs/tiny.yaml``
+#: and ``configs/pretrain_360m.yaml``, ``model.arch`` with the vocabulary their data links in); they are Python
+#: so that an installed copy, which has no configs/, has them too. tests/test_presets.py checks that the YAMLs
+#: agree with them field by field.
+PRESETS: dict[str, ModelConfig] = {
     # smoke tests: builds and steps in milliseconds (no run config ships this size)
     "debug": ModelConfig(vocab_size=256, n_layer=2, n_head=2, d_model=32, max_seq_len=64,
                          attention=AttentionSpec(window=8, block_size=8)),
-    # the embedded default (configs/tiny.yaml) and the paper's 360M (configs/pretrain_360m.yaml), read from them
-    "tiny": lambda: _shipped_arch("tiny"),
-    "360m": lambda: _shipped_arch("360m"),
+    # the embedded default: the shipped Shakespeare tokenizer's vocabulary
+    "tiny": ModelConfig(vocab_size=EMBEDDED_VOCAB, n_layer=4, n_head=4, d_model=128, max_seq_len=256,
+                        attention=AttentionSpec(SA_SWA.name, window=32, block_size=16, top_k=2),
+                        permutation="stochastic"),
+    # the paper's 360M (Appendix B): the Mistral tokenizer's 32000 tokens, d_ff = floor(2.67 d) = 2734
+    "360m": ModelConfig(vocab_size=32000, n_layer=24, n_head=16, d_model=1024, max_seq_len=2048,
+                        attention=AttentionSpec(SA_SWA.name, window=256, block_size=128, top_k=2),
+                        permutation="stochastic"),
 }

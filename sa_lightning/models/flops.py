@@ -9,7 +9,8 @@ norm gains are counted too (a few thousand weights; the convention of counting a
 of an m x k by a k x n matrix is 2mkn FLOPs, and training is a forward (1x) plus a backward (2x): 6 per
 weight per token. Attention adds, per layer and token, a query-key product and a weighted sum of values
 over ``keys`` keys of width d (= n_head x head_dim): 2 * 2 * d * keys forward, times 3 for training,
-12 * d * keys. ``keys`` is what each query's kernel computes, not what the mask keeps:
+12 * d * keys. ``keys`` is what each query's kernel computes, not what the mask keeps (each variant's
+``keys_computed`` in the registry):
 
 - ``full``: n / 2 (causal: a fused kernel skips the blocks above the diagonal);
 - ``swa`` and ``sa``: w (the banded kernel computes a band of w keys per query; SA's causal mask then
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..attention import get_variant
+
 
 def matmul_params(model: nn.Module) -> int:
     """N of 6N: the parameters (each counted once) that a token's forward multiplies by; every one but an
@@ -36,19 +39,9 @@ def matmul_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters()) - lookups
 
 
-def keys_per_query(variant: str, seq_len: int, window: int, block_size: int, top_k: int) -> float:
-    """Keys each query's kernel computes, per attention path summed (see the module docstring)."""
-    if variant == "full":
-        return seq_len / 2
-    if variant == "moba":
-        return min(seq_len / 2, block_size * top_k)
-    paths = 2 if variant in ("sa_swa", "sa_swa_union") else 1
-    return paths * min(window, seq_len)
-
-
 def train_flops_per_token(cfg, seq_len: int, params: int) -> float:
     """6N + 12 L d keys for a ``ModelConfig`` (its ``attention``, ``n_layer`` and ``d_model``); ``params`` is N,
     the model's ``matmul_params``."""
     att = cfg.attention
-    keys = keys_per_query(att.variant, seq_len, att.window, att.block_size, att.top_k)
+    keys = get_variant(att.variant).keys_computed(att, seq_len)
     return 6 * params + 12 * cfg.n_layer * cfg.d_model * keys

@@ -7,14 +7,12 @@ from dataclasses import asdict
 
 from transformers import PreTrainedConfig
 
-from ..attention import AttentionSpec, get_variant
+from ..attention import VARIANTS, AttentionSpec, get_variant
 from ..attention.permutation import SA_MODES
 from .config import ModelConfig
 
 MODEL_TYPE = "sa_transformer"
 DECODE = ("dense", "window")
-#: the paths that read a local window of the last w keys (``decode: window`` narrows these only)
-LOCAL_PATHS = ("swa",)
 #: the ModelConfig fields a folder's config keeps under their transformers names
 RENAMED = {"d_model": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
            "n_kv_head": "num_key_value_heads", "d_ff": "intermediate_size", "max_seq_len": "max_position_embeddings",
@@ -75,14 +73,15 @@ class SATransformerConfig(PreTrainedConfig):
 def check_decode(variant: str, decode: str) -> None:
     if decode not in DECODE:
         raise ValueError(f"decode must be one of {', '.join(DECODE)}, got {decode!r}.")
-    if decode == "window" and not any(p in LOCAL_PATHS for p in get_variant(variant).paths):
+    if decode == "window" and not get_variant(variant).local_paths:
+        local = [name for name in VARIANTS if VARIANTS[name].local_paths]
         raise ValueError(f"decode: window reads the last w keys of a local window, and {variant} has none "
-                         "(variants with one: swa, and sa_swa's SWA path); use decode: dense.")
+                         f"(variants with one: {', '.join(local)}); use decode: dense.")
 
 
 def register() -> None:
-    """Makes ``AutoConfig`` read the folders ``cli.py export`` writes (``import sa_lightning`` calls it once
-    transformers' ``AutoConfig`` is imported)."""
+    """Makes ``AutoConfig`` read the folders ``cli.py export`` writes (``sa_lightning.register_with_transformers``
+    and ``models.sources``' loaders call it)."""
     from transformers.models.auto.configuration_auto import AutoConfig
 
     AutoConfig.register(MODEL_TYPE, SATransformerConfig, exist_ok=True)

@@ -1,8 +1,9 @@
 """The Transformer++ as a transformers model: ``SATransformerConfig`` and ``SATransformerForCausalLM``.
 
 The network inside is the very ``Transformer`` that ``cli.py fit`` trains (same modules, same registry
-kernels), so an exported folder gives the Lightning checkpoint's logits. ``import sa_lightning`` registers
-both classes with ``AutoConfig`` and ``AutoModelForCausalLM`` (``register``), and ``generate`` works
+kernels), so an exported folder gives the Lightning checkpoint's logits.
+``sa_lightning.register_with_transformers()`` registers both classes with ``AutoConfig`` and
+``AutoModelForCausalLM`` (``register``), and ``generate`` works
 through transformers' ``DynamicCache``:
 
 - **Prefill** (the first call, empty cache) runs the variant. SA draws sigma per input from
@@ -31,7 +32,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..attention.permutation import row_permutations
 from .hf_cache import CACHE
-from .hf_config import LOCAL_PATHS, SATransformerConfig
+from .hf_config import SATransformerConfig
 from .transformer import Transformer, _attend, rope_tables
 
 
@@ -175,7 +176,7 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
             k, v = cache.update(k, v, layer)
             paths = []
             for name in attn.variant.paths:
-                mask = near if local and name in LOCAL_PATHS else seen
+                mask = near if local and name in attn.variant.local_paths else seen
                 paths.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True))
             x = x + attn.output(tuple(paths))
             x = x + block.mlp(block.mlp_norm(x))
@@ -183,8 +184,8 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
 
 
 def register() -> None:
-    """Makes ``AutoModelForCausalLM`` build the folders ``cli.py export`` writes (``import sa_lightning`` calls it
-    once transformers' auto classes are imported)."""
+    """Makes ``AutoModelForCausalLM`` build the folders ``cli.py export`` writes
+    (``sa_lightning.register_with_transformers`` and ``models.sources``' loaders call it)."""
     from transformers.models.auto.modeling_auto import AutoModelForCausalLM
 
     AutoModelForCausalLM.register(SATransformerConfig, SATransformerForCausalLM, exist_ok=True)

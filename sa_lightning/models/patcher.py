@@ -44,17 +44,14 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from ..attention import AttentionSpec, get_variant
-from ..attention.sinks import keys_per_query
+from ..attention import AttentionSpec, get_variant, variant_names
+from ..attention.variants import SA
+from ..attention.sinks import keys_attended
 from ..attention.permutation import SA_MODES, gather_tokens, invert_permutation, row_key, row_permutations
 
 NAME = "sa_lightning"
 #: the attribute that holds a patched model's ``_Patched`` state, on the model and on each of its submodules
 STATE = "_sa_lightning"
-#: the variants a pretrained Hugging Face model can run without training (no output gate)
-VARIANTS = ("full", "swa", "sa", "sa_swa_union", "moba")
-#: the variants that read ``window``
-WINDOWED = ("swa", "sa", "sa_swa_union")
 #: how many attention calls took each path; tests read it to check that decoding stays dense
 CALLS: Counter = Counter()
 #: "keys" and "queries" summed over the prefill calls (all layers, valid queries) run inside ``counting_keys()``
@@ -66,28 +63,30 @@ _COUNTING = [False]
 class PatchSpec(AttentionSpec):
     """The registry's ``AttentionSpec`` plus what inference adds.
 
-    variant: full | swa | sa | sa_swa_union | moba. window: w for swa, sa and sa_swa_union (None for full
-    and moba). block_size, top_k: MoBA (effective window block_size * top_k). backend: as the attention core.
-    sink: the first ``sink`` tokens of each row stay visible to every query (swa, sa, sa_swa_union; 0: the
-    paper). seed: SA permutations. sa_mode: ``stochastic`` (each input its own sigma, the default) or
+    variant: a registry variant without trained gates (``variant_names(gated=False)``). window: w for the
+    windowed ones (None for the others). block_size, top_k: MoBA's (effective window block_size * top_k).
+    backend: as the attention core. sink: the first ``sink`` tokens of each row stay visible to every query
+    (the variants that take sinks; 0: the paper). seed: SA permutations. sa_mode: ``stochastic`` (each input its own sigma, the default) or
     ``deterministic``."""
 
-    variant: str = "sa"
+    variant: str = SA.name
     window: int | None = None
     seed: int = 0
     sa_mode: str = "stochastic"
 
     def __post_init__(self):
-        if self.variant == "sa_swa":
-            raise ValueError("variant 'sa_swa' is the gated SA+SWA pair, whose output gates only a model trained "
-                             "with them has; a Hugging Face model runs SA+SWA training-free as 'sa_swa_union' "
-                             "(one softmax over both masks).")
-        if self.variant not in VARIANTS:
-            close = difflib.get_close_matches(str(self.variant), VARIANTS, n=2)
+        training_free = variant_names(gated=False)
+        if self.variant not in training_free:
+            twin = get_variant(self.variant).training_free_twin if self.variant in variant_names(gated=True) else None
+            if twin:
+                raise ValueError(f"variant {self.variant!r} mixes its paths with output gates that only a model "
+                                 f"trained with them has; a Hugging Face model runs it training-free as {twin!r} "
+                                 "(one softmax over both masks).")
+            close = difflib.get_close_matches(str(self.variant), training_free, n=2)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise ValueError(f"unknown attention variant {self.variant!r} for a Hugging Face model; choose one of "
-                             f"{', '.join(VARIANTS)}.{hint}")
-        if self.variant in WINDOWED and self.window is None:
+                             f"{', '.join(training_free)}.{hint}")
+        if get_variant(self.variant).windowed and self.window is None:
             raise ValueError(f"variant {self.variant!r} needs a window >= 1, got None.")
         # the registry's checks: an unknown variant (with close matches), window, block_size, top_k, sink
         AttentionSpec(self.variant, 1 if self.window is None else self.window, self.block_size, self.top_k,
@@ -95,9 +94,18 @@ class PatchSpec(AttentionSpec):
         if self.sa_mode not in SA_MODES:
             raise ValueError(f"sa_mode must be one of {', '.join(SA_MODES)}, got {self.sa_mode!r}.")
 
+    @classmethod
+    def at_window(cls, variant: str, w_eff: int, top_k: int = 2, **kwargs) -> "PatchSpec":
+        """``variant`` at the effective window ``w_eff``: its window, MoBA's block_size w_eff / top_k, or full
+        attention's whole row (w_eff unused)."""
+        v = get_variant(variant)
+        if v.blocked:
+            return cls(variant, None, max(1, w_eff // top_k), top_k, **kwargs)
+        return cls(variant, w_eff if v.windowed else None, **kwargs)
+
     @property
     def effective_window(self) -> int | None:
-        return self.block_size * self.top_k if self.variant == "moba" else self.window
+        return get_variant(self.variant).effective_window(self)
 
     @property
     def uses_permutation(self) -> bool:
@@ -138,7 +146,7 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         raise ValueError(f"{type(module).__name__} has {query.shape[1]} query heads and {key.shape[1]} kv heads, which "
                          f"does not match its num_key_value_groups={groups}.")
     scale = d ** -0.5 if scaling is None else float(scaling)
-    if q_len != kv_len or spec.variant == "full":
+    if q_len != kv_len or not get_variant(spec.variant).sparse:
         CALLS["dense"] += 1
         if q_len == kv_len and _COUNTING[0]:  # full-mode prefill: every valid query reads its causal prefix
             _count(spec, kv_len, None, None if attention_mask is None else attention_mask.sum(-1), query.shape[0])
@@ -209,8 +217,7 @@ def _count(spec: PatchSpec, n: int, perm, lengths, batch: int) -> None:
     """Add this call's keys and valid queries to ``BUDGET``, from the masks the kernel just used."""
     if not _COUNTING[0]:
         return
-    keys, queries = keys_per_query(spec.variant, n, window=spec.window or 1, perm=perm, lengths=lengths,
-                                   block_size=spec.block_size, top_k=spec.top_k, sink=spec.sink, batch=batch)
+    keys, queries = keys_attended(get_variant(spec.variant), spec, n, perm=perm, lengths=lengths, batch=batch)
     BUDGET["keys"] += keys
     BUDGET["queries"] += queries
 
@@ -276,15 +283,15 @@ def _check_patchable(model) -> None:
                          "AttentionInterface (the model class does not declare _supports_attention_backend).")
 
 
-def patch(model, variant: str | PatchSpec = "sa", window: int | None = None, *, block_size: int = 64,
+def patch(model, variant: str | PatchSpec = SA.name, window: int | None = None, *, block_size: int = 64,
           top_k: int = 2, seed: int = 0, backend: str = "auto", sa_mode: str = "stochastic", sink: int = 0):
     """Make ``model``'s prefill use ``variant``; returns the model. Patching again replaces the spec."""
     spec = variant if isinstance(variant, PatchSpec) else PatchSpec(variant, window, block_size, top_k, backend, sink,
                                                                     seed, sa_mode)
     _check_patchable(model)
     limit = getattr(model.config, "max_position_embeddings", None)
-    if spec.variant == "moba" and limit and spec.effective_window > limit:
-        raise ValueError(f"MoBA's block_size * top_k = {spec.effective_window} does not fit the model's "
+    if get_variant(spec.variant).blocked and limit and spec.effective_window > limit:
+        raise ValueError(f"{get_variant(spec.variant).label}'s block_size * top_k = {spec.effective_window} does not fit the model's "
                          f"max_position_embeddings={limit}; choose a smaller block_size or top_k.")
     _register()
     state = model.__dict__.get(STATE)
@@ -318,7 +325,7 @@ def unpatch(model):
 
 
 @contextlib.contextmanager
-def patched(model, variant: str | PatchSpec = "sa", window: int | None = None, **kwargs):
+def patched(model, variant: str | PatchSpec = SA.name, window: int | None = None, **kwargs):
     """``with patched(model, "sa", 256): ...`` patches for the block and restores afterwards."""
     patch(model, variant, window, **kwargs)
     try:

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import GatedPaths, get_variant, layer_generator, sample_permutation
+from ..attention.functional import checked_inputs
 from .config import ModelConfig
 
 
@@ -37,8 +38,11 @@ def _attend(variant, q, k, v, spec, perm, lengths) -> tuple:
     uncompiled, and the projections, RoPE, gates, norms and MLP around it compile. The kernels check their
     inputs on the host (``.item()``) and hold custom autograd functions, so Dynamo would break the graph here
     anyway; traced, the banded CPU kernel's mask fails Inductor's C++ build (torch 2.13); FlexAttention
-    compiles itself (``attention/flex.py``), and SDPA is the same fused kernel either way."""
-    return variant(q, k, v, spec, perm, lengths)
+    compiles itself (``attention/flex.py``), and SDPA is the same fused kernel either way.
+
+    ``perm`` and ``lengths`` were drawn valid or checked once by ``Transformer.features``, so no layer reads
+    their values back (``validate=False``: no host sync per layer)."""
+    return variant(q, k, v, spec, perm, lengths, validate=False)
 
 
 class Attention(nn.Module):
@@ -162,8 +166,12 @@ class Transformer(nn.Module):
         if n > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {n} exceeds the model's max_seq_len={self.cfg.max_seq_len}.")
         cos, sin = rope_tables(n, self.cfg.head_dim, self.cfg.rope_theta, device=idx.device)
+        if lengths is not None or perms is not None:  # a caller's: checked here once, never per layer
+            checked = [checked_inputs(p, lengths, idx.shape[0], n, idx.device) for p in (perms or [None])]
+            lengths = checked[0][1]
+            perms = None if perms is None else [p for p, _ in checked]
         if perms is None:
-            perms = self.permutations(n, perm_stream, idx.device, lengths)
+            perms = self.permutations(n, perm_stream, idx.device, lengths)  # valid by construction
         x = self.embed(idx)
         for block, perm in zip(self.blocks, perms):
             x = block(x, cos, sin, perm, lengths)

@@ -12,7 +12,9 @@ never overwrites the full study's cells and tables. At the end: ``results.csv``,
 (accuracy per distance bucket, best **bold** within each (task, depth, window)), ``reach.md`` (the
 depth at which each variant first passes 90% beyond SWA's receptive field, beside the coverage
 analysis's prediction) and ``accuracy_vs_distance.png`` (one line per variant, SWA's receptive field
-L * (w - 1) drawn as a vertical line).
+L * (w - 1) drawn as a vertical line). These four are written in a hidden folder beside ``cells/`` and moved
+into place together (``utils.atomic.replacing_files``): a full disk or a plot that fails leaves the previous
+ones whole, and the cells already trained stay for the next run.
 """
 from __future__ import annotations
 
@@ -26,8 +28,11 @@ from pathlib import Path
 
 import yaml
 
-from ..utils.atomic import check_results_folder, output_folder, savefig, write_text
-from ..utils.report import COLORS, MARKERS, head, number, pyplot, ranked_cells, row, variant_label
+from ..analysis.mechanism import PATTERNED
+from ..attention import VARIANTS, get_variant, variant_names
+from ..attention.variants import SWA
+from ..utils.atomic import check_results_folder, output_folder, replacing_files, savefig, write_text
+from ..utils.report import head, number, pyplot, ranked_cells, row
 from ..utils.tables import write_csv
 
 TARGET = 0.9
@@ -115,6 +120,7 @@ def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
     ``eval_samples`` (once if it has no permutation); returns what goes in ``cells/<id>.json``."""
     import lightning as L
 
+    from ..lit import DistanceAccuracy
     from ..lit.cli import run as run_cli
 
     start = time.perf_counter()
@@ -122,7 +128,7 @@ def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
     trained = time.perf_counter() - start
     model, dm = cli.model, cli.datamodule
     trainer = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+                        enable_model_summary=False, callbacks=[DistanceAccuracy()])  # val/acc by distance
     scores = {}
     for k in eval_samples if model.net.uses_permutation else [1]:
         model.hparams.eval_samples = k
@@ -196,7 +202,7 @@ def reach(results: list[dict]) -> str:
         depths = sorted(by_depth)
         n = by_depth[depths[0]]["seq_len"]
         cover = coverage_curve(variant, n, window, max(depths), convention="causal", trials=4, seed=seed) \
-            if variant in ("sa", "sa_swa", "swa") else None
+            if variant in PATTERNED and get_variant(variant).sparse else None
         for k in sorted({k for r in by_depth.values() for k in r["scores"]}):
             acc = {d: beyond(by_depth[d], k) for d in depths if k in by_depth[d]["scores"]}
             first = next((d for d in depths if acc.get(d, 0) >= TARGET), None)
@@ -206,9 +212,11 @@ def reach(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: the nudge of each variant's markers along the log-x axis (a factor 2**dx), so that equal accuracies in one
-#: bucket sit side by side (the markers: ``utils.report.MARKERS``)
-NUDGE = {"swa": -0.15, "sa": -0.05, "sa_swa": 0.05, "moba": 0.15}
+def nudges() -> dict[str, float]:
+    """The nudge of each sparse variant's markers along the log-x axis (a factor 2**dx), so that equal accuracies
+    in one bucket sit side by side: spread over 0.3 octave, in the registry's order."""
+    names = variant_names(sparse=True)
+    return {name: 0.3 * (i / max(1, len(names) - 1) - 0.5) for i, name in enumerate(names)}
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -223,18 +231,20 @@ def plot(results: list[dict], path: Path) -> None:
     panels = sorted({(r["task"], r["depth"], r["window"]) for r in results})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     legend: dict[str, object] = {}  # label -> handle, over all panels (a panel may lack a variant)
-    order = ["full", *(v for v in COLORS if v != "full")]  # the reference first, under the rest
+    order = sorted(VARIANTS, key=lambda v: VARIANTS[v].sparse)  # the reference first, under the rest
+    nudge = nudges()
     for ax, (task, depth, window) in zip(axes[0], panels):
         for r in sorted((r for r in results if (r["task"], r["depth"], r["window"]) == (task, depth, window)),
                         key=lambda r: order.index(r["variant"]) if r["variant"] in order else len(order)):
             mids = [sum(_bucket_bounds(b)) / 2 for b in r["scores"][1]["buckets"]]
-            label, color = variant_label(r["variant"]), COLORS.get(r["variant"], "k")
+            variant = get_variant(r["variant"])
+            label, color = variant.label, variant.color
             accs = list(r["scores"][1]["buckets"].values())
-            if r["variant"] == "full":
+            if not variant.sparse:
                 ax.plot(mids, accs, "-", color=color, alpha=0.35, linewidth=7, solid_capstyle="butt", label=label,
                         zorder=1)
                 continue
-            marker, dx = MARKERS.get(r["variant"], "o"), NUDGE.get(r["variant"], 0.0)
+            marker, dx = variant.marker, nudge.get(r["variant"], 0.0)
             xs = [m * 2 ** dx for m in mids]
             ax.plot(xs, accs, "-", marker=marker, color=color, label=label, markersize=4.5, linewidth=1.3, zorder=3)
             k = max(r["scores"])
@@ -243,11 +253,11 @@ def plot(results: list[dict], path: Path) -> None:
                         markerfacecolor="none", markersize=8, markeredgewidth=1.2, linewidth=1.3,
                         label=f"{label} (K={k})", zorder=4)
         rf = depth * (window - 1)
-        ax.axvline(rf, color=COLORS["swa"], linestyle="--", linewidth=1, label="SWA's receptive field L·(w−1)",
+        ax.axvline(rf, color=SWA.color, linestyle="--", linewidth=1, label=f"{SWA.label}'s receptive field L·(w−1)",
                    zorder=1.5)
         # above the plotting area (x in data, y in axes units), where no curve can run under it
         ax.text(rf, 1.01, f"L·(w−1)={rf}", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
-                color=COLORS["swa"], fontsize=7)
+                color=SWA.color, fontsize=7)
         ax.set(xscale="log", ylim=(-0.03, 1.05), xlabel="key–query distance", ylabel="accuracy")
         ax.set_title(f"{task}, L={depth}, w={window}", pad=14)
         ax.grid(alpha=0.3, which="both")
@@ -314,11 +324,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ks = "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%" for k, v in sorted(s.items()))
         print(f"[{i}/{len(grid)}] {cell_id(cell)}: acc/beyond-RF {ks} ({status}; "
               f"{time.perf_counter() - start:.0f} s so far)", flush=True)
-    write_csv(out / "results.csv", rows(results))
     summary = {"table.md": table(results), "reach.md": reach(results)}
-    for name, text in summary.items():
-        write_text(out / name, text)
-    plot(results, out / "accuracy_vs_distance.png")
+    with replacing_files(out, "study report") as tmp:
+        write_csv(tmp / "results.csv", rows(results))
+        for name, text in summary.items():
+            write_text(tmp / name, text)
+        plot(results, tmp / "accuracy_vs_distance.png")
     print("\n" + "\n".join(summary.values()))
     print(f"wrote {out}/results.csv, table.md, reach.md and accuracy_vs_distance.png "
           f"({time.perf_counter() - start:.0f} s)")

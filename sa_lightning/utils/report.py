@@ -1,22 +1,10 @@
-"""What every table and figure of the package shares: variant colours and labels, task labels, the
-matplotlib set-up and the markdown tables in the paper's style (best in bold, second best underlined).
+"""What every table and figure of the package shares: task labels, the matplotlib set-up and the markdown
+tables in the paper's style (best in bold, second best underlined). A variant's label, colour and marker live
+in its own file (``attention/variants/``): ``get_variant(name).color``, ``attention.variant_label``.
 
 Figures are still saved through ``utils.atomic.savefig`` and CSVs written through ``utils.tables.write_csv``.
 """
 from __future__ import annotations
-
-#: one colour per attention variant, in every plot (bench-only names included); the order is the legend order
-COLORS = {"swa": "#4A90D9", "sa": "#E74C3C", "sa_swa": "#2ECC71", "full": "#7F7F7F", "moba": "#F39C12",
-          "sa_swa_union": "#2ECC71", "full_window": "#333333", "sa_flex": "#9B59B6"}
-
-#: each variant's plot marker, so that lines that coincide (several at 0%, or at full attention's score) still
-#: show every variant's markers; the training-free union shares SA+SWA's
-MARKERS = {"swa": "o", "sa": "^", "sa_swa": "D", "sa_swa_union": "D", "moba": "v"}
-
-#: display names; the training-free union reads SA+SWA like the gated pair (the context tells them apart)
-VARIANT_LABELS = {"full": "Full", "swa": "SWA", "sa": "SA", "sa_swa": "SA+SWA", "sa_swa_union": "SA+SWA",
-                  "moba": "MoBA", "full_window": "Full (w=n)", "sa_flex": "SA (flex fwd)"}
-WINDOWED = ("swa", "sa", "sa_swa", "sa_swa_union")
 
 #: the short column names of the sweep tables (Tables 4-5)
 TASK_LABELS = {"hellaswag": "Hella.", "mmlu": "MMLU", "arc_challenge": "ARC-C", "boolq": "BoolQ",
@@ -28,20 +16,6 @@ MISSING = "–"
 
 
 # ---- labels ---------------------------------------------------------------------------------------
-def variant_label(variant: str, window: int | None = None, block_size: int | None = None, top_k: int | None = None,
-                  sink: int = 0) -> str:
-    """``SA``, ``SWA+sink4``, ``SA+SWA (w=32)``, ``MoBA (c=64, k=2)``, ``Full``: a variant's name in a table or
-    legend, with its window (windowed variants) or block and top-k (MoBA) when given."""
-    label = VARIANT_LABELS.get(variant, variant.replace("_", "+").upper())
-    if sink:
-        label += f"+sink{sink}"
-    if variant in WINDOWED and window is not None:
-        label += f" (w={window})"
-    elif variant == "moba" and block_size is not None and top_k is not None:
-        label += f" (c={block_size}, k={top_k})"
-    return label
-
-
 def task_label(task: str, ppl_context: int | None = None) -> str:
     """A task's column name; ``ppl_context``: the context of a perplexity-by-position task (``PPL@4k``)."""
     if ppl_context is not None:
@@ -58,6 +32,22 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def spread(count: int, octaves: float) -> list[float]:
+    """The factor on a log-x axis of each of ``count`` series, so that their markers at one x sit side by side
+    instead of on top of each other: 2**offset, the offsets spread evenly over ``octaves`` around 0."""
+    return [2 ** (octaves * (i / (count - 1) - 0.5)) if count > 1 else 1.0 for i in range(count)]
+
+
+def power_of_two_ticks(ax, values) -> None:
+    """Ticks at exactly ``values`` on a log-x axis, written out (``2048``, ``16k``), the minor ticks off: the
+    default ``2×10^3, 3×10^3, 4×10^3`` labels of a short log axis run into each other."""
+    from matplotlib.ticker import NullLocator
+
+    values = sorted(set(values))
+    ax.set_xticks(values, [f"{v // 1024}k" if v >= 1024 and v % 1024 == 0 else f"{v:g}" for v in values])
+    ax.xaxis.set_minor_locator(NullLocator())  # the y axis keeps its minor ticks
 
 
 # ---- markdown tables ------------------------------------------------------------------------------

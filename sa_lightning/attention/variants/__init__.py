@@ -1,0 +1,14 @@
+"""One file per attention variant; importing this package registers each (in this order, which is the order
+tables list them in). A new variant is a new file here and one line below.
+
+The objects are importable by name (``variants.SWA``) for code that means one variant in particular (the
+paper's comparisons: SA against SWA at equal w); such code writes ``SWA.name``, never the string.
+"""
+from .full import FULL
+from .swa import SWA
+from .sa import SA
+from .sa_swa import SA_SWA
+from .moba import MOBA
+from .sa_swa_union import SA_SWA_UNION
+
+__all__ = ["FULL", "SWA", "SA", "SA_SWA", "MOBA", "SA_SWA_UNION"]

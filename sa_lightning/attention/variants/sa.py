@@ -1,0 +1,46 @@
+"""Stochastic Attention: sliding-window attention in a random order of the tokens, causal in the original
+order. Query i reads key j when j <= i and |slot(i) - slot(j)|_n < w / 2 (slot: the token's place in σ)."""
+from __future__ import annotations
+
+from .. import masks, oracle
+from ..banded import banded_attention
+from ..functional import stochastic_attention
+from ..registry import Variant, register_variant
+from ..sinks import causal_keys
+from ._common import dense_with_lse, slot_of
+
+
+def mask(spec, n, perm, lengths=None):
+    return masks.stochastic(slot_of(perm), spec.window, lengths)
+
+
+def kernel(call):
+    return (stochastic_attention(call.q, call.k, call.v, call.window, call.perm, scale=call.scale,
+                                 backend=call.backend, lengths=call.lengths, inv=call.inv, validate=call.validate),)
+
+
+def kernel_with_lse(call):
+    if call.q.shape[2] < 2 * call.window:
+        return dense_with_lse(call, mask(call.spec, call.q.shape[2], call.perm, call.lengths))
+    half = masks.sa_half_width(call.window)
+    return banded_attention(call.q, call.k, call.v, before=half, after=half, perm=call.pos, lengths=call.lengths,
+                            scale=call.scale, return_lse=True, inv=call.inv)
+
+
+def keys_attended_row(spec, length, row):
+    """SA's band holds each unordered pair of slots within w/2 once, and exactly one of the two tokens is the
+    earlier, so a row of L tokens reads L * (h + 1) keys whatever σ (h = ceil(w/2) - 1)."""
+    half = masks.sa_half_width(spec.window)
+    return causal_keys(length) if 2 * half + 1 >= length else length * (half + 1)
+
+
+SA = register_variant(Variant(
+    name="sa", label="SA", color="#E74C3C", marker="^", paths=("sa",),
+    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "flex", "dense"), mask=mask,
+    oracle_mask=lambda spec, q, k, perm, lengths: oracle.sa_mask(perm, spec.window, q.shape[0], lengths),
+    keys_attended_row=keys_attended_row,
+    keys_computed_at=lambda spec, n: min(spec.window, n),  # the band is computed; the causal test keeps about half
+    uses_permutation=True, windowed=True,
+    description="sliding-window attention in a random permutation of the tokens",
+    title="Stochastic Attention",
+))

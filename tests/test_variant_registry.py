@@ -1,0 +1,155 @@
+"""The variant registry is the one home of a variant: every registered variant is exact against the float64
+oracle on every backend it claims, counts the keys its oracle mask holds, and carries every fact the rest of the
+package asks for. A new variant is one file in ``attention/variants/`` plus one row of ``ROWS`` below; the last
+test writes such a file and checks that the model, the patcher, the sweep plan, the benchmarks and the
+reports take it with no other change."""
+import importlib.util
+import textwrap
+
+import matplotlib.colors
+import matplotlib.lines
+import pytest
+import torch
+
+from sa_lightning.attention import VARIANTS, AttentionSpec, get_variant, oracle, sample_permutation, variant_names
+from sa_lightning.attention.sinks import keys_attended
+
+#: one row per registered variant: the knobs its checks run with
+ROWS = {
+    "full": dict(window=16),
+    "swa": dict(window=16),
+    "sa": dict(window=16),
+    "sa_swa": dict(window=16),
+    "moba": dict(window=16, block_size=16, top_k=3),
+    "sa_swa_union": dict(window=16),
+}
+CPU_BACKENDS = ("banded", "dense", "flex")  # flex: its eager forward (FlexAttention has no CPU backward)
+
+
+def test_every_registered_variant_has_a_row():
+    assert set(ROWS) == set(VARIANTS)
+
+
+def _cases():
+    for name in ROWS:
+        for backend in VARIANTS[name].backends:
+            for n in (40, 96):  # under two windows (the dense paths of short rows) and over
+                yield name, backend, n
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("name, backend, n", list(_cases()))
+def test_every_variant_matches_its_oracle_on_every_backend_it_claims(name, backend, n, monkeypatch):
+    if backend == "flex":  # its eager forward on CPU (compiling costs seconds per shape there)
+        from sa_lightning.attention import flex
+
+        monkeypatch.setattr(flex, "_compiled", lambda: flex._flex().flex_attention)
+    variant = get_variant(name)
+    spec = AttentionSpec(name, backend=backend, **ROWS[name])
+    g = torch.Generator().manual_seed(n)
+    q, k, v = (torch.randn(2, h, n, 8, generator=g) for h in (4, 2, 2))
+    grad = backend != "flex"
+    for t in (q, k, v):
+        t.requires_grad_(grad)
+    perm = sample_permutation(n, batch=2, generator=g) if variant.uses_permutation else None
+    outs = variant(q, k, v, spec, perm)
+    masks = variant.oracle_masks(spec, q, k, perm)
+    assert len(outs) == len(masks) == len(variant.paths)
+    for out, mask in zip(outs, masks):
+        ref = oracle.reference_attention(q.double(), k.double(), v.double(), mask)
+        torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=0)
+        if grad:
+            w = torch.randn(out.shape, generator=g)
+            got = torch.autograd.grad((out * w).sum(), (q, k, v), retain_graph=True)
+            want = torch.autograd.grad((ref * w.double()).sum(), (q, k, v))
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_every_variant_counts_the_keys_its_oracle_mask_holds(name):
+    variant = get_variant(name)
+    spec = AttentionSpec(name, **ROWS[name])
+    n, lengths = 96, torch.tensor([96, 61])
+    perm = sample_permutation(n, lengths=lengths, generator=torch.Generator().manual_seed(1)) \
+        if variant.uses_permutation else None
+    q, k = torch.randn(2, 1, n, 8), torch.randn(2, 1, n, 8)
+    keys, queries = keys_attended(variant, spec, n, perm=perm, lengths=lengths)
+    valid = torch.arange(n).view(1, n) < lengths.view(2, 1)
+    union = torch.stack([m.expand(2, 1, n, n) for m in variant.oracle_masks(spec, q, k, perm, lengths)]).any(0)
+    assert queries == int(lengths.sum())
+    assert keys == int((union[:, 0] & valid.view(2, n, 1) & valid.view(2, 1, n)).sum())
+    assert 0 < variant.keys_computed(spec, n) <= 2 * n
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_every_variant_carries_what_the_package_asks_of_it(name):
+    variant = get_variant(name)
+    assert variant.label and variant.title and matplotlib.colors.is_color_like(variant.color)
+    assert variant.marker in matplotlib.lines.Line2D.markers
+    assert variant.kernel.__name__ != "<lambda>"  # a traceback names the kernel
+    assert set(variant.backends) <= set(CPU_BACKENDS)
+    assert set(variant.local_paths) <= set(variant.paths)
+    if variant.gated:
+        assert len(variant.paths) > 1 and get_variant(variant.training_free_twin).gated is False
+        assert all(p in VARIANTS for p in variant.paths)  # each path is a variant: its oracle and mask
+    if variant.takes_sink:
+        assert variant.mask is not None and len(variant.paths) == 1
+    if not variant.sparse:
+        assert not (variant.windowed or variant.blocked)
+    # the backends it does not claim are refused in one sentence
+    for backend in set(CPU_BACKENDS) - set(variant.backends):
+        with pytest.raises(ValueError, match=f"runs on the backends .* not '{backend}'"):
+            AttentionSpec(name, backend=backend, **ROWS[name])
+
+
+NEW_VARIANT = '''
+"""A test variant: SWA at twice the window (what a control at equal compute looks like)."""
+from sa_lightning.attention import masks
+from sa_lightning.attention.functional import sliding_window_attention
+from sa_lightning.attention.registry import Variant, register_variant
+from sa_lightning.attention.sinks import causal_keys
+
+
+def kernel(call):
+    return (sliding_window_attention(call.q, call.k, call.v, 2 * call.window, scale=call.scale, backend=call.backend),)
+
+
+WIDE = register_variant(Variant(
+    name="swa_wide", label="SWA(2w)", color="#123456", marker="h", paths=("swa_wide",), kernel=kernel,
+    mask=lambda spec, n, perm=None, lengths=None: masks.sliding_window(2 * spec.window),
+    oracle_mask=lambda spec, q, k, perm, lengths: masks.dense(masks.sliding_window(2 * spec.window), q.shape[2]),
+    keys_attended_row=lambda spec, length, row: causal_keys(length, 2 * spec.window),
+    keys_computed_at=lambda spec, n: min(2 * spec.window, n), windowed=True, local_paths=("swa_wide",),
+))
+'''
+
+
+def test_a_new_variant_is_one_file(tmp_path):
+    """Registered from one file, a variant trains in the model, patches a Hugging Face model, enters the sweep
+    plan, the training benchmark's default list and the reports, with no other change to the package."""
+    path = tmp_path / "swa_wide.py"
+    path.write_text(textwrap.dedent(NEW_VARIANT))
+    spec_ = importlib.util.spec_from_file_location("swa_wide", path)
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    try:
+        from sa_lightning.bench.train import VARIANTS as TRAINED  # noqa: F401  (import time: a tuple)
+        from sa_lightning.attention import trained_variant_names
+        from sa_lightning.inference.plan import SweepConfig, cells
+        from sa_lightning.models import ModelConfig, build_model
+        from sa_lightning.models.patcher import PatchSpec
+
+        assert "swa_wide" in variant_names(gated=False) and "swa_wide" in trained_variant_names()
+        cfg = ModelConfig(vocab_size=64, n_layer=2, n_head=2, d_model=32, max_seq_len=64,
+                          attention=AttentionSpec("swa_wide", window=8))
+        model = build_model(cfg)
+        model(torch.randint(0, 64, (2, 64))).sum().backward()
+        assert PatchSpec("swa_wide", 8).effective_window == 8
+        sweep = SweepConfig(model="tiny", modes=["full", "swa_wide"], windows=[8, 16], tasks=["t"])
+        assert {(c.mode, c.w_eff) for c in cells(sweep)} == {("full", None), ("swa_wide", 8), ("swa_wide", 16)}
+        assert get_variant("swa_wide").label == "SWA(2w)"
+        (y,) = get_variant("swa_wide")(*(torch.randn(1, 2, 40, 8) for _ in range(3)), AttentionSpec("swa_wide", window=4))
+        assert y.shape == (1, 2, 40, 8)
+    finally:
+        VARIANTS.pop("swa_wide", None)
