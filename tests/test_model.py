@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from sa_lightning.attention import VARIANTS, AttentionSpec
+from sa_lightning.attention import VARIANTS, AttentionSpec, get_variant
 from sa_lightning.models import ModelConfig, Transformer
 
 SMALL = dict(vocab_size=97, n_layer=2, n_head=4, d_model=32, max_seq_len=64)
@@ -23,7 +23,8 @@ def test_360m_parameter_counts_match_the_paper(variant):
     single = 24 * per_layer + 1024 + 32000 * 1024
     assert single == 360_219_648
     # sa_swa has one more d x d gate per layer (Eq. 6-7): + 24 * 1024^2 = 385,385,472
-    assert model.num_parameters() == (single + 24 * 1024**2 if variant == "sa_swa" else single)
+    extra_gates = len(get_variant(variant).paths) - 1  # a gated pair's second path
+    assert model.num_parameters() == single + extra_gates * 24 * 1024**2
     assert model.cfg.d_ff == 2734
     assert model.lm_head.weight is model.embed.weight
 

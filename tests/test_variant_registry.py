@@ -22,6 +22,9 @@ ROWS = {
     "sa_swa": dict(window=16),
     "moba": dict(window=16, block_size=16, top_k=3),
     "sa_swa_union": dict(window=16),
+    "strided": dict(window=16),
+    "strided_swa": dict(window=16),
+    "strided_swa_union": dict(window=16),
 }
 CPU_BACKENDS = ("banded", "dense", "flex")  # flex: its eager forward (FlexAttention has no CPU backward)
 
@@ -38,8 +41,9 @@ def _cases():
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("name, backend, n", list(_cases()))
-def test_every_variant_matches_its_oracle_on_every_backend_it_claims(name, backend, n, monkeypatch):
+def test_every_variant_matches_its_oracle_on_every_backend_it_claims(name, backend, n, padded, monkeypatch):
     if backend == "flex":  # its eager forward on CPU (compiling costs seconds per shape there)
         from sa_lightning.attention import flex
 
@@ -51,15 +55,17 @@ def test_every_variant_matches_its_oracle_on_every_backend_it_claims(name, backe
     grad = backend != "flex"
     for t in (q, k, v):
         t.requires_grad_(grad)
-    perm = sample_permutation(n, batch=2, generator=g) if variant.uses_permutation else None
-    outs = variant(q, k, v, spec, perm)
-    masks = variant.oracle_masks(spec, q, k, perm)
+    lengths = torch.tensor([n, n - 13]) if padded else None  # rows of their own length: valid tokens first
+    perm = sample_permutation(n, batch=2, generator=g, lengths=lengths) if variant.uses_permutation else None
+    outs = variant(q, k, v, spec, perm, lengths)
+    masks = variant.oracle_masks(spec, q, k, perm, lengths)
+    valid = torch.ones(2, 1, n, 1) if lengths is None else (torch.arange(n) < lengths.view(2, 1)).view(2, 1, n, 1)
     assert len(outs) == len(masks) == len(variant.paths)
     for out, mask in zip(outs, masks):
         ref = oracle.reference_attention(q.double(), k.double(), v.double(), mask)
-        torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=0)
+        torch.testing.assert_close(out.double() * valid, ref * valid, atol=1e-5, rtol=0)
         if grad:
-            w = torch.randn(out.shape, generator=g)
+            w = torch.randn(out.shape, generator=g) * valid
             got = torch.autograd.grad((out * w).sum(), (q, k, v), retain_graph=True)
             want = torch.autograd.grad((ref * w.double()).sum(), (q, k, v))
             for a, b in zip(got, want):

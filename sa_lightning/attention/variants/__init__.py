@@ -10,5 +10,8 @@ from .sa import SA
 from .sa_swa import SA_SWA
 from .moba import MOBA
 from .sa_swa_union import SA_SWA_UNION
+from .strided import STRIDED  # the controls (issue 35)
+from .strided_swa import STRIDED_SWA
+from .strided_swa_union import STRIDED_SWA_UNION
 
-__all__ = ["FULL", "SWA", "SA", "SA_SWA", "MOBA", "SA_SWA_UNION"]
+__all__ = ["FULL", "SWA", "SA", "SA_SWA", "MOBA", "SA_SWA_UNION", "STRIDED", "STRIDED_SWA", "STRIDED_SWA_UNION"]
