@@ -211,23 +211,31 @@ def test_export_writes_model_tokenizer_and_card_and_generate_streams_the_same_gr
 @pytest.mark.slow  # fresh interpreters: what a user's script sees, with and without the registration
 def test_from_pretrained_needs_the_registration_or_trust_remote_code(exported):
     """``sa_lightning.register_with_transformers()`` registers the classes; importing sa_lightning alone
-    changes nothing in transformers (or anywhere else in the process)."""
-    load = "from transformers import AutoModelForCausalLM as A; m = A.from_pretrained({!r}{}); print(type(m).__name__)"
+    changes nothing in transformers (or anywhere else in the process). One fresh process runs the steps in
+    order (registration is for the whole process)."""
+    script = f"""
+from transformers import AutoModelForCausalLM as A, AutoTokenizer
+def load(**kw):
+    try:
+        return type(A.from_pretrained({str(exported)!r}, **kw)).__name__
+    except ValueError as err:
+        return "refused: " + " ".join(str(err).split())
+print("\\n@@bare", load())
+import sa_lightning
+print("\\n@@imported", load())
+print("\\n@@tokenizer", AutoTokenizer.from_pretrained({str(exported)!r}).eos_token)  # needs no registration
+sa_lightning.register_with_transformers()
+print("\\n@@registered", load())
+print("\\n@@remote", load(trust_remote_code=True))
+"""
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-
-    def python(code):
-        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
-
-    assert python("import sa_lightning; sa_lightning.register_with_transformers(); " +
-                  load.format(str(exported), "")).stdout.strip() == "SATransformerForCausalLM"
-    for prefix in ("", "import sa_lightning; "):
-        refused = python(prefix + load.format(str(exported), ""))
-        assert refused.returncode != 0 and "trust_remote_code=True" in refused.stderr
-    tokenizer = python(f"from transformers import AutoTokenizer; print(AutoTokenizer.from_pretrained({str(exported)!r}).eos_token)")
-    assert tokenizer.returncode == 0 and tokenizer.stdout.strip(), tokenizer.stderr[-2000:]  # needs no registration
-    assert python(load.format(str(exported), ", trust_remote_code=True")).stdout.strip() == \
-        "SATransformerForCausalLM"
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    said = dict(line[2:].split(" ", 1) for line in out.stdout.splitlines() if line.startswith("@@"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    for step in ("bare", "imported"):
+        assert said[step].startswith("refused: ") and "trust_remote_code=True" in said[step], said
+    assert said["tokenizer"].strip() and said["registered"] == said["remote"] == "SATransformerForCausalLM", said
 
 
 @pytest.mark.slow  # lm-eval on the offline tasks, twice
