@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from . import masks
-from ._checks import check_nonnegative, check_positive
+from ._checks import check_nonnegative, check_positive, check_qkv, default_scale
 
 #: ``auto`` is FlexAttention on CUDA where a variant has it, else the banded (O(n*w)) kernel
 BACKENDS = ("auto", "banded", "flex", "dense")
@@ -154,8 +154,6 @@ class Variant:
                  lengths: torch.Tensor | None = None, inv: torch.Tensor | None = None, *,
                  validate: bool = True) -> tuple:
         """One output per path for q (B, Hq, n, d), k, v (B, Hkv, n, d); ``perm`` etc. as ``Call``'s."""
-        from ._checks import check_qkv, default_scale
-
         _, _, _, _, d = check_qkv(q, k, v)
         call = Call(q, k, v, spec, self.resolve_backend(spec.backend, q, spec.sink), default_scale(d, None),
                     perm, lengths, inv, validate)
@@ -176,6 +174,13 @@ class Variant:
         if self.blocked:
             return spec.block_size * spec.top_k
         return spec.window if self.windowed else None
+
+    def keys_attended(self, spec: AttentionSpec, n: int, *, perm: torch.Tensor | None = None,
+                      lengths: torch.Tensor | None = None, batch: int = 1) -> tuple[int, int]:
+        """(keys its mask allows, valid queries) over a (batch, n) input, sinks included (``sinks.keys_attended``)."""
+        from .sinks import keys_attended
+
+        return keys_attended(self, spec, n, perm=perm, lengths=lengths, batch=batch)
 
     def keys_computed(self, spec: AttentionSpec, n: int) -> float:
         """Keys per query that the kernel computes at length n, paths summed (what FLOPs count)."""

@@ -46,7 +46,6 @@ import torch.nn.functional as F
 
 from ..attention import AttentionSpec, get_variant, variant_names
 from ..attention.variants import SA
-from ..attention.sinks import keys_attended
 from ..attention.permutation import SA_MODES, gather_tokens, invert_permutation, row_key, row_permutations
 
 NAME = "sa_lightning"
@@ -217,7 +216,7 @@ def _count(spec: PatchSpec, n: int, perm, lengths, batch: int) -> None:
     """Add this call's keys and valid queries to ``BUDGET``, from the masks the kernel just used."""
     if not _COUNTING[0]:
         return
-    keys, queries = keys_attended(get_variant(spec.variant), spec, n, perm=perm, lengths=lengths, batch=batch)
+    keys, queries = get_variant(spec.variant).keys_attended(spec, n, perm=perm, lengths=lengths, batch=batch)
     BUDGET["keys"] += keys
     BUDGET["queries"] += queries
 
