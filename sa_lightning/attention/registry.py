@@ -139,7 +139,7 @@ class Variant:
         """Refuse, in one sentence, a backend this variant would not honour."""
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}.")
-        offered = ("banded", "dense") if sink else self.backends
+        offered = ("banded",) if sink else self.backends  # sinks merge into the O(n*w) kernel's log-sum-exp
         if backend != "auto" and backend not in offered:
             extra = " with sinks" if sink and backend in self.backends else ""
             raise ValueError(f"variant {self.name!r}{extra} runs on the backends {', '.join(offered)} (or auto), "
