@@ -140,13 +140,15 @@ def test_a_new_variant_is_one_file(tmp_path):
     module = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(module)
     try:
-        from sa_lightning.bench.train import VARIANTS as TRAINED  # noqa: F401  (import time: a tuple)
         from sa_lightning.attention import trained_variant_names
         from sa_lightning.inference.plan import SweepConfig, cells
         from sa_lightning.models import ModelConfig, build_model
         from sa_lightning.models.patcher import PatchSpec
 
         assert "swa_wide" in variant_names(gated=False) and "swa_wide" in trained_variant_names()
+        from sa_lightning.bench.train import build_parser
+
+        assert "swa_wide" in build_parser().parse_args([]).variants  # bench train's default list
         cfg = ModelConfig(vocab_size=64, n_layer=2, n_head=2, d_model=32, max_seq_len=64,
                           attention=AttentionSpec("swa_wide", window=8))
         model = build_model(cfg)
