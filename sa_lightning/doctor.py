@@ -278,29 +278,30 @@ def _failures(text: str) -> list[str]:
 
 
 def exactness_grid(device, n: int, window: int) -> list[dict]:
-    """SA, SWA, SA+SWA and MoBA on each backend of ``device`` in float32 and bfloat16, forward and backward,
+    """Every sparse variant (SA, SWA, SA+SWA, MoBA, the controls) on each backend of ``device`` in float32 and bfloat16, forward and backward,
     against the oracle in float64 on the same (rounded) inputs. On the CPU: banded and dense (FlexAttention
     has no CPU backward, and compiling its forward there costs half a minute; tests/test_attention_flex.py
     and tests/test_gpu_risks.py check it)."""
     import torch
 
-    from .attention import VARIANTS, AttentionSpec, get_variant, sample_permutation
+    from .attention import VARIANTS, AttentionSpec, get_variant
 
     bounds = {torch.float32: (1e-5, 1e-4), torch.bfloat16: (3e-2, 6e-2)}
     backends = ["flex", "banded"] if device.type == "cuda" else ["banded", "dense"]
     g = torch.Generator().manual_seed(0)
     B, H, d = 2, 2, 32
     base = [torch.randn(B, H, n, d, generator=g, dtype=torch.float64) for _ in range(3)]
-    perm = sample_permutation(n, batch=B, generator=g)
     rows = []
     for variant in (name for name, v in VARIANTS.items() if v.sparse):  # full attention is SDPA's own
         for backend in (b for b in backends if b in VARIANTS[variant].backends):
             for dtype, (fwd_bound, bwd_bound) in bounds.items():
                 q, k, v = (t.to(dtype).to(device).requires_grad_(True) for t in base)
                 spec = AttentionSpec(variant, window=window, block_size=max(1, window // 2), top_k=2, backend=backend)
-                outs = get_variant(variant)(q, k, v, spec, perm.to(device))
+                drawn = VARIANTS[variant].draw(spec, n, torch.full((B,), n), g) if VARIANTS[variant].draws else None
+                perm = None if drawn is None else drawn.to(device)  # one draw per row (σ, a key table)
+                outs = get_variant(variant)(q, k, v, spec, perm)
                 ref_in = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
-                refs = _oracle_paths(variant, *ref_in, perm.to(device), window, spec)
+                refs = _oracle_paths(variant, *ref_in, perm, window, spec)
                 fwd = max(_rel(o, r) for o, r in zip(outs, refs))
                 weights = [torch.randn(o.shape, generator=g, dtype=torch.float64).to(device) for o in outs]
                 got = torch.autograd.grad(sum((o.double() * w).sum() for o, w in zip(outs, weights)), (q, k, v))

@@ -66,7 +66,7 @@ def test_scores_do_not_depend_on_batch_size_or_padding(variant, tokenizer):
 def test_padded_rows_permute_only_their_own_tokens(tokenizer):
     lm = SALM(_model("sa"), tokenizer)
     rows = [[5] * 10, [6] * 4, [7] * 7]
-    for perm in lm._permutations(rows, 10, sample=0):
+    for perm in lm._draws(rows, 10, sample=0):
         for row, p in zip(rows, perm):
             assert sorted(p[:len(row)].tolist()) == list(range(len(row)))
             assert p[len(row):].tolist() == list(range(len(row), 10))
@@ -76,11 +76,11 @@ def test_stochastic_mode_is_seeded_and_deterministic_mode_is_fixed(tokenizer):
     model = _model("sa")
     rows = [list(range(1, 41)), list(range(100, 140))]  # two different inputs of one length
     stoch = SALM(model, tokenizer, seed=3)
-    first, again = stoch._permutations(rows, 40, 0), SALM(model, tokenizer, seed=3)._permutations(rows, 40, 0)
+    first, again = stoch._draws(rows, 40, 0), SALM(model, tokenizer, seed=3)._draws(rows, 40, 0)
     assert all(torch.equal(a, b) for a, b in zip(first, again))  # reproducible
     assert not torch.equal(first[0][0], first[0][1])  # each input draws its own
-    assert not torch.equal(first[0], SALM(model, tokenizer, seed=4)._permutations(rows, 40, 0)[0])
-    fixed = SALM(model, tokenizer, sa_mode="deterministic")._permutations(rows, 40, 0)
+    assert not torch.equal(first[0], SALM(model, tokenizer, seed=4)._draws(rows, 40, 0)[0])
+    fixed = SALM(model, tokenizer, sa_mode="deterministic")._draws(rows, 40, 0)
     assert torch.equal(fixed[0][0], fixed[0][1]) and not torch.equal(fixed[0][0], fixed[1][0])  # per layer
 
 
@@ -91,8 +91,8 @@ def test_eval_samples_average_the_log_likelihoods_of_independent_draws(tokenizer
     singles = []
     for k in range(3):
         lm = SALM(model, tokenizer)
-        base = lm._permutations
-        lm._permutations = lambda rows, n, sample, k=k, base=base: base(rows, n, sample + k)
+        base = lm._draws
+        lm._draws = lambda rows, n, sample, k=k, base=base: base(rows, n, sample + k)
         singles.append([s for s, _ in lm._loglikelihood_tokens(reqs, disable_tqdm=True)])
     assert len({round(x[0], 4) for x in singles}) == 3  # the draws really differ
     torch.testing.assert_close(torch.tensor([s for s, _ in averaged]), torch.tensor(singles).mean(0), atol=1e-4,
@@ -243,7 +243,7 @@ def test_sa_swa_attention_map_is_weighted_by_the_models_own_gates():
     assert set(gates) == {"sa", "swa"} and all(torch.allclose(g, torch.full((20,), 0.5, dtype=g.dtype)) for g in gates.values())
     gates = {"sa": torch.full((20,), 0.1, dtype=torch.float64), "swa": torch.full((20,), 0.3, dtype=torch.float64)}
     q, k = layer_qk(model, idx, 1)
-    perm = model.permutations(20, 0, "cpu")[1]
+    perm = model.draws(20, 0, "cpu")[1]
     maps = variant_maps(q, k, 2, ["sa", "swa", "sa_swa"], 8, perm=perm, gates=gates)
     expected = (0.1 * maps["sa"][0] + 0.3 * maps["swa"][0]) / 0.4  # by hand: a quarter SA, three quarters SWA
     torch.testing.assert_close(maps["sa_swa"][0], expected)

@@ -132,7 +132,7 @@ def test_compiled_flex_forward_serves_every_permutation_with_one_kernel(monkeypa
         drawn = set()
         with torch.no_grad():
             for stream in streams:
-                drawn.update(tuple(p.tolist()) for p in model.permutations(256, stream, "cpu"))
+                drawn.update(tuple(p.tolist()) for p in model.draws(256, stream, "cpu"))
                 torch.testing.assert_close(model(idx, perm_stream=stream), banded(idx, perm_stream=stream),
                                            atol=1e-4, rtol=0)
         return drawn

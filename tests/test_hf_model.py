@@ -11,7 +11,7 @@ from transformers.cache_utils import DynamicCache
 
 import sa_lightning
 from sa_lightning.attention import VARIANTS, AttentionSpec, get_variant, oracle
-from sa_lightning.attention.permutation import row_permutations
+from sa_lightning.attention.draws import layer_draws
 from sa_lightning.lit.cli import run
 from sa_lightning.models import ModelConfig, Transformer
 from sa_lightning.models.export import export
@@ -77,7 +77,7 @@ def test_exported_folder_gives_the_checkpoints_logits_with_the_same_sigma_and_pa
     assert isinstance(hf, SATransformerForCausalLM)
     ids, lengths, mask = _batch()
     rows = [ids[b, :n].tolist() for b, n in enumerate(lengths.tolist())]
-    perms = [row_permutations(rows, N, seed=0, layer=i) for i in range(2)] if net.uses_permutation else None
+    perms = layer_draws(net.variant, net.cfg.attention, N, range(2), seed=0, rows=rows) if net.variant.draws else None
     left, left_mask = _left(ids, lengths)
     with torch.no_grad():
         want = net(ids, perms=perms, lengths=lengths)
@@ -88,8 +88,8 @@ def test_exported_folder_gives_the_checkpoints_logits_with_the_same_sigma_and_pa
         torch.testing.assert_close(right[b, :n], want[b, :n], atol=1e-5, rtol=0)
         torch.testing.assert_close(lefts[b, N - n:], want[b, :n], atol=1e-5, rtol=0)
     torch.testing.assert_close(given[0], want[0], atol=1e-5, rtol=0)
-    if net.uses_permutation:  # the sigma matters: another draw gives other logits
-        other = [row_permutations(rows[:1], N, seed=1, layer=i) for i in range(2)]
+    if net.variant.draws:  # the sigma matters: another draw gives other logits
+        other = layer_draws(net.variant, net.cfg.attention, N, range(2), seed=1, rows=rows[:1])
         assert (hf(ids[:1], permutations=other).logits - want[:1]).abs().max() > 1e-3
 
 
@@ -101,8 +101,7 @@ def _recomputed_logits(net, ids, prompt: int, decode: str) -> torch.Tensor:
     n, spec = ids.shape[1], net.cfg.attention
     variant = get_variant(spec.variant)
     cos, sin = rope_tables(n, net.cfg.head_dim, net.cfg.rope_theta)
-    perms = [row_permutations([ids[0, :prompt].tolist()], prompt, seed=0, layer=i) for i in range(len(net.blocks))] \
-        if net.uses_permutation else [None] * len(net.blocks)
+    perms = layer_draws(net.variant, spec, prompt, range(len(net.blocks)), seed=0, rows=[ids[0, :prompt].tolist()])
     dense = oracle.full_mask(n)
     local = oracle.swa_mask(n, spec.window)
     x = net.embed(ids)
@@ -310,7 +309,7 @@ def test_export_callback_writes_the_folder_at_the_end_of_fit_and_checks_decode_b
     assert hf.config.decode == "window"
     ids = torch.randint(1, 4096, (1, 20))
     net = cli.model.net.eval()
-    perms = [row_permutations([ids[0].tolist()], 20, seed=0, layer=i) for i in range(len(net.blocks))]
+    perms = layer_draws(net.variant, net.cfg.attention, 20, range(len(net.blocks)), seed=0, rows=[ids[0].tolist()])
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, net(ids, perms=perms), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="and full has none"):

@@ -43,7 +43,8 @@ def _llama():
 
 MODELS = {"qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "llama": _llama}
 SETTINGS = {"full": {}, "swa": {"window": 16}, "sa": {"window": 16}, "sa_swa_union": {"window": 16},
-            "moba": {"block_size": 16, "top_k": 2}, "strided": {"window": 16}, "strided_swa_union": {"window": 16}}
+            "moba": {"block_size": 16, "top_k": 2}, "strided": {"window": 16}, "strided_swa_union": {"window": 16},
+            "random": {"window": 16}, "random_swa_union": {"window": 16}}
 
 
 def _ids(batch=2, n=96, seed=0):
@@ -328,14 +329,14 @@ def test_paper_sweep_configs_run_all_seven_tasks_and_opt_in_to_code_execution_in
 def _recorded_sigmas(monkeypatch):
     """Every sigma the patcher draws, per layer, as (B, n) gather indices."""
     drawn = []
-    real = patcher.row_permutations
+    real = patcher.layer_draws
 
     def record(*args, **kwargs):
-        perm = real(*args, **kwargs)
-        drawn.append(perm.clone())
-        return perm
+        perms = real(*args, **kwargs)
+        drawn.extend(p.clone() for p in perms)
+        return perms
 
-    monkeypatch.setattr(patcher, "row_permutations", record)
+    monkeypatch.setattr(patcher, "layer_draws", record)
     return drawn
 
 
@@ -380,5 +381,5 @@ def test_the_patcher_and_salm_draw_the_same_sigma_for_the_same_tokens(monkeypatc
     net = Transformer(ModelConfig(vocab_size=4096, n_layer=SIZES["num_hidden_layers"], n_head=4, d_model=32,
                                   max_seq_len=64, attention=AttentionSpec("sa", window=8)))
     salm = SALM(net, tokenizer="embedded", seed=7)
-    perms = salm._permutations([tokens[0].tolist()], 30, sample=0)
+    perms = salm._draws([tokens[0].tolist()], 30, sample=0)
     assert len(perms) == len(drawn) and all(torch.equal(p, d) for p, d in zip(perms, drawn))

@@ -9,7 +9,8 @@ from sa_lightning.attention._finite import check_finite
 from sa_lightning.attention import (AttentionSpec, get_variant, sa_swa_attention, sa_swa_union_attention,
                                     sample_permutation, sliding_window_attention, stochastic_attention)
 from sa_lightning.attention import flex, oracle
-from sa_lightning.attention.permutation import row_permutations
+from sa_lightning.attention.draws import layer_draws
+from sa_lightning.attention.variants import SA
 
 B, HQ, HKV, D, W = 2, 4, 2, 16, 16
 BLOCK, TOP_K, SINK = 16, 3, 4
@@ -224,7 +225,7 @@ def test_padded_perms_pass(entry):
     q, k, v = _qkv(96)
     lengths = torch.tensor([96, 48])
     drawn = sample_permutation(96, lengths=lengths, generator=torch.Generator().manual_seed(0))
-    by_row = row_permutations([96, 48], 96, seed=0, layer=0, mode="deterministic")
+    (by_row,) = layer_draws(SA, AttentionSpec(SA.name, window=16), 96, [0], seed=0, rows=[96, 48], mode="deterministic")
     shuffled_pad = drawn.clone()
     shuffled_pad[1, 48:] = shuffled_pad[1, 48:].flip(0)  # the padding's own order is free: it is never read
     for perm in (drawn, by_row, shuffled_pad):

@@ -63,14 +63,14 @@ def test_every_variant_is_causal_in_original_positions(variant):
 
 def test_permutations_are_seeded_per_step_and_fixed_mode_keeps_them():
     model = Transformer(_cfg("sa", seed=7))
-    first, again, other = model.permutations(48, 5, "cpu"), model.permutations(48, 5, "cpu"), model.permutations(48, 6, "cpu")
+    first, again, other = model.draws(48, 5, "cpu"), model.draws(48, 5, "cpu"), model.draws(48, 6, "cpu")
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not torch.equal(first[0], other[0])
     assert not torch.equal(first[0], first[1])  # one independent permutation per layer
-    assert not torch.equal(first[0], Transformer(_cfg("sa", seed=8)).permutations(48, 5, "cpu")[0])
+    assert not torch.equal(first[0], Transformer(_cfg("sa", seed=8)).draws(48, 5, "cpu")[0])
     fixed = Transformer(_cfg("sa", seed=7, permutation="fixed"))
-    assert torch.equal(fixed.permutations(48, 5, "cpu")[0], fixed.permutations(48, 6, "cpu")[0])
-    assert Transformer(_cfg("swa")).permutations(48, 5, "cpu") == [None, None]
+    assert torch.equal(fixed.draws(48, 5, "cpu")[0], fixed.draws(48, 6, "cpu")[0])
+    assert Transformer(_cfg("swa")).draws(48, 5, "cpu") == [None, None]
 
 
 def test_single_path_checkpoints_load_across_variants():

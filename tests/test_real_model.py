@@ -139,7 +139,8 @@ def test_the_patchers_budget_counts_every_layers_mask(llama):
     """Closed forms for full, SWA and MoBA; SA and SA+SWA on a padded batch against the oracle's masks for the
     very permutations the patcher drew (deterministic mode, so the test can draw them again)."""
     from sa_lightning.attention.oracle import sa_mask, sa_swa_union_mask
-    from sa_lightning.attention.permutation import row_permutations
+    from sa_lightning.attention.draws import layer_draws
+    from sa_lightning.attention.variants import SA
 
     ids = torch.randint(0, 500, (1, 100), generator=torch.Generator().manual_seed(0))
     layers = llama.config.num_hidden_layers
@@ -162,7 +163,8 @@ def test_the_patchers_budget_counts_every_layers_mask(llama):
             llama(ids, attention_mask=mask)
         expect = 0
         for layer in range(layers):
-            perm = row_permutations(lengths.tolist(), 100, seed=3, layer=layer, mode="deterministic")
+            (perm,) = layer_draws(SA, patcher.PatchSpec(mode, 16), 100, [layer], seed=3, rows=lengths.tolist(),
+                                  mode="deterministic")
             m = oracle(perm, 16, 2, lengths)[:, 0]  # (B, n, n)
             expect += int((m & mask.bool().view(2, 1, 100) & mask.bool().view(2, 100, 1)).sum())
         assert counted == {"keys": expect, "queries": layers * 161}, mode

@@ -90,8 +90,8 @@ def test_two_process_ddp_on_cpu_gives_ranks_disjoint_data_and_evaluates_on_rank_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--model.arch.attention.variant", "sax"], "error: unknown attention variant 'sax'; choose one of full, swa, sa, sa_swa, moba, sa_swa_union, strided, "
-                                                     "strided_swa_union, strided_swa. Did you mean"),
+    (["--model.arch.attention.variant", "sax"], f"error: unknown attention variant 'sax'; choose one of "
+                                                     f"{', '.join(VARIANTS)}. Did you mean"),
     (["--model.arch.n_head", "3"], "error: model d_model=128 must be divisible by n_head=3."),
     (["--model.arch.attention.window", "0"], "error: window must be"),
     (["--data.train", '{"kind": "files", "paths": ["/no/such/dir/*.txt"]}'], "error: data path '/no/such/dir/*.txt' matches no file."),

@@ -11,7 +11,8 @@ import matplotlib.lines
 import pytest
 import torch
 
-from sa_lightning.attention import VARIANTS, AttentionSpec, get_variant, oracle, sample_permutation, variant_names
+from sa_lightning.attention import VARIANTS, AttentionSpec, get_variant, oracle, variant_names
+from sa_lightning.attention.draws import layer_draws
 from sa_lightning.attention.sinks import keys_attended
 
 #: one row per registered variant: the knobs its checks run with
@@ -25,6 +26,9 @@ ROWS = {
     "strided": dict(window=16),
     "strided_swa": dict(window=16),
     "strided_swa_union": dict(window=16),
+    "random": dict(window=16),
+    "random_swa": dict(window=16),
+    "random_swa_union": dict(window=16),
 }
 CPU_BACKENDS = ("banded", "dense", "flex")  # flex: its eager forward (FlexAttention has no CPU backward)
 
@@ -56,7 +60,8 @@ def test_every_variant_matches_its_oracle_on_every_backend_it_claims(name, backe
     for t in (q, k, v):
         t.requires_grad_(grad)
     lengths = torch.tensor([n, n - 13]) if padded else None  # rows of their own length: valid tokens first
-    perm = sample_permutation(n, batch=2, generator=g, lengths=lengths) if variant.uses_permutation else None
+    # one draw per row (a padded batch keeps each row's padding in place)
+    perm = variant.draw(spec, n, lengths if padded else torch.tensor([n, n]), g) if variant.draws else None
     outs = variant(q, k, v, spec, perm, lengths)
     masks = variant.oracle_masks(spec, q, k, perm, lengths)
     valid = torch.ones(2, 1, n, 1) if lengths is None else (torch.arange(n) < lengths.view(2, 1)).view(2, 1, n, 1)
@@ -77,8 +82,7 @@ def test_every_variant_counts_the_keys_its_oracle_mask_holds(name):
     variant = get_variant(name)
     spec = AttentionSpec(name, **ROWS[name])
     n, lengths = 96, torch.tensor([96, 61])
-    perm = sample_permutation(n, lengths=lengths, generator=torch.Generator().manual_seed(1)) \
-        if variant.uses_permutation else None
+    (perm,) = layer_draws(variant, spec, n, [0], seed=1, lengths=lengths)
     q, k = torch.randn(2, 1, n, 8), torch.randn(2, 1, n, 8)
     keys, queries = keys_attended(variant, spec, n, perm=perm, lengths=lengths)
     valid = torch.arange(n).view(1, n) < lengths.view(2, 1)

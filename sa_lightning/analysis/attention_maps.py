@@ -47,7 +47,7 @@ def _inputs_of(module: torch.nn.Module, model: Transformer, idx: torch.Tensor) -
     handle = module.register_forward_pre_hook(grab)
     try:
         with torch.no_grad():
-            model.features(idx, perms=model.permutations(idx.shape[1], 0, idx.device))
+            model.features(idx, perms=model.draws(idx.shape[1], 0, idx.device))
     except _Stop:
         pass
     finally:
@@ -162,7 +162,7 @@ def attention_maps(model: Transformer, tokenizer, *, text: str | None = None, to
     idx = torch.tensor([ids], device=device)
     q, k = layer_qk(model.eval(), idx, layer)
     gates = layer_gates(model, idx, layer, head)
-    own = model.permutations(len(ids), 0, device)[layer]
+    own = model.draws(len(ids), 0, device)[layer]
     maps = variant_maps(q.cpu(), k.cpu(), head, list(variants), window, block_size=max(1, window // 2),
                         top_k=2, seed=seed, layer=layer, perm=own, gates=gates)
     labels = [tokenizer.decode([t]).replace("\n", "\\n") for t in ids]

@@ -63,7 +63,7 @@ def held_out_sequences(tokenizer, tokens: int, count: int, text: str | None = No
 def path_reach(model, n: int, layer: int) -> dict[str, torch.Tensor]:
     """Per path, the farthest key distance each query may read in ``layer``, with the model's own SA
     permutation (stream 0, as ``layer_gates`` runs the model)."""
-    perm = model.permutations(n, 0, "cpu")[layer]
+    perm = model.draws(n, 0, "cpu")[layer]
     spec = AttentionSpec(SA_SWA.name, window=model.cfg.attention.window)
     distance = (torch.arange(n).view(-1, 1) - torch.arange(n).view(1, -1)).double()
     reach = {}
@@ -76,7 +76,7 @@ def path_reach(model, n: int, layer: int) -> dict[str, torch.Tensor]:
 def read_distance(model, idx: torch.Tensor, layer: int, q: torch.Tensor, k: torch.Tensor, head: int) -> dict:
     """Per path, each query's attention-weighted mean key distance in ``head``, (n,)."""
     n = idx.shape[1]
-    perm = model.permutations(n, 0, "cpu")[layer]
+    perm = model.draws(n, 0, "cpu")[layer]
     maps = variant_maps(q.cpu(), k.cpu(), head, list(PATHS), model.cfg.attention.window, perm=perm)
     distance = (torch.arange(n).view(-1, 1) - torch.arange(n).view(1, -1)).double()
     return {path: (maps[path][0] * distance).sum(1) for path in PATHS}

@@ -29,7 +29,7 @@ class LayerSampler:
             raise ValueError(f"{variant} has no pattern fixed before the scores (its blocks are picked by content); "
                              f"the mechanism tools take {', '.join(PATTERNED)}.")
         self.variant, self.n, self.window, self.convention = variant, n, window, convention
-        self.permuted = get_variant(variant).uses_permutation
+        self.drawn = get_variant(variant).draws
         idx = torch.arange(n)
         # Appendix A's circular window, in token space; SA applies it in slot space.
         self.local = masks.circular_distance(idx.view(-1, 1), idx.view(1, -1), n) <= masks.sa_half_width(window)
@@ -38,6 +38,9 @@ class LayerSampler:
         variant = get_variant(self.variant)
         if not variant.sparse:
             return torch.ones(self.n, self.n, dtype=torch.bool)
+        if variant.draws and not variant.uses_permutation:  # drawn keys (the random control), read both ways
+            own = masks.dense(variant.mask(AttentionSpec(self.variant, window=self.window), self.n, perm), self.n)[0, 0]
+            return own | own.T
         if not variant.uses_permutation:
             return self.local
         slot = invert_permutation(perm)
@@ -45,12 +48,12 @@ class LayerSampler:
         return shuffled | self.local if variant.local_paths else shuffled  # SA+SWA: both windows
 
     def draw(self, generator: torch.Generator) -> torch.Tensor:
-        perm = sample_permutation(self.n, generator=generator) if self.permuted else None
+        spec = AttentionSpec(self.variant, window=self.window)
+        perm = get_variant(self.variant).draw(spec, self.n, None, generator) if self.drawn else None
         if self.convention == "theory":
             return self._theory(perm)
         if not get_variant(self.variant).sparse:
             return torch.ones(self.n, self.n, dtype=torch.bool).tril()
-        spec = AttentionSpec(self.variant, window=self.window)
         return masks.dense(get_variant(self.variant).mask(spec, self.n, perm), self.n)[0, 0]
 
 
@@ -65,7 +68,7 @@ def coverage_curve(variant: str, n: int, window: int, depth: int, *, trials: int
     sampler = LayerSampler(variant, n, window, convention)
     gen = torch.Generator().manual_seed(seed)
     curve = torch.zeros(depth + 1, dtype=torch.float64)
-    if not get_variant(variant).uses_permutation:
+    if not get_variant(variant).draws:
         trials = 1  # a fixed pattern: one pass is exact for the sampled tokens
     for _ in range(trials):
         tokens = torch.randperm(n, generator=gen)[:sources]

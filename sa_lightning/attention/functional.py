@@ -44,14 +44,15 @@ def _permutation_args(perm, inv, generator, lengths, B: int, n: int, device, val
     return perm, inv, lengths
 
 
-def checked_inputs(perm, lengths, batch: int, n: int, device):
-    """(perm, lengths) checked once at a model's public boundary (values included: host syncs), so that its
-    layers can run the kernels with ``validate=False``. ``perm`` may be None (a variant that does not permute)."""
+def checked_inputs(variant, draws, lengths, batch: int, n: int, device):
+    """(draws, lengths) checked once at a model's public boundary (values included: host syncs), so that its
+    layers can run the kernels with ``validate=False``. ``draws`` holds one draw per layer (None for a layer
+    that draws nothing), each checked by the variant's ``check_draw``; ``draws`` itself may be None."""
     lengths = check_lengths(lengths, batch, n, device)
-    if perm is not None:
-        perm = check_perm(perm, batch, n, device)
-        check_padded_perm(perm, lengths)
-    return perm, lengths
+    if draws is not None:
+        draws = [d if d is None or variant.check_draw is None else variant.check_draw(d, batch, n, device, lengths)
+                 for d in draws]
+    return draws, lengths
 
 
 def full_attention(q, k, v, *, scale=None):

@@ -94,6 +94,21 @@ def strided(window: int, n: int, lengths: torch.Tensor | None = None) -> MaskMod
     return mask
 
 
+def random_keys(table: torch.Tensor) -> MaskMod:
+    """The random-keys control from its drawn key table, (n, K) or (B, n, K) with -1 for no key: query i reads
+    itself and the keys of its row. Scattered once into a (1 or B, n, n) grid (the dense paths' use)."""
+    table = table if table.dim() == 3 else table.unsqueeze(0)
+    rows, n, _ = table.shape
+    grid = torch.zeros(rows, n, n + 1, dtype=torch.bool, device=table.device)
+    grid.scatter_(2, torch.where(table < 0, n, table), True)  # -1 lands in a spare last column
+    grid = grid[..., :n] | torch.eye(n, dtype=torch.bool, device=table.device)
+
+    def mask(b, h, q_idx, kv_idx):
+        return grid[b if rows > 1 else torch.zeros_like(b), q_idx, kv_idx]
+
+    return mask
+
+
 def moba(selected: torch.Tensor, block_size: int) -> MaskMod:
     """MoBA: j <= i and block(j) is i's own block or one of i's selected past blocks.
 

@@ -83,6 +83,26 @@ def strided_swa_union_mask(n: int, window: int, batch: int, lengths: torch.Tenso
     return strided_mask(n, window, batch, lengths, device) | swa_mask(n, window, device)
 
 
+def random_mask(table: torch.Tensor, batch: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, 1, n, n): query i reads itself and each key its row of the drawn table names (-1: none); written
+    out entry by entry, independently of ``masks.random_keys``."""
+    table = table if table.dim() == 3 else table.unsqueeze(0).expand(batch, -1, -1)
+    n = table.shape[1]
+    out = torch.zeros(batch, 1, n, n, dtype=torch.bool)
+    for b, rows in enumerate(table.cpu().tolist()):
+        for i, keys in enumerate(rows):
+            out[b, 0, i, i] = True
+            for j in keys:
+                if j >= 0:
+                    out[b, 0, i, j] = True
+    return out.to(table.device)
+
+
+def random_swa_union_mask(table: torch.Tensor, window: int, batch: int, lengths=None) -> torch.Tensor:
+    """The random keys or SWA's window (one softmax over both key sets)."""
+    return random_mask(table, batch, lengths) | swa_mask(table.shape[-2], window, table.device)
+
+
 def moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:
     """(B, Hq, n, nblk) bool: the past blocks each query selects, gated in float64."""
     B, Hq, n, d = q.shape

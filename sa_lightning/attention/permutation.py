@@ -6,16 +6,7 @@ permutation serves every head of a layer.
 """
 from __future__ import annotations
 
-import hashlib
-from typing import Sequence
-
 import torch
-
-#: how evaluation and training-free inference draw sigma (paper §3.3): ``stochastic`` (the default, as in
-#: the paper) draws each input's own sigma from (seed, layer, the row's tokens); ``deterministic`` fixes one
-#: sigma per (seed, layer, length), shared by every input of that length.
-SA_MODES = ("stochastic", "deterministic")
-
 
 def sample_permutation(
     n: int,
@@ -79,37 +70,3 @@ def layer_generator(seed: int, layer: int, device: torch.device | str = "cpu") -
     gen = torch.Generator(device=device)
     gen.manual_seed((int(seed) * 1_000_003 + int(layer) * 7919) % (2**63 - 1))
     return gen
-
-
-def row_key(tokens: Sequence[int], sample: int = 0) -> tuple:
-    """What identifies an input for its stochastic sigma: its token ids (only its own, never padding) and
-    the draw index ``sample`` (``eval_samples`` averages several draws)."""
-    return (int(sample), hashlib.blake2b(str([int(t) for t in tokens]).encode("ascii"), digest_size=16).digest())
-
-
-def _row_seed(*parts) -> int:
-    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little") >> 2
-
-
-def row_permutations(rows: Sequence[Sequence[int]] | Sequence[int], n: int, *, seed: int, layer: int,
-                     mode: str = "stochastic", sample: int = 0, keys: Sequence[tuple] | None = None,
-                     device: torch.device | str | None = None) -> torch.Tensor:
-    """The one way evaluation (``SALM``) and the Hugging Face patcher draw sigma: a (B, n) gather index,
-    row b permuting its first len(row) slots (padding keeps its place).
-
-    ``rows`` holds each row's tokens (stochastic) or, in deterministic mode, may hold just the lengths.
-    ``keys`` (from ``row_key``) can be given instead of hashing the tokens again for every layer. A row's
-    draw depends only on (seed, layer, its own tokens or length): a rerun reproduces it, and neither the
-    batch it sits in nor its padding changes it.
-    """
-    if mode not in SA_MODES:
-        raise ValueError(f"sa_mode must be one of {', '.join(SA_MODES)}, got {mode!r}.")
-    lengths = [r if isinstance(r, int) else len(r) for r in rows]
-    if mode == "deterministic":
-        identity = lengths
-    else:
-        if any(isinstance(r, int) for r in rows) and keys is None:
-            raise ValueError("stochastic sigma needs each row's tokens (or their row_key), not only lengths.")
-        identity = list(keys) if keys is not None else [row_key(r, sample) for r in rows]
-    generators = [torch.Generator().manual_seed(_row_seed(int(seed), int(layer), key)) for key in identity]
-    return prefix_permutations(lengths, n, generators, device)

@@ -48,8 +48,9 @@ class AttentionSpec:
 
 @dataclass(frozen=True)
 class Call:
-    """One attention call, checked: what a kernel reads. ``perm`` is the gather index (n,) or (B, n) of the
-    variants that permute (slot s holds token perm[s]), ``inv`` its inverse when known; ``lengths`` (B,) marks
+    """One attention call, checked: what a kernel reads. ``perm`` is the layer's draw (``Variant.draw``): the
+    gather index (n,) or (B, n) of the variants that permute (slot s holds token perm[s]), the random control's
+    key table; ``inv`` σ's inverse when known; ``lengths`` (B,) marks
     right padding (row b's valid tokens come first); ``backend`` is resolved (never ``auto``). ``validate``
     False: ``perm`` and ``lengths`` are valid by construction, and their values are not read back (no host
     sync; the model's layers)."""
@@ -85,6 +86,10 @@ MaskBuilder = Callable[[AttentionSpec, int, "torch.Tensor | None", "torch.Tensor
 KeyCount = Callable[[AttentionSpec, int, "torch.Tensor | None"], int]
 #: computed(spec, n) -> keys per query that the kernel computes at length n, paths summed
 KeyCost = Callable[[AttentionSpec, int], float]
+#: draw(spec, n, lengths, generator or [generator per row], device) -> the layer's draw
+Drawer = Callable[..., torch.Tensor]
+#: check_draw(draw, batch, n, device, lengths) -> the draw, checked (values included)
+DrawCheck = Callable[..., torch.Tensor]
 #: oracle_mask(spec, q, k, perm, lengths) -> the float64 oracle's own bool mask, (1 or B, 1 or Hq, n, n), built by
 #: ``attention.oracle`` independently of the kernels and of ``mask`` (the tests' single source of truth)
 OracleMask = Callable[..., torch.Tensor]
@@ -111,6 +116,15 @@ class Variant:
     mask: MaskBuilder | None = field(default=None, repr=False)
     #: one oracle mask per path (a gated variant's paths are variants: the registry has theirs)
     oracle_mask: OracleMask | None = field(default=None, repr=False)
+    #: draw(spec, n, lengths, generator, device) -> the tensor it draws per layer (σ's gather index, the random
+    #: control's key table), from one generator for the batch or a list of one per row; None: it draws nothing.
+    #: Callers go through ``attention.draws.layer_draws``, never this directly.
+    draw: Drawer | None = field(default=None, repr=False)
+    #: check_draw(draw, batch, n, device, lengths) -> a caller's draw, checked once at a model's boundary
+    check_draw: DrawCheck | None = field(default=None, repr=False)
+    #: the dims of one row's draw: 1 for σ (n,), 2 for a key table (n, K); a batch adds one in front
+    draw_ndim: int = 1
+    #: its draw is a permutation, and its paths read slots (σ's band)
     uses_permutation: bool = False
     #: False for full attention, which reads every earlier key (a patched model keeps its own kernel for it)
     sparse: bool = True
@@ -130,6 +144,17 @@ class Variant:
 
     def __post_init__(self):
         object.__setattr__(self, "title", self.title or self.label)
+
+    @property
+    def draws(self) -> bool:
+        """It draws a random tensor per layer (per training step, or per input in evaluation)."""
+        return self.draw is not None
+
+    def draw_row(self, draw: torch.Tensor | None, b: int) -> torch.Tensor | None:
+        """Row b's draw from a shared (unbatched) or per-row one."""
+        if draw is None:
+            return None
+        return draw[b if draw.shape[0] > 1 else 0] if draw.dim() > self.draw_ndim else draw
 
     @property
     def takes_sink(self) -> bool:

@@ -44,7 +44,7 @@ def attend_with_sinks(variant, call):
         perm, inv, lengths = _permutation_args(call.perm, call.inv, None, call.lengths, B, n, q.device,
                                                  call.validate)
     else:
-        perm, inv, lengths = None, None, check_lengths(call.lengths, B, n, q.device, values=call.validate)
+        perm, inv, lengths = call.perm, None, check_lengths(call.lengths, B, n, q.device, values=call.validate)
     call = replace(call, perm=perm, inv=inv, lengths=lengths)
     return guard_nonfinite(lambda q, k, v: _with_sinks(variant, replace(call, q=q, k=k, v=v)), call.q, call.k, call.v)
 
@@ -77,13 +77,12 @@ def causal_keys(length: int, window: int | None = None) -> int:
 def keys_attended(variant, spec, n: int, *, perm: torch.Tensor | None = None, lengths: torch.Tensor | None = None,
                   batch: int = 1) -> tuple[int, int]:
     """(keys attended, queries) summed over the valid queries of a (batch, n) input, counted from
-    ``variant``'s mask (a ``Variant``; ``perm`` for the variants that permute), sinks (``spec.sink``) added
+    ``variant``'s mask (a ``Variant``; ``perm`` its draw, for the variants that draw), sinks (``spec.sink``) added
     where the variant's own mask does not already hold them."""
     rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]
-    pos = None if perm is None else (perm if perm.dim() == 2 else perm.unsqueeze(0))
     keys = 0
     for b, length in enumerate(rows):
-        row = None if pos is None else pos[b if pos.shape[0] > 1 else 0]
+        row = variant.draw_row(perm, b)
         keys += variant.keys_attended_row(spec, length, row)
         if spec.sink > 0 and variant.takes_sink:
             keys += _extra_sink_keys(variant, spec, row, length)
@@ -94,9 +93,9 @@ def _extra_sink_keys(variant, spec, row: torch.Tensor | None, length: int) -> in
     """Sink keys (j < sink, j <= i) that the variant's own mask does not already hold, over one row."""
     s = min(spec.sink, length)
     device = None if row is None else row.device
-    n = length if row is None else row.shape[-1]
+    n = length if row is None else row.shape[0]
     lengths = None if row is None else torch.tensor([length], device=device)
-    mask = variant.mask(spec, n, None if row is None else row.view(1, -1), lengths)
+    mask = variant.mask(spec, n, None if row is None else row.unsqueeze(0), lengths)
     qi = torch.arange(length, device=device).view(1, 1, -1, 1)
     kj = torch.arange(s, device=device).view(1, 1, 1, -1)
     zero = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)

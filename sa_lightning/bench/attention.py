@@ -62,8 +62,8 @@ _DENSE_LIVE = 4
 
 
 class Case:
-    """One (variant, n) cell: fixed inputs and, for SA, a fresh (sigma, sigma^-1) pair per call, as in
-    training, drawn ahead of time by ``draw``."""
+    """One (variant, n) cell: fixed inputs and, for a variant that draws (SA's sigma, with its inverse; the
+    random control's key table), a fresh draw per call, as in training, made ahead of time by ``draw``."""
 
     def __init__(self, variant: str, n: int, args, device, dtype):
         self.variant, self.n, self.device = variant, n, device
@@ -84,16 +84,16 @@ class Case:
         self.pairs: list[tuple] = []
 
     def draw(self, calls: int) -> None:
-        """Precompute (sigma, sigma^-1) on the device for the next ``calls`` calls, outside any timing."""
-        if self.fn.uses_permutation:
-            perms = [sample_permutation(self.n, generator=self.gen, device=self.device) for _ in range(calls)]
-            self.pairs = [(p, invert_permutation(p)) for p in perms]
+        """Precompute the draws on the device for the next ``calls`` calls, outside any timing."""
+        if self.fn.draws:
+            draws = [self.fn.draw(self.spec, self.n, None, self.gen, self.device) for _ in range(calls)]
+            self.pairs = [(p, invert_permutation(p) if self.fn.uses_permutation else None) for p in draws]
             sync(self.device)
 
     def __call__(self):
         perm, inv = self.pairs.pop() if self.pairs else (None, None)
-        if self.fn.uses_permutation and perm is None:
-            raise RuntimeError("Case.draw() must precompute the permutations before the case is called.")
+        if self.fn.draws and perm is None:
+            raise RuntimeError("Case.draw() must precompute the draws before the case is called.")
         with torch.set_grad_enabled(self.backward):
             outs = self.fn(self.q, self.k, self.v, self.spec, perm, None, inv)
             if self.backward:

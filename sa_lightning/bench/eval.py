@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"offline tasks, all documents: {seconds:.1f}s", flush=True)
         lines += [f"offline tasks (all documents, eval_samples=1): **{seconds:.1f} s**", "",
                   "```", json.dumps(results, indent=1), "```", ""]
-    if model.uses_permutation:
+    if model.variant.draws:
         rows = noise(model, tokenizer, args.samples, args.seeds, args.requests, args.batch_size)
         lines += [f"permutation noise over {args.seeds} seeds, {args.requests} last-word requests:", "",
                   *head(["eval_samples K", "request ll std", "×K=1", "1/√K", "mean ll std", "acc std", "mean ll"])]

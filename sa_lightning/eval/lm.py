@@ -22,7 +22,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from ..attention.permutation import SA_MODES, row_key, row_permutations
+from ..attention.draws import SA_MODES, layer_draws, row_key
 from ..models import Transformer
 
 
@@ -64,7 +64,7 @@ class SALM(TemplateLM):
         if device is not None:
             self.model.to(device)
         self.batch_size = int(batch_size) if str(batch_size) != "auto" else 16
-        self.eval_samples = int(eval_samples) if model.uses_permutation else 1
+        self.eval_samples = int(eval_samples) if model.variant.draws else 1
         self.sa_mode, self.seed = sa_mode, int(seed)
         self.max_length = int(max_length or model.cfg.max_seq_len)
         self.max_gen_toks = int(max_gen_toks)
@@ -86,13 +86,14 @@ class SALM(TemplateLM):
         return self.tokenizer.decode(tokens)
 
     # ---- the forward pass ----------------------------------------------------------------------
-    def _permutations(self, rows: list[list[int]], n: int, sample: int) -> list[torch.Tensor] | None:
-        """Per layer, a (B, n) gather index that permutes each row's valid tokens and keeps its padding."""
-        if not self.model.uses_permutation:
+    def _draws(self, rows: list[list[int]], n: int, sample: int) -> list[torch.Tensor] | None:
+        """Per layer, the draw (σ, a key table) of each row's own valid tokens, its padding kept in place."""
+        net = self.model
+        if not net.variant.draws:
             return None
         keys = [row_key(row, sample) for row in rows] if self.sa_mode == "stochastic" else None
-        return [row_permutations(rows, n, seed=self.seed, layer=layer, mode=self.sa_mode, keys=keys, device=self.device)
-                for layer in range(len(self.model.blocks))]
+        return layer_draws(net.variant, net.cfg.attention, n, range(len(net.blocks)), seed=self.seed, rows=rows,
+                           mode=self.sa_mode, keys=keys, device=self.device)
 
     @torch.no_grad()
     def span_log_probs(self, rows: list[list[int]], spans: list[tuple[int, int]]) -> list[torch.Tensor]:
@@ -108,7 +109,7 @@ class SALM(TemplateLM):
         totals: list[torch.Tensor] = []
         for sample in range(self.eval_samples):
             # perm_stream reaches backbones that draw their own per-row permutations (the HF backbone)
-            hidden = self.model.features(idx, perms=self._permutations(rows, n, sample), lengths=lengths,
+            hidden = self.model.features(idx, perms=self._draws(rows, n, sample), lengths=lengths,
                                          perm_stream=-1 - (self.seed * 1009 + sample))
             for b, (start, end) in enumerate(spans):
                 lp = torch.log_softmax(self.model.lm_head(hidden[b, start:end]).float(), dim=-1)

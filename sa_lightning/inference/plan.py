@@ -55,7 +55,7 @@ class SweepConfig:
     sinks: list[int] = field(default_factory=lambda: [0])
     seeds: list[int] = field(default_factory=lambda: [0])
     #: the modes that run every seed: the ones that draw σ
-    seed_modes: list[str] = field(default_factory=lambda: list(variant_names(uses_permutation=True, gated=False)))
+    seed_modes: list[str] = field(default_factory=lambda: list(variant_names(draws=True, gated=False)))
     sa_mode: str = "stochastic"
     limit: float | None = None
     task_limits: dict[str, float] | None = None
@@ -101,7 +101,7 @@ class Cell:
 
     @property
     def key(self) -> str:
-        fixed = "_det" if self.spec.sa_mode == "deterministic" and self.spec.uses_permutation else ""
+        fixed = "_det" if self.spec.sa_mode == "deterministic" and self.spec.draws else ""
         sink = f"_k{self.sink}" if self.sink else ""  # sink 0 keeps the names cells had before sinks existed
         return f"{self.mode}_w{self.w_eff or 'all'}{sink}_s{self.seed}{fixed}_{self.task}"
 

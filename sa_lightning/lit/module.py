@@ -117,7 +117,7 @@ class LitLM(L.LightningModule):
         ``samples`` > 1 SA permutation draws the log of their averaged probabilities (draw s uses stream
         ``stream * samples - s``, so no two batches or draws share one). Models without SA run once."""
         samples = self.hparams.eval_samples if samples is None else samples
-        if samples == 1 or not self.net.uses_permutation:
+        if samples == 1 or not self.net.variant.draws:
             return self(inputs, stream)
         total = None
         for s in range(samples):

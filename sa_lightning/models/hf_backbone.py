@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..attention import get_variant
+from ..attention.draws import stream_seed
 from .config import ModelConfig
 
 
@@ -41,7 +43,7 @@ class HFBackbone(nn.Module):
         self.spec = PatchSpec(**asdict(cfg.attention), seed=cfg.seed,
                               sa_mode="deterministic" if cfg.permutation == "fixed" else "stochastic")
         patch(self.hf, self.spec)
-        self.uses_permutation = self.spec.uses_permutation
+        self.variant = get_variant(self.spec.variant)
 
     @staticmethod
     def _pretrained(cfg: ModelConfig):
@@ -78,10 +80,8 @@ class HFBackbone(nn.Module):
     def _reseed(self, stream: int | None) -> None:
         """Stochastic mode: fresh permutations per training step (the patcher keys them by seed and layer)."""
         from .patcher import set_seed
-        from .transformer import _stream_seed
-
-        if self.uses_permutation and self.cfg.permutation == "stochastic" and stream is not None:
-            set_seed(self.hf, _stream_seed(self.cfg.seed, stream))
+        if self.variant.draws and self.cfg.permutation == "stochastic" and stream is not None:
+            set_seed(self.hf, stream_seed(self.cfg.seed, stream))
 
     def features(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
                  lengths: torch.Tensor | None = None) -> torch.Tensor:

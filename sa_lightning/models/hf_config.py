@@ -8,7 +8,7 @@ from dataclasses import asdict
 from transformers import PreTrainedConfig
 
 from ..attention import VARIANTS, AttentionSpec, get_variant
-from ..attention.permutation import SA_MODES
+from ..attention.draws import SA_MODES
 from .config import ModelConfig
 
 MODEL_TYPE = "sa_transformer"

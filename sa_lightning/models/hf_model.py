@@ -30,7 +30,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ..attention.permutation import row_permutations
+from ..attention.draws import layer_draws
 from .hf_cache import CACHE
 from .hf_config import SATransformerConfig
 from .transformer import Transformer, _attend, rope_tables
@@ -66,13 +66,13 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
         return self.model.lm_head
 
     # ---- sigma and padding ---------------------------------------------------------------------
-    def permutations(self, rows: list[list[int]], n: int) -> list[torch.Tensor] | None:
-        """Per layer, a (B, n) gather index for right-padded ``rows``, as ``SALM`` draws it."""
-        if not self.model.uses_permutation:
+    def draws(self, rows: list[list[int]], n: int) -> list[torch.Tensor] | None:
+        """Per layer, the draw (σ, a key table) for right-padded ``rows``, as ``SALM`` draws it."""
+        if not self.model.variant.draws:
             return None
-        cfg = self.config
-        return [row_permutations(rows, n, seed=cfg.sa_seed, layer=layer, mode=cfg.sa_mode, device=self.device)
-                for layer in range(len(self.model.blocks))]
+        cfg, net = self.config, self.model
+        return layer_draws(net.variant, net.cfg.attention, n, range(len(net.blocks)), seed=cfg.sa_seed,
+                           rows=rows, mode=cfg.sa_mode, device=self.device)
 
     @staticmethod
     def _shifts(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -142,7 +142,7 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
         padded = bool((lengths < n).any())
         if permutations is None:
             rows = [idx[b, :int(lengths[b])].tolist() for b in range(B)]
-            permutations = self.permutations(rows, n) or [None] * len(net.blocks)
+            permutations = self.draws(rows, n) or [None] * len(net.blocks)
         cos, sin = rope_tables(n, net.cfg.head_dim, net.cfg.rope_theta, device=idx.device)
         x = net.embed(idx)
         back = (torch.arange(n, device=idx.device)[None, :] - shift[:, None]) % n

@@ -13,8 +13,8 @@ padding mask (B, kv_len) instead of an n x n one.
 - RoPE has already been applied by the model on its own positions; GQA heads go to the kernels
   unrepeated (query head h reads kv head h // num_key_value_groups).
 - SA is stochastic by default, as in the paper (§3.3): each row draws its own sigma per layer from
-  (seed, layer, the row's own tokens), through ``attention.permutation.row_permutations``, the same
-  function ``SALM`` uses. A forward pre-hook on the base model reads ``input_ids`` and the padding mask
+  (seed, layer, the row's own tokens), through ``attention.draws.layer_draws``, the same
+  function ``SALM`` and the model use (the random control draws its key table the same way). A forward pre-hook on the base model reads ``input_ids`` and the padding mask
   once per forward; a rerun reproduces every sigma, and batching or padding never changes it.
   ``sa_mode="deterministic"`` fixes one sigma per (seed, layer, length) instead.
 - ``sink=k`` (beyond the paper; 0 by default) also shows every query the first k tokens of its row in the
@@ -46,7 +46,8 @@ import torch.nn.functional as F
 
 from ..attention import AttentionSpec, get_variant, variant_names
 from ..attention.variants import SA
-from ..attention.permutation import SA_MODES, gather_tokens, invert_permutation, row_key, row_permutations
+from ..attention.draws import SA_MODES, layer_draws, row_key
+from ..attention.permutation import gather_tokens, invert_permutation
 
 NAME = "sa_lightning"
 #: the attribute that holds a patched model's ``_Patched`` state, on the model and on each of its submodules
@@ -107,8 +108,9 @@ class PatchSpec(AttentionSpec):
         return get_variant(self.variant).effective_window(self)
 
     @property
-    def uses_permutation(self) -> bool:
-        return get_variant(self.variant).uses_permutation
+    def draws(self) -> bool:
+        """Its variant draws per layer and input (σ, a key table)."""
+        return get_variant(self.variant).draws
 
 
 @dataclass
@@ -186,13 +188,13 @@ def _prefill(spec: PatchSpec, layer: int, q, k, v, valid, scale, keys: list[tupl
         q = q * (scale * math.sqrt(d))
     variant = get_variant(spec.variant)
     perm = None
-    if variant.uses_permutation:
+    if variant.draws:
         rows = lengths.tolist() if lengths is not None else [n] * B
         if spec.sa_mode == "stochastic" and (keys is None or len(keys) != B):
-            raise RuntimeError("stochastic SA found no token keys for this batch: the patched model's base model "
-                               "must be called with input_ids or inputs_embeds (its pre-hook reads them).")
-        perm = row_permutations(rows, n, seed=spec.seed, layer=layer, mode=spec.sa_mode,
-                                keys=keys if spec.sa_mode == "stochastic" else None, device=q.device)
+            raise RuntimeError(f"stochastic {variant.label} found no token keys for this batch: the patched model's "
+                               "base model must be called with input_ids or inputs_embeds (its pre-hook reads them).")
+        (perm,) = layer_draws(variant, spec, n, [layer], seed=spec.seed, rows=rows, mode=spec.sa_mode,
+                              keys=keys if spec.sa_mode == "stochastic" else None, device=q.device)
     (y,) = variant(q, k, v, spec, perm, lengths)
     _count(spec, n, perm, lengths, B)
     if order is not None:
@@ -226,7 +228,7 @@ def _keys_hook(state: _Patched, module, args, kwargs):
     """Forward pre-hook of the patched model's base model: every row's ``row_key`` from its own tokens
     (the positions its padding mask keeps, in order), so sigma never depends on padding or batch."""
     spec = state.spec
-    if not spec.uses_permutation or spec.sa_mode != "stochastic":
+    if not spec.draws or spec.sa_mode != "stochastic":
         return None  # no sigma, or one per length: nothing to hash on this forward
     ids = kwargs.get("input_ids", args[0] if args else None)
     embeds = kwargs.get("inputs_embeds")

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import GatedPaths, get_variant, layer_generator, sample_permutation
+from ..attention import GatedPaths, get_variant
+from ..attention.draws import layer_draws, stream_seed
 from ..attention.functional import checked_inputs
 from .config import ModelConfig
 
@@ -98,11 +99,6 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-def _stream_seed(seed: int, stream: int) -> int:
-    """Mix the run seed with a step counter into one 62-bit seed (distinct streams never collide in practice)."""
-    return (int(seed) * 0x9E3779B97F4A7C15 + int(stream) * 0xBF58476D1CE4E5B9 + 1) % (2**62)
-
-
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -112,7 +108,7 @@ class Transformer(nn.Module):
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.embed.weight  # tied
-        self.uses_permutation = get_variant(cfg.attention.variant).uses_permutation
+        self.variant = get_variant(cfg.attention.variant)
         self._eval_calls = 0
         self.reset_parameters()
 
@@ -128,29 +124,30 @@ class Transformer(nn.Module):
         n = sum(p.numel() for p in self.parameters())  # tied weights count once
         return n - self.embed.weight.numel() if exclude_embedding else n
 
-    @torch.compiler.disable  # seeded torch.Generators cannot be traced: sigma is drawn eagerly, then passed in
-    def permutations(self, n: int, stream: int | None, device, lengths: torch.Tensor | None = None
-                     ) -> list[torch.Tensor | None]:
-        """One permutation per layer, shared across heads and the batch; with ``lengths`` (a right-padded
-        batch), one per row that keeps its padding in place, as the kernels require.
+    @torch.compiler.disable  # seeded torch.Generators cannot be traced: draws are made eagerly, then passed in
+    def draws(self, n: int, stream: int | None, device, lengths: torch.Tensor | None = None
+              ) -> list[torch.Tensor | None]:
+        """Each layer's draw (σ for SA, the key table of the random control; None for a variant that draws
+        nothing), shared across heads and the batch; with ``lengths`` (a right-padded batch), one per row that
+        keeps its padding in place, as the kernels require (``attention.draws.layer_draws``).
 
         ``fixed`` mode: one per layer from the seed. ``stochastic``: fresh per ``stream`` (the training
         step counter), so a run is reproducible and a resumed run draws what the uninterrupted one did.
         """
-        if not self.uses_permutation:
+        if not self.variant.draws:
             return [None] * len(self.blocks)
         if self.cfg.permutation == "fixed":
             seed = self.cfg.seed
         else:
             if stream is None:
                 stream, self._eval_calls = -1 - self._eval_calls, self._eval_calls + 1
-            seed = _stream_seed(self.cfg.seed, stream)
-        return [sample_permutation(n, generator=layer_generator(seed, i), device=device, lengths=lengths)
-                for i in range(len(self.blocks))]
+            seed = stream_seed(self.cfg.seed, stream)
+        return layer_draws(self.variant, self.cfg.attention, n, range(len(self.blocks)), seed=seed, device=device,
+                           lengths=lengths)
 
     def forward(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
                 lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, n, vocab) for token ids (B, n). ``perms`` overrides the per-layer permutations.
+        """Logits (B, n, vocab) for token ids (B, n). ``perms`` overrides the per-layer draws (σ, key tables).
 
         ``lengths`` (B,) marks a right-padded batch: row b's tokens from lengths[b] on are padding and
         are never attended to; the drawn permutations then keep each row's padding in place, and given
@@ -167,11 +164,9 @@ class Transformer(nn.Module):
             raise ValueError(f"sequence length {n} exceeds the model's max_seq_len={self.cfg.max_seq_len}.")
         cos, sin = rope_tables(n, self.cfg.head_dim, self.cfg.rope_theta, device=idx.device)
         if lengths is not None or perms is not None:  # a caller's: checked here once, never per layer
-            checked = [checked_inputs(p, lengths, idx.shape[0], n, idx.device) for p in (perms or [None])]
-            lengths = checked[0][1]
-            perms = None if perms is None else [p for p, _ in checked]
+            perms, lengths = checked_inputs(self.variant, perms, lengths, idx.shape[0], n, idx.device)
         if perms is None:
-            perms = self.permutations(n, perm_stream, idx.device, lengths)  # valid by construction
+            perms = self.draws(n, perm_stream, idx.device, lengths)  # valid by construction
         x = self.embed(idx)
         for block, perm in zip(self.blocks, perms):
             x = block(x, cos, sin, perm, lengths)

@@ -130,7 +130,7 @@ def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
     trainer = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[DistanceAccuracy()])  # val/acc by distance
     scores = {}
-    for k in eval_samples if model.net.uses_permutation else [1]:
+    for k in eval_samples if model.net.variant.draws else [1]:
         model.hparams.eval_samples = k
         metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
         scores[k] = {"acc": metrics["val/acc"], "loss": metrics["val/loss"],

@@ -13,5 +13,9 @@ from .sa_swa_union import SA_SWA_UNION
 from .strided import STRIDED  # the controls (issue 35)
 from .strided_swa import STRIDED_SWA
 from .strided_swa_union import STRIDED_SWA_UNION
+from .random import RANDOM
+from .random_swa import RANDOM_SWA
+from .random_swa_union import RANDOM_SWA_UNION
 
-__all__ = ["FULL", "SWA", "SA", "SA_SWA", "MOBA", "SA_SWA_UNION", "STRIDED", "STRIDED_SWA", "STRIDED_SWA_UNION"]
+__all__ = ["FULL", "SWA", "SA", "SA_SWA", "MOBA", "SA_SWA_UNION", "STRIDED", "STRIDED_SWA", "STRIDED_SWA_UNION", "RANDOM", "RANDOM_SWA",
+           "RANDOM_SWA_UNION"]

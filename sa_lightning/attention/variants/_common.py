@@ -6,13 +6,29 @@ import torch
 
 from .. import masks
 from ..dense import dense_masked_attention
-from ..permutation import invert_permutation
+from .._checks import check_padded_perm, check_perm
+from ..permutation import invert_permutation, prefix_permutations, sample_permutation
 from ..sinks import causal_keys
 
 
 def slot_of(perm: torch.Tensor) -> torch.Tensor:
     """Each token's slot, (1 or B, n), from a gather index (n,) or (B, n)."""
     return invert_permutation(perm if perm.dim() == 2 else perm.unsqueeze(0))
+
+
+def draw_permutation(spec, n: int, lengths, generator, device=None) -> torch.Tensor:
+    """σ (``Variant.draw`` of the variants that permute): one (n,) for the batch from one generator, (B, n) with
+    ``lengths`` (each row's padding kept in place), or (B, n) from a list of per-row generators."""
+    if isinstance(generator, (list, tuple)):
+        return prefix_permutations([int(x) for x in lengths], n, list(generator), device)
+    return sample_permutation(n, generator=generator, device=device, lengths=lengths)
+
+
+def check_permutation(perm, batch: int, n: int, device, lengths=None) -> torch.Tensor:
+    """A caller's σ, checked (values included): a permutation that keeps every row's padding last."""
+    perm = check_perm(perm, batch, n, device)
+    check_padded_perm(perm, lengths)
+    return perm
 
 
 def dense_with_lse(call, mask_mod: masks.MaskMod):

@@ -7,7 +7,7 @@ from ..banded import banded_attention
 from ..functional import stochastic_attention
 from ..registry import Variant, register_variant
 from ..sinks import causal_keys
-from ._common import dense_with_lse, slot_of
+from ._common import check_permutation, dense_with_lse, draw_permutation, slot_of
 
 
 def mask(spec, n, perm, lengths=None):
@@ -40,7 +40,7 @@ SA = register_variant(Variant(
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.sa_mask(perm, spec.window, q.shape[0], lengths),
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(spec.window, n),  # the band is computed; the causal test keeps about half
-    uses_permutation=True, windowed=True,
+    uses_permutation=True, draw=draw_permutation, check_draw=check_permutation, windowed=True,
     description="sliding-window attention in a random permutation of the tokens",
     title="Stochastic Attention",
 ))

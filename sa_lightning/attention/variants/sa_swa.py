@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..functional import sa_swa_attention
 from ..registry import Variant, register_variant
-from ._common import union_keys, union_mask
+from ._common import check_permutation, draw_permutation, union_keys, union_mask
 
 
 def kernel(call):
@@ -18,6 +18,7 @@ SA_SWA = register_variant(Variant(
     mask=union_mask,  # the keys either path reads: the union
     keys_attended_row=union_keys,
     keys_computed_at=lambda spec, n: 2 * min(spec.window, n),  # two bands
-    uses_permutation=True, windowed=True, gated=True, training_free_twin="sa_swa_union", local_paths=("swa",),
+    uses_permutation=True, draw=draw_permutation, check_draw=check_permutation,
+    windowed=True, gated=True, training_free_twin="sa_swa_union", local_paths=("swa",),
     description="gated SA+SWA: an SA path and an SWA path mixed by learned output gates", title="SA + SWA",
 ))

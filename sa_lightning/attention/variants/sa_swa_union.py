@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import oracle
 from ..functional import _sa_swa_union, _permutation_args, sa_swa_union_attention
 from ..registry import Variant, register_variant
-from ._common import dense_with_lse, union_keys, union_mask
+from ._common import check_permutation, dense_with_lse, draw_permutation, union_keys, union_mask
 
 
 def kernel(call):
@@ -29,6 +29,6 @@ SA_SWA_UNION = register_variant(Variant(
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.sa_swa_union_mask(perm, spec.window, q.shape[0], lengths),
     keys_attended_row=union_keys,
     keys_computed_at=lambda spec, n: 2 * min(spec.window, n),  # two bands
-    uses_permutation=True, windowed=True,
+    uses_permutation=True, draw=draw_permutation, check_draw=check_permutation, windowed=True,
     description="training-free SA+SWA: one softmax over both masks",
 ))

@@ -1,0 +1,79 @@
+"""Each layer's randomness, drawn one way for every caller: σ for SA and its unions, the key table for the
+random control (whatever the variant's ``draw`` makes).
+
+:func:`layer_draws` is the only place a draw is seeded. Two sources:
+
+- **A run's stream** (the model in training): one generator per layer, from the run seed, or from the seed
+  mixed with the training step by :func:`stream_seed` (``permutation: stochastic``), so a run is reproducible
+  and a resumed run draws what the uninterrupted one did. The batch shares one draw (or, with ``lengths``,
+  one per row that keeps its padding in place).
+- **Each row's identity** (evaluation, generation, the Hugging Face patcher, the paper's §3.3): one
+  generator per row and layer, from (seed, layer, the row's own tokens and draw index) in ``stochastic``
+  ``sa_mode``, or (seed, layer, its length) in ``deterministic`` mode. A row's draw then depends on nothing
+  else: neither the batch it sits in nor its padding changes it, and a rerun reproduces it.
+
+Draws are made on the host (the generators live there) and moved to ``device``, so no kernel reads them back.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable, Sequence
+
+import torch
+
+from .permutation import layer_generator
+
+#: how evaluation and training-free inference draw (paper §3.3): ``stochastic`` (the default, as in the paper)
+#: draws each input's own from (seed, layer, the row's tokens); ``deterministic`` fixes one per (seed, layer,
+#: length), shared by every input of that length.
+SA_MODES = ("stochastic", "deterministic")
+
+
+def stream_seed(seed: int, stream: int) -> int:
+    """Mix the run seed with a step counter into one 62-bit seed (distinct streams never collide in practice)."""
+    return (int(seed) * 0x9E3779B97F4A7C15 + int(stream) * 0xBF58476D1CE4E5B9 + 1) % (2**62)
+
+
+def row_key(tokens: Sequence[int], sample: int = 0) -> tuple:
+    """What identifies an input for its stochastic draw: its token ids (only its own, never padding) and the
+    draw index ``sample`` (``eval_samples`` averages several draws)."""
+    return (int(sample), hashlib.blake2b(str([int(t) for t in tokens]).encode("ascii"), digest_size=16).digest())
+
+
+def _row_seed(*parts) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little") >> 2
+
+
+def row_identities(rows: Sequence[Sequence[int]] | Sequence[int], mode: str = "stochastic", sample: int = 0,
+                   keys: Sequence[tuple] | None = None) -> list:
+    """What seeds each row's draw: its ``row_key`` (stochastic; ``keys`` if already hashed) or its length
+    (deterministic, where ``rows`` may hold just the lengths)."""
+    if mode not in SA_MODES:
+        raise ValueError(f"sa_mode must be one of {', '.join(SA_MODES)}, got {mode!r}.")
+    if mode == "deterministic":
+        return [r if isinstance(r, int) else len(r) for r in rows]
+    if keys is not None:
+        return list(keys)
+    if any(isinstance(r, int) for r in rows):
+        raise ValueError("a stochastic draw needs each row's tokens (or their row_key), not only lengths.")
+    return [row_key(r, sample) for r in rows]
+
+
+def layer_draws(variant, spec, n: int, layers: Iterable[int], *, seed: int, device=None,
+                lengths: torch.Tensor | None = None, rows: Sequence | None = None, mode: str = "stochastic",
+                sample: int = 0, keys: Sequence[tuple] | None = None) -> list[torch.Tensor | None]:
+    """The draw of each layer in ``layers`` for an input of width n (None for a variant that draws nothing).
+
+    Without ``rows``: one generator per layer from ``seed`` (mix a training step in with ``stream_seed``);
+    ``lengths`` (B,) for a right-padded batch. With ``rows`` (each right-padded row's tokens, or its length in
+    deterministic ``mode``): one generator per row and layer, from (seed, layer, ``row_identities``)."""
+    layers = list(layers)
+    if not variant.draws:
+        return [None] * len(layers)
+    if rows is None:
+        return [variant.draw(spec, n, lengths, layer_generator(seed, layer), device) for layer in layers]
+    identity = row_identities(rows, mode, sample, keys)
+    sizes = [r if isinstance(r, int) else len(r) for r in rows]
+    return [variant.draw(spec, n, sizes, [torch.Generator().manual_seed(_row_seed(int(seed), int(layer), key))
+                                         for key in identity], device)
+            for layer in layers]

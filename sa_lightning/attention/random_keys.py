@@ -1,0 +1,142 @@
+"""The random-keys control (issue 35): query i reads itself and each earlier key j < i independently with
+probability p = (2 * ceil(w/2) - 2) / (n - 1), n the row's valid length. That is SA's exact probability that two
+tokens share a band (each of the other n - 1 tokens lands in one of SA's 2 * ceil(w/2) - 2 neighbouring slots
+with equal chance), so the control has SA's expected degree at every position, with independent edges instead
+of a permutation's (BigBird's random keys, at SA's budget).
+
+**The draw** is a key table, as σ is SA's: (n, K) or (B, n, K) int64, row i holding the keys query i reads
+besides itself, most recent first, -1 after them. Each row's keys are a Bernoulli(p) process walked backwards
+from i - 1: the gaps between successive keys are geometric, so drawing about p * i gaps per query (not i coin
+flips) makes the draw O(n * w) and exact. The table is drawn on the generator's device (the host, in the
+model) and then moved, so the kernels never read it back.
+
+**The kernel** gathers each query's keys (its own, then the table's) and runs one softmax over them:
+O(n * K * d), K about w, chunked over queries. It returns its log-sum-exp, so sinks and the union with SWA
+merge with it; ``skip_recent`` leaves out the keys SWA's window already reads.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: gathered elements (queries x keys x head dim x kv heads x batch) per chunk of queries
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def budget(window: int) -> int:
+    """2 * ceil(w/2) - 2: the other keys SA's band offers a query (w >= 3: at least one)."""
+    if window < 3:
+        raise ValueError(f"the random-keys control needs a window >= 3 (it reads 2*ceil(w/2) - 2 keys at SA's "
+                         f"rate), got {window}.")
+    return 2 * math.ceil(window / 2) - 2
+
+
+def probability(length: int, window: int) -> float:
+    """p for a row of ``length`` valid tokens: SA's connection probability, at most 1."""
+    return min(1.0, budget(window) / (length - 1)) if length > 1 else 0.0
+
+
+def _gaps(p: torch.Tensor, shape, generator) -> torch.Tensor:
+    """Geometric gaps on {1, 2, ...} with success probability p (broadcast over ``shape``'s leading dims)."""
+    u = torch.rand(shape, generator=generator, device=generator.device if generator is not None else "cpu",
+                   dtype=torch.float64)
+    step = torch.floor(torch.log(u) / torch.log1p(-p)) + 1
+    step = torch.where(p >= 1, torch.ones_like(step), step)
+    return torch.where(p <= 0, torch.full_like(step, math.inf), torch.nan_to_num(step, nan=math.inf))
+
+
+def _table(lengths: torch.Tensor, n: int, window: int, generator) -> torch.Tensor:
+    """(B, n, K) for rows of the given valid ``lengths`` (float64, on the generator's device), one generator."""
+    device = generator.device if generator is not None else torch.device("cpu")
+    per = budget(window)
+    L = lengths.to(device=device, dtype=torch.float64).view(-1, 1, 1)
+    p = torch.where(L > 1, torch.clamp(per / (L - 1).clamp(min=1), max=1.0), torch.zeros_like(L))
+    i = torch.arange(n, device=device, dtype=torch.float64).view(1, n, 1)
+    width = int(math.ceil(per + 6 * math.sqrt(per) + 8))
+    positions = i - torch.cumsum(_gaps(p, (L.shape[0], n, width), generator), -1)
+    while bool((positions[..., -1] >= 0).any()):  # rare: some query has more keys than drawn gaps; draw more
+        more = positions[..., -1:] - torch.cumsum(_gaps(p, (L.shape[0], n, width), generator), -1)
+        positions = torch.cat([positions, more], -1)
+    valid = (positions >= 0) & (i < L)  # queries past a row's length read nothing but themselves
+    keys = int(valid.sum(-1).max()) if valid.numel() else 0
+    return torch.where(valid, positions, -1.0)[..., :keys].long()
+
+
+def draw_keys(spec, n: int, lengths, generator, device=None) -> torch.Tensor:
+    """The variant's draw (``Variant.draw``): one (n, K) table for the batch from one ``generator`` (``lengths``
+    None), (B, n, K) with ``lengths`` (B,), or (B, n, K) from a list of generators, row b drawn over its own
+    lengths[b] tokens by generators[b] alone (so neither the batch nor its padding changes it)."""
+    window = spec.window
+    if isinstance(generator, (list, tuple)):
+        sizes = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+        rows = [_table(torch.tensor([length]), length, window, g)[0] for length, g in zip(sizes, generator)]
+        width = max([r.shape[-1] for r in rows], default=0)
+        table = torch.full((len(rows), n, width), -1, dtype=torch.long)
+        for b, row in enumerate(rows):
+            table[b, :row.shape[0], :row.shape[1]] = row
+    elif lengths is None:
+        table = _table(torch.tensor([n]), n, window, generator)[0]
+    else:
+        table = _table(lengths, n, window, generator)
+    return table.to(device) if device is not None else table
+
+
+def check_keys(table, batch: int, n: int, device, lengths: torch.Tensor | None = None, values: bool = True):
+    """Check a key table given by a caller: (n, K) or (B, n, K) integers on q's device, and with ``values`` every
+    entry -1 or an earlier key j < i of a valid query (host syncs: the model's boundary, never per layer)."""
+    if not isinstance(table, torch.Tensor) or table.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"the random-keys draw must be an integer tensor (n, K) or (B, n, K), got {table!r}.")
+    if table.dim() not in (2, 3) or table.shape[-2] != n or (table.dim() == 3 and table.shape[0] not in (1, batch)):
+        raise ValueError(f"the random-keys draw must have shape ({n}, K) or ({batch}, {n}, K), got "
+                         f"{tuple(table.shape)}.")
+    if table.device != device:
+        raise ValueError(f"the random-keys draw is on {table.device} but q is on {device}.")
+    table = table.long()
+    if values and table.numel() and not torch.compiler.is_compiling():
+        i = torch.arange(n, device=device).view(-1, 1)
+        ok = (table == -1) | ((table >= 0) & (table < i))
+        if lengths is not None:
+            t = table if table.dim() == 3 else table.unsqueeze(0)
+            ok = ok & ((t == -1) | (i.view(1, n, 1) < lengths.view(-1, 1, 1)))
+        if not bool(ok.all()):
+            raise ValueError("the random-keys draw may hold only -1 and earlier keys j < i of each row's valid "
+                             "queries; draw it with the variant's draw().")
+    return table
+
+
+def random_attention(q, k, v, table: torch.Tensor, *, scale: float, skip_recent: int = 0,
+                     lengths: torch.Tensor | None = None, validate: bool = True):
+    """(output, log-sum-exp) of the random-keys pattern: query i reads itself and the keys of ``table[..., i, :]``
+    (``skip_recent``: only the keys with i - j >= skip_recent, and not itself). q (B, Hq, n, d), k/v
+    (B, Hkv, n, d), ``table`` (n, K) or (1 or B, n, K). Rows whose table is empty past padding read only
+    themselves; a query with no key at all (``skip_recent``) gets output 0 and log-sum-exp -inf. ``table`` is
+    checked (``check_keys``; its values too unless ``validate`` is False)."""
+    B, Hq, n, d = q.shape
+    table = check_keys(table, B, n, q.device, lengths, values=validate)
+    Hkv = k.shape[1]
+    G = Hq // Hkv
+    table = table if table.dim() == 3 else table.unsqueeze(0)
+    table = table.expand(B, -1, -1)
+    i = torch.arange(n, device=q.device).view(1, n, 1)
+    idx = table if skip_recent else torch.cat([i.expand(B, n, 1), table], -1)
+    K = idx.shape[-1]
+    valid = (idx >= 0) & (i - idx >= skip_recent)
+    idx = idx.clamp(min=0)
+    low = q.dtype in (torch.float16, torch.bfloat16)
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, B * Hq * max(K, 1) * d))
+    outs, lses = [], []
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        flat = idx[:, a:b].reshape(B, 1, -1, 1).expand(B, Hkv, -1, d)
+        kg = k.gather(2, flat).view(B, Hkv, b - a, K, d)
+        vg = v.gather(2, flat).view(B, Hkv, b - a, K, d)
+        qg = q[:, :, a:b].reshape(B, Hkv, G, b - a, d)
+        scores = torch.einsum("bhgnd,bhnkd->bhgnk", qg, kg)
+        scores = (scores.float() if low else scores) * scale
+        scores = scores.masked_fill(~valid[:, a:b].view(B, 1, 1, b - a, K), float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)
+        probs = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
+        outs.append(torch.einsum("bhgnk,bhnkd->bhgnd", probs.to(v.dtype), vg).reshape(B, Hq, b - a, d))
+        lses.append(lse.reshape(B, Hq, b - a))
+    return torch.cat(outs, 2), torch.cat(lses, 2)

@@ -1,0 +1,42 @@
+"""The random-keys control: query i reads itself and each earlier key j < i independently with probability
+p = (2 * ceil(w/2) - 2) / (n - 1), SA's exact connection probability for the row's n valid tokens. SA's expected
+degree at every position, with independent edges instead of a permutation's: SA against it asks whether the
+permutation matters, or only that about w/2 random keys are read (BigBird's random keys, at SA's budget). Its
+draw is a key table per layer (``attention.random_keys``), made as σ is."""
+from __future__ import annotations
+
+from .. import masks, oracle
+from ..random_keys import budget, check_keys, draw_keys, random_attention
+from ..registry import Variant, register_variant
+from ._common import dense_with_lse
+
+
+def mask(spec, n, table, lengths=None):
+    return masks.random_keys(table)
+
+
+def kernel_with_lse(call):
+    if call.backend == "dense":
+        return dense_with_lse(call, mask(call.spec, call.q.shape[2], call.perm, call.lengths))
+    return random_attention(call.q, call.k, call.v, call.perm, scale=call.scale, lengths=call.lengths,
+                            validate=call.validate)
+
+
+def kernel(call):
+    return (kernel_with_lse(call)[0],)
+
+
+def keys_attended_row(spec, length, row):
+    """Itself, and the table's keys of each valid query."""
+    return length + int((row[:length] >= 0).sum())
+
+
+RANDOM = register_variant(Variant(
+    name="random", label="Random", color="#16A085", marker="X", paths=("random",),
+    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
+    oracle_mask=lambda spec, q, k, table, lengths: oracle.random_mask(table, q.shape[0], lengths),
+    keys_attended_row=keys_attended_row,
+    keys_computed_at=lambda spec, n: min(budget(spec.window) + 1, n),  # about the table's width, plus itself
+    draw=draw_keys, check_draw=check_keys, draw_ndim=2, windowed=True,
+    description="control: each earlier key independently at SA's connection probability",
+))

@@ -1,0 +1,51 @@
+"""Training-free random+SWA: one softmax over the random keys and SWA's window (the control beside
+``sa_swa_union``). The window and the random keys beyond it are computed apart and merged by log-sum-exp, so
+no key counts twice."""
+from __future__ import annotations
+
+import torch
+
+from .. import masks, oracle
+from ..banded import banded_attention
+from ..dense import merge_partials
+from ..random_keys import budget, check_keys, draw_keys, random_attention
+from ..registry import Variant, register_variant
+from ..sinks import causal_keys
+from ._common import dense_with_lse
+
+
+def mask(spec, n, table, lengths=None):
+    return masks.union(masks.random_keys(table), masks.sliding_window(spec.window))
+
+
+def kernel_with_lse(call):
+    q, w = call.q, call.window
+    if call.backend == "dense" or q.shape[2] < 2 * w:
+        return dense_with_lse(call, mask(call.spec, q.shape[2], call.perm, call.lengths))
+    y_swa, lse_swa = banded_attention(q, call.k, call.v, before=w - 1, after=0, scale=call.scale, return_lse=True)
+    y_far, lse_far = random_attention(q, call.k, call.v, call.perm, scale=call.scale, skip_recent=w,
+                                      lengths=call.lengths, validate=call.validate)
+    return merge_partials(y_swa, lse_swa, y_far, lse_far)
+
+
+def kernel(call):
+    return (kernel_with_lse(call)[0],)
+
+
+def keys_attended_row(spec, length, row):
+    """SWA's window, plus the table's keys at distance >= w."""
+    i = torch.arange(length, device=row.device).view(-1, 1)
+    far = (row[:length] >= 0) & (i - row[:length] >= spec.window)
+    return causal_keys(length, spec.window) + int(far.sum())
+
+
+RANDOM_SWA_UNION = register_variant(Variant(
+    name="random_swa_union", label="Random+SWA", color="#0E6655", marker="P", paths=("random_swa_union",),
+    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
+    oracle_mask=lambda spec, q, k, table, lengths: oracle.random_swa_union_mask(table, spec.window, q.shape[0],
+                                                                               lengths),
+    keys_attended_row=keys_attended_row,
+    keys_computed_at=lambda spec, n: min(spec.window, n) + min(budget(spec.window), n),
+    draw=draw_keys, check_draw=check_keys, draw_ndim=2, windowed=True,
+    description="control, training-free: the random keys and SWA's window in one softmax",
+))

@@ -1,0 +1,113 @@
+"""The random-keys control (issue 35): its draw has SA's connection probability with independent edges, is made
+as σ is (per layer and step in training, per row's own tokens in evaluation), and trains through the shipped
+config swap. Exactness against the oracle, key counts and the registry facts are checked for every variant in
+``test_variant_registry.py``."""
+import math
+
+import pytest
+import torch
+
+from sa_lightning.attention import AttentionSpec, get_variant, sample_permutation
+from sa_lightning.attention.draws import layer_draws
+from sa_lightning.attention.oracle import random_mask, sa_mask
+from sa_lightning.attention.random_keys import check_keys, probability
+from sa_lightning.attention.variants import RANDOM, SA
+
+N, W = 48, 12
+
+
+def _dense(table) -> torch.Tensor:
+    return random_mask(table, 1)[0, 0]
+
+
+def _degrees(masks: torch.Tensor) -> torch.Tensor:
+    """(draws, n) keys each query reads."""
+    return masks.sum(-1).double()
+
+
+def test_each_earlier_key_is_read_with_sas_probability_and_independently():
+    """Over 600 draws: every query's mean degree is SA's expected degree 1 + p * i (p = (2*ceil(w/2) - 2)/(n - 1),
+    SA's exact connection probability), and the last query's degree has the binomial variance p(1-p)(n-1) of
+    independent edges, which SA's permutation (a degree fixed by its band) does not have."""
+    spec = AttentionSpec(RANDOM.name, window=W)
+    draws = torch.stack([_dense(RANDOM.draw(spec, N, None, torch.Generator().manual_seed(s))) for s in range(600)])
+    p = probability(N, W)
+    assert p == pytest.approx((2 * math.ceil(W / 2) - 2) / (N - 1))
+    i = torch.arange(N, dtype=torch.float64)
+    mean = _degrees(draws).mean(0)
+    se = torch.sqrt(p * (1 - p) * i.clamp(min=1) / 600)
+    assert ((mean - (1 + p * i)).abs() <= 5 * se + 1e-9).all()
+    var = _degrees(draws)[:, -1].var()
+    assert var == pytest.approx(p * (1 - p) * (N - 1), rel=0.2)
+    # SA at the same window: the same mean degree, but the last query's degree hardly varies
+    sa = torch.stack([sa_mask(sample_permutation(N, generator=torch.Generator().manual_seed(s)), W, 1)[0, 0]
+                      for s in range(600)])
+    torch.testing.assert_close(_degrees(sa).mean(0)[1:], (1 + p * i)[1:], atol=0.35, rtol=0)
+    assert _degrees(sa)[:, -1].var() < 0.5 * var
+    # two keys of one query are independent: their joint frequency is p^2
+    both = (draws[:, -1, 5] & draws[:, -1, 30]).double().mean()
+    assert float(both) == pytest.approx(p * p, abs=4 * math.sqrt(p * p / 600))
+
+
+def test_a_rows_draw_depends_on_its_own_tokens_only_and_a_training_draw_on_seed_layer_and_step():
+    spec = AttentionSpec(RANDOM.name, window=W)
+    a, b = list(range(3, 40)), list(range(5, 25))
+    together = layer_draws(RANDOM, spec, 40, [0, 1], seed=3, rows=[a, b])
+    alone = layer_draws(RANDOM, spec, 25, [0, 1], seed=3, rows=[b])
+    for layer in range(2):
+        got, want = together[layer][1], alone[layer][0]
+        width = max(got.shape[-1], want.shape[-1])
+        pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[-1]), value=-1)  # noqa: E731
+        assert torch.equal(pad(got)[:25], pad(want)) and (got[25:] == -1).all()  # padding reads nothing
+    assert not torch.equal(together[0][0], together[1][0])  # layers draw apart
+    assert not torch.equal(layer_draws(RANDOM, spec, 40, [0], seed=4, rows=[a])[0][0], together[0][0])
+    from sa_lightning.models import ModelConfig, build_model
+
+    model = build_model(ModelConfig(vocab_size=64, n_layer=2, n_head=2, d_model=32, max_seq_len=64,
+                                    attention=AttentionSpec(RANDOM.name, window=W)))
+    first, again, other = model.draws(N, 5, "cpu"), model.draws(N, 5, "cpu"), model.draws(N, 6, "cpu")
+    assert torch.equal(first[0], again[0]) and not torch.equal(first[0], other[0])
+
+
+def test_a_callers_key_table_is_checked_at_the_models_boundary():
+    from sa_lightning.models import ModelConfig, build_model
+
+    model = build_model(ModelConfig(vocab_size=64, n_layer=2, n_head=2, d_model=32, max_seq_len=64,
+                                    attention=AttentionSpec(RANDOM.name, window=W)))
+    idx = torch.randint(0, 64, (2, N))
+    draws = model.draws(N, 0, "cpu")
+    torch.testing.assert_close(model(idx, perms=draws), model(idx, perm_stream=0))
+    future = [d.clone() for d in draws]
+    future[1][3, 0] = 10  # query 3 may not read key 10
+    with pytest.raises(ValueError, match="earlier keys"):
+        model(idx, perms=future)
+    with pytest.raises(ValueError, match="shape"):
+        check_keys(torch.zeros(N + 1, 2, dtype=torch.long), 2, N, torch.device("cpu"))
+    with pytest.raises(ValueError, match="window >= 3"):
+        RANDOM.draw(AttentionSpec(RANDOM.name, window=2), N, None, torch.Generator())
+
+
+def test_the_random_control_reads_about_sas_keys_where_sa_reads_its_band():
+    """Keys per query, counted from the masks: the control's expected degree is SA's, so the equal-budget axis
+    puts them side by side."""
+    spec = AttentionSpec(RANDOM.name, window=W)
+    sa_spec = AttentionSpec(SA.name, window=W)
+    lengths = torch.tensor([N] * 64)
+    (table,) = layer_draws(RANDOM, spec, N, [0], seed=0, lengths=lengths)
+    (perm,) = layer_draws(SA, sa_spec, N, [0], seed=0, lengths=lengths)
+    ours = RANDOM.keys_attended(spec, N, perm=table, lengths=lengths)
+    theirs = SA.keys_attended(sa_spec, N, perm=perm, lengths=lengths)
+    assert ours[1] == theirs[1] and ours[0] / theirs[0] == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.parametrize("name", ["random", "random_swa"])
+def test_the_shipped_model_swap_trains(name, tmp_path):
+    """``--model configs/model/<name>.yaml`` on the embedded default: a few steps, a finite validation loss."""
+    from tests.helpers import run_cli_here
+
+    res = run_cli_here("fit", "--config", "configs/tiny.yaml", "--config", "tests/configs/small.yaml", "--model",
+                       f"configs/model/{name}.yaml", "--trainer.default_root_dir", str(tmp_path),
+                       "--trainer.enable_progress_bar", "false",
+                       '--trainer.callbacks+={"class_path": "tests.helpers.SkipUnusedWork"}')
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert get_variant(name).draws
