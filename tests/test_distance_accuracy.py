@@ -89,3 +89,26 @@ def test_the_callback_refuses_data_without_distance_buckets():
 def test_the_synthetic_configs_add_the_callback(task):
     config = yaml.safe_load((ROOT / f"configs/synthetic/{task}.yaml").read_text())
     assert {"class_path": "sa_lightning.lit.DistanceAccuracy"} in config["trainer"]["callbacks"]
+
+
+def test_kept_items_are_each_answer_in_order_and_give_the_logged_accuracy():
+    """``keep_items=True``: one (distance, correct) per scored answer, in batch order, reset per validation; their
+    mean is ``val/acc`` (what ``study long-range`` stores to pair two models answer by answer)."""
+    gen = torch.Generator().manual_seed(1)
+    callback = DistanceAccuracy(keep_items=True)
+    callback.metric, callback._bucket_of = AccuracyByDistance(["2-15", "16-31"]), lambda d: torch.clamp(d // 16, max=1)
+    module = SimpleNamespace(device=torch.device("cpu"))
+    want = []
+    for epoch in range(2):
+        callback._start(module)
+        want = []
+        for _ in range(3):
+            labels = torch.full((4, 20), IGNORE)
+            labels[:, -1] = torch.randint(0, 5, (4,), generator=gen)
+            distance = torch.zeros(4, 20, dtype=torch.long)
+            distance[:, -1] = torch.randint(2, 32, (4,), generator=gen)
+            predictions = torch.randint(0, 5, (4, 20), generator=gen)
+            callback._update({"predictions": predictions}, {"labels": labels, "distance": distance})
+            want += list(zip(distance[:, -1].tolist(), (predictions[:, -1] == labels[:, -1]).tolist()))
+    assert callback.items == want  # the second validation's answers only
+    assert sum(hit for _, hit in callback.items) / len(callback.items) == pytest.approx(float(callback.metric.compute()["acc"]))

@@ -111,3 +111,29 @@ def test_the_shipped_model_swap_trains(name, tmp_path):
                        '--trainer.callbacks+={"class_path": "tests.helpers.SkipUnusedWork"}')
     assert res.returncode == 0, res.stderr[-2000:]
     assert get_variant(name).draws
+
+
+@pytest.mark.parametrize("name", ["random", "random_swa", "random_swa_union"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_gather_kernel_matches_the_oracle_where_it_runs_instead_of_the_dense_path(name, padded, monkeypatch):
+    """The variants run the n x n path while it fits (``DENSE_ELEMENTS``) and the O(n*K) gather beyond: with the
+    threshold at 0, the gather (and the union's window + far keys merge) must give the oracle's outputs and
+    gradients too."""
+    from sa_lightning.attention import oracle, random_keys
+
+    monkeypatch.setattr(random_keys, "DENSE_ELEMENTS", 0)
+    variant, n = get_variant(name), 96
+    spec = AttentionSpec(name, window=16)
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, h, n, 8, generator=g, requires_grad=True) for h in (4, 2, 2))
+    lengths = torch.tensor([n, n - 29]) if padded else None
+    (table,) = layer_draws(variant, spec, n, [0], seed=2, lengths=lengths if padded else torch.tensor([n, n]))
+    valid = torch.ones(2, 1, n, 1) if lengths is None else (torch.arange(n) < lengths.view(2, 1)).view(2, 1, n, 1)
+    for out, mask in zip(variant(q, k, v, spec, table, lengths), variant.oracle_masks(spec, q, k, table, lengths)):
+        ref = oracle.reference_attention(q.double(), k.double(), v.double(), mask)
+        torch.testing.assert_close(out.double() * valid, ref * valid, atol=1e-5, rtol=0)
+        w = torch.randn(out.shape, generator=g) * valid
+        got = torch.autograd.grad((out * w).sum(), (q, k, v), retain_graph=True)
+        want = torch.autograd.grad((ref * w.double()).sum(), (q, k, v))
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0)

@@ -158,6 +158,64 @@ def run_tasks(lm, tasks: list[str], *, limit: int | float | None = None, bootstr
 
     ``metadata`` reaches the tasks' dataset builders, e.g. ``{"tokenizer": path}`` sizes the pass-key
     prompts in the model's own tokens (it is held as JSON, the key of the cached task index)."""
+    return flatten(_evaluate(lm, tasks, limit, bootstrap_iters, seed, num_fewshot, confirm_run_unsafe_code, metadata,
+                             log_samples=False)["results"])
+
+
+def run_tasks_with_items(lm, tasks: list[str], *, limit: int | float | None = None, seed: int = 1234,
+                         num_fewshot: int | None = None, confirm_run_unsafe_code: bool = False,
+                         metadata: dict | None = None) -> tuple[dict[str, dict[str, float]], dict[str, list[dict]]]:
+    """``run_tasks`` and each task's per-item records (``item_records``), from lm-eval's own ``log_samples``:
+    ``({task: {metric: value}}, {task: [record, ...]})``; a group's records are its subtasks' together."""
+    raw = _evaluate(lm, tasks, limit, 0, seed, num_fewshot, confirm_run_unsafe_code, metadata, log_samples=True)
+    samples = raw.get("samples") or {}
+    subtasks = raw.get("group_subtasks") or {}
+    items = {}
+    for name in resolve_tasks(tasks):
+        members = _leaves(name, subtasks) if subtasks.get(name) else [name]
+        items[name] = [record for member in members
+                       for record in item_records(samples.get(member, []), member if member != name else None)]
+    return flatten(raw["results"]), items
+
+
+def _leaves(group: str, subtasks: dict[str, list[str]]) -> list[str]:
+    """The tasks under ``group``, subgroups opened (mmlu -> mmlu_humanities -> mmlu_philosophy, ...)."""
+    return [leaf for member in subtasks.get(group, [])
+            for leaf in (_leaves(member, subtasks) if subtasks.get(member) else [member])]
+
+
+def item_records(samples: list[dict], prefix: str | None = None) -> list[dict]:
+    """One compact record per document of lm-eval's logged samples: ``doc_id`` (``<subtask>/<doc_id>`` inside a
+    group, so that two runs of one task pair item by item), ``scores`` (each per-item metric that is a number:
+    acc, acc_norm, exact_match, ...) and, for log-likelihood requests, ``ll`` (one per request: the continuation
+    of a last-word task, each choice of a multiple-choice task) with ``target``. A task scored under several
+    filters keeps the ``none`` filter's samples (the one ``flatten`` reports), else its first filter's."""
+    filters = list(dict.fromkeys(s.get("filter", "none") for s in samples))
+    keep = "none" if "none" in filters else (filters[0] if filters else None)
+    out = []
+    for sample in samples:
+        if sample.get("filter", "none") != keep:
+            continue
+        record = {"doc_id": f"{prefix}/{sample['doc_id']}" if prefix else sample["doc_id"],
+                  "scores": {m: float(sample[m]) for m in sample.get("metrics", []) if _is_number(sample.get(m))}}
+        lls = [resp[0] for resp in sample.get("filtered_resps", [])
+               if isinstance(resp, (list, tuple)) and resp and _is_number(resp[0])]
+        if lls:
+            record["ll"] = [round(float(x), 5) for x in lls]
+            if isinstance(sample.get("target"), int):
+                record["target"] = sample["target"]
+        out.append(record)
+    return out
+
+
+def _is_number(value) -> bool:
+    """A per-item metric that is one number (numpy's scalars and bools too), not a tuple or a text."""
+    return hasattr(value, "__float__") and not isinstance(value, str)
+
+
+def _evaluate(lm, tasks, limit, bootstrap_iters, seed, num_fewshot, confirm_run_unsafe_code, metadata,
+              log_samples: bool) -> dict:
+    """``lm_eval.simple_evaluate`` on ``tasks``, every random seed fixed to ``seed``; its raw answer."""
     import lm_eval
 
     names = resolve_tasks(tasks)
@@ -168,11 +226,10 @@ def run_tasks(lm, tasks: list[str], *, limit: int | float | None = None, bootstr
         loaded = _load(name, metadata)
         # a group (mmlu) goes by name so that lm-eval aggregates its subtasks; its datasets are cached by now
         specs.extend([name] if name in groups else loaded)
-    raw = lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=manager, limit=limit,
-                                  num_fewshot=num_fewshot, bootstrap_iters=bootstrap_iters, log_samples=False,
-                                  random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-                                  fewshot_random_seed=seed, confirm_run_unsafe_code=confirm_run_unsafe_code)
-    return flatten(raw["results"])
+    return lm_eval.simple_evaluate(model=lm, tasks=specs, task_manager=manager, limit=limit,
+                                   num_fewshot=num_fewshot, bootstrap_iters=bootstrap_iters, log_samples=log_samples,
+                                   random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+                                   fewshot_random_seed=seed, confirm_run_unsafe_code=confirm_run_unsafe_code)
 
 
 def scalars(results: dict[str, dict[str, float]]) -> dict[str, float]:

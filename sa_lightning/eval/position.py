@@ -92,23 +92,41 @@ def position_perplexity(model, tokenizer, length: int, *, limit: float | None = 
                         progress: bool = False) -> dict[str, float]:
     """``{"ppl": all predicted tokens, "ppl@lo-hi": per bucket, "docs": count}`` over ``documents(...)``,
     one forward per document (batch 1: no padding, the whole document in one pass)."""
+    return position_records(model, tokenizer, length, limit=limit, progress=progress)[0]
+
+
+def position_records(model, tokenizer, length: int, *, limit: float | None = None,
+                     progress: bool = False) -> tuple[dict[str, float], list[dict]]:
+    """``position_perplexity``'s metrics and one record per document: ``{"doc_id": i, "nll": [...]}``, where
+    ``nll[j]`` is the loss of the token at position j + 1 (its distance from the start; rounded to 1e-4), so that
+    two runs pair token by token. ``metrics_of`` gives the metrics back from the losses."""
     docs = documents(tokenizer, length, limit)
     device = next(model.parameters()).device
-    bins = buckets(length)
-    sums = torch.zeros(len(bins), dtype=torch.float64)
-    counts = torch.zeros(len(bins), dtype=torch.float64)
+    losses = []
     for i, doc in enumerate(docs, 1):
         ids = torch.tensor([doc], device=device)
         with torch.no_grad():
             logits = model(ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[0, :-1].float()
-        nll = torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none").double().cpu()
-        for b, (lo, hi) in enumerate(bins):  # token t is predicted at distance t from the start
-            part = nll[lo - 1:hi - 1]
-            sums[b] += part.sum()
-            counts[b] += part.numel()
+        losses.append(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none").double().cpu())
         if progress:
             print(f"  position_ppl_{length}: document {i}/{len(docs)}", flush=True)
-    out = {bucket_name(lo, hi): math.exp(float(s / c)) for (lo, hi), s, c in zip(bins, sums, counts)}
-    out["ppl"] = math.exp(float(sums.sum() / counts.sum()))
-    out["docs"] = float(len(docs))
+    records = [{"doc_id": i, "nll": [round(x, 4) for x in nll.tolist()]} for i, nll in enumerate(losses)]
+    return metrics_of(torch.stack(losses), length), records
+
+
+def bucket_means(nll, length: int):
+    """(documents, buckets) mean NLL of each document's tokens in each of ``buckets(length)``; ``nll`` is
+    (documents, length - 1), token t (t >= 1 tokens from the start) at column t - 1."""
+    nll = torch.as_tensor(nll, dtype=torch.float64)
+    return torch.stack([nll[:, lo - 1:hi - 1].mean(dim=1) for lo, hi in buckets(length)], dim=1)
+
+
+def metrics_of(nll, length: int) -> dict[str, float]:
+    """The metrics of ``position_perplexity`` from the (documents, length - 1) token losses (every document has
+    ``length`` tokens, so each bucket's mean over documents is its mean over tokens)."""
+    nll = torch.as_tensor(nll, dtype=torch.float64)
+    means = bucket_means(nll, length).mean(dim=0)
+    out = {bucket_name(lo, hi): math.exp(float(m)) for (lo, hi), m in zip(buckets(length), means)}
+    out["ppl"] = math.exp(float(nll.mean()))
+    out["docs"] = float(len(nll))
     return out

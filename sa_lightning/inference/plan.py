@@ -4,6 +4,7 @@ module alone; ``sweep.py`` runs the cells and ``sweep_report.py`` turns them int
 """
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -13,9 +14,67 @@ from ..attention import get_variant, variant_names
 from ..attention.variants import FULL, MOBA, SA, SWA
 from ..eval.position import context_length, is_position_task
 from ..models.patcher import PatchSpec
+from ..utils.atomic import replacing
+from ..utils.report import task_label
 
 #: task names that run model-written code (refused without confirm_run_unsafe_code)
 CODE_TASKS = ("humaneval",)
+#: how a comparison pairs A's settings with B's: the same w_eff, B at twice A's w_eff (gated SA+SWA's two bands
+#: against one band of 2w), or B's setting whose measured keys per query on the task is nearest A's
+MATCHES = ("equal_w", "double_w", "equal_keys")
+#: the metric each task's column shows (the paper: accuracy; HellaSwag acc_norm; HumanEval pass@1)
+METRICS = {"hellaswag": "acc_norm", "arc_challenge": "acc_norm", "humaneval": "pass@1",
+           "humaneval_exec": "pass_at_k", "shakespeare_choice": "acc_norm"}
+
+
+def metric_of(task: str, metrics: dict[str, float]) -> tuple[str, float | None]:
+    if is_position_task(task):
+        return "ppl", metrics.get("ppl")
+    name = METRICS.get(task) or next((m for m in ("acc", "acc_norm", "exact_match", "pass@1") if m in metrics), None)
+    return name, (metrics.get(name) if name else None)
+
+
+def lower_is_better(task: str) -> bool:
+    return is_position_task(task)
+
+
+def column_label(task: str) -> str:
+    """A task's column name: its short name, or ``PPL@<context>`` for a perplexity-by-position task."""
+    return task_label(task, context_length(task) if is_position_task(task) else None)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One of the paper's comparisons, A against B, paired item by item (``compare.py``). ``sink``: only A's
+    settings with that sink (default: every sink, each paired with B at the same sink)."""
+
+    a: str
+    b: str
+    match: str = "equal_w"
+    sink: int | None = None
+
+
+def comparisons_of(cfg: "SweepConfig") -> list[Comparison]:
+    """``cfg.comparisons`` checked: each names two variants and a match, in one sentence if not. A comparison of a
+    mode that this run leaves out (``--modes`` narrower than the config's) stays in the list; ``compare.py`` says
+    it has no cells."""
+    out = []
+    for i, entry in enumerate(cfg.comparisons or []):
+        where = f"sweep comparisons[{i}]"
+        if not isinstance(entry, dict) or not {"a", "b"} <= set(entry) or set(entry) - {"a", "b", "match", "sink"}:
+            raise ValueError(f"{where} must be a mapping with keys a, b and optionally match and sink (e.g. "
+                             f"{{a: {SA.name}, b: {SWA.name}, match: equal_w}}), got {entry!r}.")
+        for side in ("a", "b"):
+            try:
+                get_variant(entry[side])
+            except ValueError as err:  # a misspelt mode, with its close matches
+                raise ValueError(f"{where} {side}: {err}") from None
+        if entry.get("match", "equal_w") not in MATCHES:
+            raise ValueError(f"{where} match must be one of {', '.join(MATCHES)}, got {entry['match']!r}.")
+        if entry.get("sink") is not None and entry["sink"] not in cfg.sinks:
+            raise ValueError(f"{where} sink {entry['sink']!r} is not one of the sweep's sinks {cfg.sinks}.")
+        out.append(Comparison(**entry))
+    return out
 
 
 @dataclass
@@ -38,6 +97,12 @@ class SweepConfig:
             and its tokens) or ``deterministic`` (one sigma per seed, layer and length).
         confirm_run_unsafe_code: required for tasks that run model-written code (HumanEval).
         trust_remote_code: let the model's repo run its own code (off unless you opt in).
+        comparisons: the paired comparisons ``compare.md`` reports, each ``{a: MODE, b: MODE, match: M}`` with M one
+            of equal_w (B at A's w_eff), double_w (B at twice A's w_eff) or equal_keys (B's setting with the
+            nearest measured keys per query on the same task), optionally ``sink: K``; a mode without a window
+            (full) pairs with every setting of the other.
+        compare: run no cell; write the tables and ``compare.md`` from the cells already in ``out``
+            (``cli.py sweep --config X --compare``).
     """
 
     model: str
@@ -63,6 +128,8 @@ class SweepConfig:
     num_fewshot: int | None = None
     confirm_run_unsafe_code: bool = False
     trust_remote_code: bool = False
+    comparisons: list[dict] | None = None
+    compare: bool = False
     out: str = "outputs/sweep"
 
     def __post_init__(self):
@@ -81,6 +148,7 @@ class SweepConfig:
         for sink in self.sinks:
             PatchSpec(SWA.name, 1, sink=sink)  # a negative or non-integer sink fails here, in one sentence
         PatchSpec(FULL.name, sa_mode=self.sa_mode)  # an unknown sa_mode fails here
+        comparisons_of(self)  # a comparison of a mode the sweep does not run fails here, before any cell
         unsafe = [t for t in self.tasks if str(t).startswith(CODE_TASKS)]
         if unsafe and not self.confirm_run_unsafe_code:
             raise ValueError(f"task(s) {', '.join(unsafe)} execute model-written code; set "
@@ -129,6 +197,28 @@ def cell_path(out: Path, cell: Cell) -> Path:
     return out / "cells" / f"{cell.key}.json"
 
 
+def items_path(out: Path, cell: Cell) -> Path:
+    """Where a finished cell's per-item records live, beside its record: one JSON line per item (document)."""
+    return out / "cells" / f"{cell.key}.items.jsonl.gz"
+
+
+def write_items(path: Path, items: list[dict]) -> None:
+    """The per-item records, gzipped and written atomically (no timestamp in the header: a rerun writes the same
+    bytes)."""
+    with replacing(path, "item records") as tmp, open(tmp, "wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        f.write("".join(json.dumps(item, separators=(",", ":")) + "\n" for item in items).encode())
+
+
+def read_items(out: Path, cell: Cell) -> list[dict] | None:
+    """A cell's per-item records, or None where it has none (a cell written before sweeps kept them)."""
+    path = items_path(out, cell)
+    if not path.exists():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def made_by(cfg: "SweepConfig", cell: Cell) -> dict:
     """Everything besides the cell's spec that its score depends on: a finished cell is reused only when all of
     it matches (a sweep into an older sweep's folder must not report the old model's scores as its own)."""
@@ -138,8 +228,10 @@ def made_by(cfg: "SweepConfig", cell: Cell) -> dict:
 
 def is_done(path: Path, cell: Cell, made: dict | None = None) -> bool:
     """A cell file counts as done only if it was run with this cell's exact spec (a file from before a
-    change of spec, such as sa_mode, is run again rather than mixed into the table) and, given ``made``
-    (``made_by``), by the same model, tokenizer, limit, ...: a difference there is refused in one sentence."""
+    change of spec, such as sa_mode, is run again rather than mixed into the table), given ``made``
+    (``made_by``), by the same model, tokenizer, limit, ... (a difference there is refused in one sentence), and
+    it has its per-item records beside it (a cell from before sweeps kept them is run again, so that its
+    intervals and comparisons exist)."""
     if not path.exists():
         return False
     try:
@@ -157,7 +249,7 @@ def is_done(path: Path, cell: Cell, made: dict | None = None) -> bool:
                   ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in made.items() if then.get(k) != v))
         raise ValueError(f"{path} was made with other settings: {differ}; pass another --out (or remove that "
                          "folder's cells/) so that no cell of another run is counted as this one's.")
-    return True
+    return "items" in record and items_path(path.parent.parent, cell).exists()
 
 
 def context_of(task: str) -> int | None:
@@ -211,6 +303,9 @@ def load_config(argv: list[str] | None = None, description: str | None = None) -
                         help="apply the config's presets[NAME] (flags given on the command line still win)")
     parser.add_class_arguments(SweepConfig, nested_key=None, fail_untyped=False)
     argv = list(sys.argv[2:] if argv is None else argv)
+    # ``--compare`` alone means ``--compare true``
+    argv = [part for i, arg in enumerate(argv) for part in
+            ([arg, "true"] if arg == "--compare" and (i + 1 == len(argv) or argv[i + 1].startswith("--")) else [arg])]
     args = vars(parser.parse_args(argv))
     if args.get("preset"):
         presets = args.get("presets") or {}

@@ -12,6 +12,12 @@ and second underlined within each w_eff) and the plots ``average.png`` (Figure 4
 patcher from the masks its kernels used), so ``budget.png`` sets score against keys per query, and
 ``position.png`` draws the perplexity by position of the ``position_ppl_*`` tasks.
 
+Every cell also keeps its per-item records beside it (``cells/<cell>.items.jsonl.gz``: each document's scores and
+log-likelihoods from lm-eval's logged samples, or each ``position_ppl_*`` document's per-token NLL), so that every
+number in ``table.md`` carries a 95% interval and ``compare.md``/``compare.json`` hold the config's paired
+comparisons and the ΔNLL against full attention (``compare.py``). A cell on disk without them is run again.
+``--compare`` runs no cell: it writes the tables and comparisons from the cells already there.
+
 This module runs the cells; ``plan.py`` holds the config, the cells and the refusals made before a model
 loads, and ``sweep_report.py`` makes the tables and plots.
 """
@@ -24,9 +30,9 @@ from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
 from ..utils.atomic import check_results_folder, write_text
-from .plan import (Cell, SweepConfig, cell_path, cells, check_before_loading, is_done, load_config, load_error,
-                   made_by)
-from .sweep_report import metric_of, report
+from .plan import (Cell, SweepConfig, cell_path, cells, check_before_loading, is_done, items_path, load_config,
+                   load_error, made_by, metric_of, write_items)
+from .sweep_report import report
 
 
 def load_model(cfg: SweepConfig, source=None):
@@ -43,22 +49,24 @@ def load_model(cfg: SweepConfig, source=None):
     return model, tokenizer
 
 
-def run_cell(lm, cell: Cell, cfg: SweepConfig, metadata: dict) -> tuple[dict, float | None]:
-    """Run one cell on the patched model; returns its metrics and the keys each query attended."""
-    from ..eval.harness import run_tasks
-    from ..eval.position import position_perplexity
+def run_cell(lm, cell: Cell, cfg: SweepConfig, metadata: dict) -> tuple[dict, float | None, list[dict]]:
+    """Run one cell on the patched model; returns its metrics, the keys each query attended and its per-item
+    records (lm-eval's logged samples, or each document's per-token NLL for ``position_ppl_*``)."""
+    from ..eval.harness import run_tasks_with_items
+    from ..eval.position import position_records
     from ..models.patcher import counting_keys
 
     limit = (cfg.task_limits or {}).get(cell.task, cfg.limit)
     with counting_keys() as counted:
         if is_position_task(cell.task):
-            metrics = position_perplexity(lm.model, lm.tokenizer, context_length(cell.task), limit=limit)
+            metrics, items = position_records(lm.model, lm.tokenizer, context_length(cell.task), limit=limit)
         else:
-            results = run_tasks(lm, [cell.task], limit=limit, seed=1234, num_fewshot=cfg.num_fewshot,
-                                confirm_run_unsafe_code=cfg.confirm_run_unsafe_code, metadata=metadata)
-            metrics = results.get(cell.task, {})
+            results, items_by_task = run_tasks_with_items(
+                lm, [cell.task], limit=limit, seed=1234, num_fewshot=cfg.num_fewshot,
+                confirm_run_unsafe_code=cfg.confirm_run_unsafe_code, metadata=metadata)
+            metrics, items = results.get(cell.task, {}), items_by_task.get(cell.task, [])
     budget = counted["keys"] / counted["queries"] if counted["queries"] else None
-    return metrics, budget
+    return metrics, budget, items
 
 
 def run(cfg: SweepConfig) -> dict:
@@ -74,7 +82,17 @@ def run(cfg: SweepConfig) -> dict:
     out = check_results_folder(cfg.out, "sweep", "out")
     pending = [c for c in todo if not is_done(cell_path(out, c), c, made_by(cfg, c))]  # before anything is written
     (out / "cells").mkdir(parents=True, exist_ok=True)
-    print(f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run", flush=True)
+    if cfg.compare:
+        if not any(cell_path(out, c).exists() for c in todo):
+            raise ValueError(f"--compare reports the cells of a sweep, and {out / 'cells'} holds none of this "
+                             "config's; run the sweep first (without --compare), or pass its --out.")
+        print(f"sweep --compare: {len(todo) - len(pending)} of {len(todo)} cells done; reporting them, running none",
+              flush=True)
+        return report(cfg, out)
+    again = sum(cell_path(out, c).exists() for c in pending)
+    print(f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run" +
+          (f" ({again} of them again: written with another spec or without per-item records)" if again else ""),
+          flush=True)
     if pending:
         check_before_loading(cfg, source, cfg.tasks)
         # the pass-key tasks size their prompts in the tokens of this tokenizer (lm-eval hands it to their loader)
@@ -90,10 +108,12 @@ def run(cfg: SweepConfig) -> dict:
         for i, cell in enumerate(pending, 1):
             start = time.perf_counter()
             patch(model, cell.spec)
-            metrics, budget = run_cell(lm, cell, cfg, metadata)
+            metrics, budget, items = run_cell(lm, cell, cfg, metadata)
             record = {"mode": cell.mode, "w_eff": cell.w_eff, "sink": cell.sink, "seed": cell.seed,
                       "task": cell.task, "spec": asdict(cell.spec), "made_by": made_by(cfg, cell), "metrics": metrics,
-                      "keys_per_query": budget, "seconds": time.perf_counter() - start}
+                      "keys_per_query": budget, "seconds": time.perf_counter() - start,
+                      "items": {"file": items_path(out, cell).name, "count": len(items)}}
+            write_items(items_path(out, cell), items)  # first: the cell's record is what marks it done
             write_text(cell_path(out, cell), json.dumps(record, indent=2))
             name, value = metric_of(cell.task, metrics)
             shown = f"{name}={value:.4f}" if value is not None else "no metric"

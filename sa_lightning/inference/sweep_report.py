@@ -1,8 +1,11 @@
 """The tables and plots of a training-free sweep (``cli.py sweep``), made from the cell files its run wrote.
 
 ``results.json``, ``results.csv``, ``table.md`` (rows w_eff x mode, columns the tasks and their average; best
-in bold and second underlined within each w_eff) and the plots ``average.png`` (Figure 4), ``tasks.png``
-(Figures 5-8), ``budget.png`` (score against keys per query) and ``position.png`` (perplexity by position).
+in bold and second underlined within each w_eff; every number with its 95% interval, ``compare.intervals``, and
+the stochastic modes' seed-to-seed spread in a table of its own), ``compare.md`` and ``compare.json`` (the paired
+comparisons and the ΔNLL against full attention, ``compare.py``), and the plots ``average.png`` (Figure 4),
+``tasks.png`` (Figures 5-8), ``budget.png`` (score against keys per query) and ``position.png`` (perplexity by
+position).
 
 The set (with ``config.json``) is written beside ``cells/`` in a hidden folder and moved into place only when
 all of it is written (``utils.atomic.replacing_files``): a full disk or a plot that fails leaves the previous
@@ -16,40 +19,26 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from ..eval.position import context_length, is_position_task
+from ..eval.position import is_position_task
 from ..utils.atomic import replacing_files, savefig, write_text
 from ..attention import get_variant, variant_label
 from ..attention.variants import FULL
-from ..utils.report import head, number, pyplot, ranked_cells, row, score, task_label
+from ..utils.report import head, number, pyplot, ranked_cells, row, score
+from ..utils.stats import Interval
 from ..utils.tables import write_csv
-from .plan import SweepConfig, cell_path, cells
+from . import compare
+from .plan import SweepConfig, cell_path, cells, column_label, lower_is_better, metric_of
 
-#: the metric each task's column shows (the paper: accuracy; HellaSwag acc_norm; HumanEval pass@1)
-METRICS = {"hellaswag": "acc_norm", "arc_challenge": "acc_norm", "humaneval": "pass@1",
-           "humaneval_exec": "pass_at_k", "shakespeare_choice": "acc_norm"}
-
-
-def metric_of(task: str, metrics: dict[str, float]) -> tuple[str, float | None]:
-    if is_position_task(task):
-        return "ppl", metrics.get("ppl")
-    name = METRICS.get(task) or next((m for m in ("acc", "acc_norm", "exact_match", "pass@1") if m in metrics), None)
-    return name, (metrics.get(name) if name else None)
+#: what each interval of a table row holds, as ``<column>:<field>`` keys of the row
+INTERVAL_FIELDS = ("lo", "hi", "items", "seeds", "seed_sd")
 
 
-def lower_is_better(task: str) -> bool:
-    return is_position_task(task)
-
-
-def column_label(task: str) -> str:
-    """A task's column name: its short name, or ``PPL@<context>`` for a perplexity-by-position task."""
-    return task_label(task, context_length(task) if is_position_task(task) else None)
-
-
-def collect(cfg: SweepConfig, out: Path) -> list[dict]:
+def collect(cfg: SweepConfig, out: Path, loaded: compare.Loaded | None = None) -> list[dict]:
     """One row per (mode, w_eff, sink): each task's metric averaged over seeds (accuracies in %), ``avg`` the
     mean of the accuracy tasks (perplexities stay out of it), ``kpq`` the keys per query averaged over the
     same accuracy tasks (so ``avg`` and ``kpq`` describe one set of inputs), ``kpq:<task>`` each task's own, and ``pos:<task>`` the perplexity by position of a
-    ``position_ppl_*`` task."""
+    ``position_ppl_*`` task. With ``loaded`` (``compare.load``), each column's interval as ``<column>:lo``,
+    ``:hi``, ``:items``, ``:seeds`` and, for a mode run at several seeds, ``:seed_sd``."""
     records = [json.loads(cell_path(out, c).read_text()) for c in cells(cfg) if cell_path(out, c).exists()]
     rows: dict[tuple, dict] = {}
     for rec in records:
@@ -65,7 +54,12 @@ def collect(cfg: SweepConfig, out: Path) -> list[dict]:
             for name, v in rec["metrics"].items():
                 if name.startswith("ppl@"):
                     entry["pos"].setdefault(rec["task"], {}).setdefault(name, []).append(v)
-    return [_summary(cfg, entry) for entry in rows.values()]
+    table = [_summary(cfg, entry) for entry in rows.values()]
+    for r in table if loaded is not None else []:
+        for col, interval in compare.intervals(cfg, loaded, (r["mode"], r["w_eff"], r["sink"])).items():
+            fields = interval.as_dict()
+            r.update({f"{col}:{name}": fields.get(name) for name in INTERVAL_FIELDS})
+    return table
 
 
 def _summary(cfg: SweepConfig, entry: dict) -> dict:
@@ -91,14 +85,23 @@ def _row_order(cfg: SweepConfig):
     return lambda r: (cfg.modes.index(r["mode"]), r.get("sink", 0))
 
 
-def markdown(cfg: SweepConfig, table: list[dict]) -> str:
+def _scored(r: dict, col: str, lower: bool) -> str:
+    """A table cell: the score and, where its items were kept, its interval (``31.2 [12.5, 50.0]``)."""
+    if r.get(col) is None or r.get(f"{col}:items") is None:
+        return score(r.get(col), lower)
+    return Interval(r[col], r[f"{col}:lo"], r[f"{col}:hi"], r[f"{col}:items"]).text(".2f" if lower else ".1f")
+
+
+def markdown(cfg: SweepConfig, table: list[dict], lacking: str | None = None) -> str:
+    """The table (intervals in its cells), how they were made, and the seed-to-seed spread of the stochastic
+    modes; ``lacking``: the sentence naming the cells without per-item records."""
     cols = [*cfg.tasks, "avg"]
     lower = {c: lower_is_better(c) for c in cfg.tasks} | {"avg": False}
     heads = [column_label(t) + (" ↓" if lower[t] else "") for t in cfg.tasks]
     lines = head(["w_eff", "Mode", "keys/q", *heads, "Avg."], ["---", "---", "---:", *["---"] * len(cols)])
     for w in sorted({r["w_eff"] for r in table if r["w_eff"] is not None}):
         group = sorted((r for r in table if r["w_eff"] == w), key=_row_order(cfg))
-        marked = [ranked_cells([r.get(col) for r in group], [score(r.get(col), lower[col]) for r in group], lower[col])
+        marked = [ranked_cells([r.get(col) for r in group], [_scored(r, col, lower[col]) for r in group], lower[col])
                   for col in cols]
         for i, r in enumerate(group):
             lines.append(row([w, variant_label(r["mode"], sink=r.get("sink", 0)), number(r.get("kpq"), ".1f"),
@@ -106,8 +109,25 @@ def markdown(cfg: SweepConfig, table: list[dict]) -> str:
     for r in table:
         if not get_variant(r["mode"]).sparse:
             lines.append(row(["all", FULL.label, number(r.get("kpq"), ".1f"),
-                              *(score(r.get(c), lower[c]) for c in cols)]))
-    return "\n".join(lines) + "\n"
+                              *(_scored(r, c, lower[c]) for c in cols)]))
+    lines += ["", compare.method_note(cfg)] + ([f"**{lacking}**"] if lacking else [])
+    return "\n".join(lines + _spread_table(cfg, table, cols, heads + ["Avg."])) + "\n"
+
+
+def _spread_table(cfg: SweepConfig, table: list[dict], cols: list[str], heads: list[str]) -> list[str]:
+    """The seed-to-seed spread of the rows run at several seeds: the SD over seeds of each seed's score."""
+    spread = sorted((r for r in table if any(r.get(f"{c}:seed_sd") is not None for c in cols)),
+                    key=lambda r: (r["w_eff"] or 0, *_row_order(cfg)(r)))
+    if not spread:
+        return []
+    lines = ["", "Seed-to-seed spread: the standard deviation over seeds of each seed's score (not an interval).", ""]
+    lines += head(["w_eff", "Mode", "Seeds", *heads], ["---", "---", "---:", *["---:"] * len(cols)])
+    for r in spread:
+        seeds = max(r.get(f"{c}:seeds") or 0 for c in cols)
+        lines.append(row([r["w_eff"] or "all", variant_label(r["mode"], sink=r.get("sink", 0)), seeds,
+                          *(number(r.get(f"{c}:seed_sd"), ".2f" if c != "avg" and lower_is_better(c) else ".1f")
+                            for c in cols)]))
+    return lines
 
 
 def _series(cfg: SweepConfig, table: list[dict]):
@@ -251,15 +271,23 @@ def _draw_buckets(ax, by_bucket: dict[str, float], dodge: float = 1.0, **style) 
 
 
 def report(cfg: SweepConfig, out: Path) -> dict:
-    table = collect(cfg, out)
-    text = markdown(cfg, table)
+    loaded = compare.load(cfg, out)
+    table = collect(cfg, out, loaded)
+    lacking = compare.lacking_sentence(out, loaded.lacking)
+    text = markdown(cfg, table, lacking)
+    cols = [*cfg.tasks, "avg"]
     with replacing_files(out, "sweep report") as tmp:
         write_text(tmp / "config.json", json.dumps(asdict(cfg), indent=2))
         write_text(tmp / "results.json", json.dumps({"config": asdict(cfg), "rows": table}, indent=2))
         write_csv(tmp / "results.csv", table,
-                  fields=["mode", "w_eff", "sink", *cfg.tasks, "avg", "kpq", *(f"kpq:{t}" for t in cfg.tasks)])
+                  fields=["mode", "w_eff", "sink", *cols, "kpq", *(f"kpq:{t}" for t in cfg.tasks),
+                          *(f"{c}:{name}" for c in cols for name in INTERVAL_FIELDS)])
         write_text(tmp / "table.md", text)
+        compared = compare.write(cfg, out, tmp, loaded)
         figures = plots(cfg, table, tmp)
     print(text)
-    print(f"wrote {out / 'results.json'}, results.csv, table.md, {', '.join(p.name for p in figures)}")
-    return {"rows": table, "table": text}
+    print(compared.summary)
+    print(f"wrote {out / 'results.json'}, results.csv, table.md, compare.md, compare.json, "
+          f"{', '.join(p.name for p in figures)}")
+    return {"rows": table, "table": text, "compare": compared.text, "comparisons": compared.rows,
+            "delta_nll": compared.deltas}

@@ -56,14 +56,20 @@ class DistanceAccuracy(Callback):
     predictions that ``LitLM`` returns for each labeled batch. Needs a data module with distance buckets
     (``SyntheticDataModule``). Computed on every rank (``compute`` is a collective); a value that no rank
     saw an answer for is not logged.
+
+    ``keep_items=True`` also keeps, for the last validation or test on this rank, one record per answer in the
+    order the data module yields them, ``(distance, correct)`` in ``items``, so that two models validated on
+    the same data can be compared answer by answer (what ``study long-range`` stores and bootstraps).
     """
 
     #: the tags that go in TensorBoard's HPARAMS tab beside the module's own (``LitLM``)
     hparams_metrics = ("val/acc",)
 
-    def __init__(self):
+    def __init__(self, keep_items: bool = False):
         self.metric: AccuracyByDistance | None = None
         self._bucket_of = None
+        self.keep_items = keep_items
+        self.items: list[tuple[int, bool]] = []
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         dm = trainer.datamodule
@@ -80,11 +86,16 @@ class DistanceAccuracy(Callback):
     def _start(self, pl_module) -> None:
         self.metric.reset()
         self.metric.to(pl_module.device)
+        self.items = []
 
     def _update(self, outputs, batch) -> None:
         if not isinstance(outputs, dict) or "predictions" not in outputs:
             return  # no answer in this batch
         self.metric.update(outputs["predictions"], batch["labels"], self._bucket_of(batch["distance"]))
+        if self.keep_items:  # a host read per batch: validation only, and only when asked
+            scored = batch["labels"] != IGNORE
+            hit = (outputs["predictions"] == batch["labels"])[scored]
+            self.items += list(zip(batch["distance"][scored].tolist(), hit.tolist()))
 
     def _log(self, pl_module, stage: str, prog_bar: bool) -> None:
         values = self.metric.compute()

@@ -127,14 +127,17 @@ def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
     cli = run_cli(args, run=True)
     trained = time.perf_counter() - start
     model, dm = cli.model, cli.datamodule
+    accuracy = DistanceAccuracy(keep_items=True)
     trainer = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[DistanceAccuracy()])  # val/acc by distance
+                        enable_model_summary=False, callbacks=[accuracy])  # val/acc by distance, answer by answer
     scores = {}
     for k in eval_samples if model.net.variant.draws else [1]:
         model.hparams.eval_samples = k
         metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
         scores[k] = {"acc": metrics["val/acc"], "loss": metrics["val/loss"],
-                     "buckets": {name: metrics.get(f"val/acc@{name}", math.nan) for name in dm.bucket_names}}
+                     "buckets": {name: metrics.get(f"val/acc@{name}", math.nan) for name in dm.bucket_names},
+                     # each answer in validation order, (distance, 1 if right): cells pair answer by answer
+                     "items": [[d, int(hit)] for d, hit in accuracy.items]}
     return {**cell, "seq_len": dm.seq_len, "receptive_field": cell["depth"] * (cell["window"] - 1),
             "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
             "seconds": round(time.perf_counter() - start, 1), "edges": dm.task.edges, "scores": scores}

@@ -6,24 +6,38 @@ draw is a key table per layer (``attention.random_keys``), made as σ is."""
 from __future__ import annotations
 
 from .. import masks, oracle
-from ..random_keys import budget, check_keys, draw_keys, random_attention
+from ..dense import dense_masked_attention
+from ..random_keys import budget, check_keys, dense_is_cheaper, draw_keys, random_attention
 from ..registry import Variant, register_variant
-from ._common import dense_with_lse
 
 
 def mask(spec, n, table, lengths=None):
     return masks.random_keys(table)
 
 
+def _table(call):
+    """The call's key table, checked (values too unless the caller vouches for it)."""
+    return check_keys(call.perm, call.q.shape[0], call.q.shape[2], call.q.device, call.lengths, values=call.validate)
+
+
+def _dense_mask(call, table):
+    return masks.dense(mask(call.spec, call.q.shape[2], table), call.q.shape[2], batch=call.q.shape[0],
+                       device=call.q.device)
+
+
 def kernel_with_lse(call):
-    if call.backend == "dense":
-        return dense_with_lse(call, mask(call.spec, call.q.shape[2], call.perm, call.lengths))
-    return random_attention(call.q, call.k, call.v, call.perm, scale=call.scale, lengths=call.lengths,
-                            validate=call.validate)
+    table = _table(call)
+    if call.backend == "dense" or dense_is_cheaper(call.q):
+        return dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale,
+                                      return_lse=True)
+    return random_attention(call.q, call.k, call.v, table, scale=call.scale, validate=False)
 
 
 def kernel(call):
-    return (kernel_with_lse(call)[0],)
+    table = _table(call)
+    if call.backend == "dense" or dense_is_cheaper(call.q):
+        return (dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale),)
+    return (random_attention(call.q, call.k, call.v, table, scale=call.scale, validate=False)[0],)
 
 
 def keys_attended_row(spec, length, row):

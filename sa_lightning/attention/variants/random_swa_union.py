@@ -7,8 +7,8 @@ import torch
 
 from .. import masks, oracle
 from ..banded import banded_attention
-from ..dense import merge_partials
-from ..random_keys import budget, check_keys, draw_keys, random_attention
+from ..dense import dense_masked_attention, merge_partials
+from ..random_keys import budget, check_keys, dense_is_cheaper, draw_keys, random_attention
 from ..registry import Variant, register_variant
 from ..sinks import causal_keys
 from ._common import dense_with_lse
@@ -20,15 +20,20 @@ def mask(spec, n, table, lengths=None):
 
 def kernel_with_lse(call):
     q, w = call.q, call.window
-    if call.backend == "dense" or q.shape[2] < 2 * w:
-        return dense_with_lse(call, mask(call.spec, q.shape[2], call.perm, call.lengths))
+    table = check_keys(call.perm, q.shape[0], q.shape[2], q.device, call.lengths, values=call.validate)
+    if call.backend == "dense" or q.shape[2] < 2 * w or dense_is_cheaper(q):
+        return dense_with_lse(call, mask(call.spec, q.shape[2], table, call.lengths))
     y_swa, lse_swa = banded_attention(q, call.k, call.v, before=w - 1, after=0, scale=call.scale, return_lse=True)
-    y_far, lse_far = random_attention(q, call.k, call.v, call.perm, scale=call.scale, skip_recent=w,
-                                      lengths=call.lengths, validate=call.validate)
+    y_far, lse_far = random_attention(q, call.k, call.v, table, scale=call.scale, skip_recent=w, validate=False)
     return merge_partials(y_swa, lse_swa, y_far, lse_far)
 
 
 def kernel(call):
+    q = call.q
+    if call.backend == "dense" or q.shape[2] < 2 * call.window or dense_is_cheaper(q):
+        table = check_keys(call.perm, q.shape[0], q.shape[2], q.device, call.lengths, values=call.validate)
+        full = masks.dense(mask(call.spec, q.shape[2], table), q.shape[2], batch=q.shape[0], device=q.device)
+        return (dense_masked_attention(q, call.k, call.v, full, scale=call.scale),)
     return (kernel_with_lse(call)[0],)
 
 

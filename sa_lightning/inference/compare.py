@@ -1,0 +1,336 @@
+"""The statistics of a training-free sweep: the intervals of its tables and its paired comparisons.
+
+Every cell keeps its per-item records beside its record (``plan.items_path``): each lm-eval document's scores,
+each ``position_ppl_*`` document's per-token NLL. From them, for each setting (mode, w_eff, sink) and task:
+
+- ``intervals``: the 95% interval of each number in ``table.md`` (``utils.stats``: a bootstrap over items for a
+  mode run at one seed, the two-level bootstrap for the modes run at several, with the seed-to-seed spread);
+- ``comparison_rows``: the config's ``comparisons``, A − B on the same items with its interval and verdict;
+- ``delta_nll_rows``: the language-model signal, NLL(mode) − NLL(full) on the same tokens, by position bucket,
+  with intervals from resampling documents (and seeds within each).
+
+``write`` puts the last two in ``compare.md`` and ``compare.json``, inside the report's set of files. A cell on disk
+without per-item records (written before sweeps kept them) is left out of all of it and named in one sentence.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..attention import get_variant, variant_label
+from ..eval.position import bucket_name, buckets, context_length, is_position_task
+from ..utils.report import head, row
+from ..utils.stats import (LEVEL, RESAMPLES, Interval, derived_seed, paired_difference, percentile_interval, replicates,
+                           seed_spread, verdict)
+from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
+                   metric_of, read_items)
+
+#: (mode, w_eff, sink)
+Setting = tuple
+
+
+@dataclass
+class TaskScores:
+    """One setting's items on one task, over its seeds: accuracy items in points (0 or 100 for a 0/1 metric), a
+    perplexity task's documents as their mean NLL per token (nats)."""
+
+    ids: list
+    matrix: np.ndarray  # (seeds, items)
+    seeds: list[int]
+    kpq: float | None
+    tokens: np.ndarray | None = None  # position tasks: (seeds, documents, length - 1) per-token NLL
+
+    def select(self, ids: list) -> "TaskScores":
+        """The same scores on ``ids`` only, in that order."""
+        at = {i: j for j, i in enumerate(self.ids)}
+        cols = [at[i] for i in ids]
+        return TaskScores(ids, self.matrix[:, cols], self.seeds, self.kpq,
+                          None if self.tokens is None else self.tokens[:, cols])
+
+
+@dataclass
+class Loaded:
+    scores: dict[tuple[Setting, str], TaskScores]
+    lacking: list[str]  # keys of the cells on disk without per-item records
+
+
+def _item_values(task: str, metrics: dict, items: list[dict]) -> tuple[list, list[float], list | None] | None:
+    """(ids, one value per item, per-token NLL or None) of a cell's records; None when its column's metric is
+    not a number per item (a rolling perplexity)."""
+    ids = [item["doc_id"] for item in items]
+    if is_position_task(task):
+        nll = [item["nll"] for item in items]
+        return ids, [float(np.mean(x)) for x in nll], nll
+    name, _ = metric_of(task, metrics)
+    if name is None or not items or any(name not in item.get("scores", {}) for item in items):
+        return None
+    return ids, [100.0 * item["scores"][name] for item in items], None
+
+
+def load(cfg: SweepConfig, out: Path) -> Loaded:
+    """Every cell's per-item records on disk, gathered by (setting, task) over seeds and aligned by item."""
+    gathered: dict[tuple[Setting, str], list] = {}
+    lacking = []
+    for cell in cells(cfg):
+        path = cell_path(out, cell)
+        if not path.exists():
+            continue
+        record = json.loads(path.read_text())
+        items = read_items(out, cell) if "items" in record else None
+        if items is None:
+            lacking.append(cell.key)
+            continue
+        values = _item_values(cell.task, record.get("metrics", {}), items)
+        if values is not None:
+            gathered.setdefault(((cell.mode, cell.w_eff, cell.sink), cell.task), []).append(
+                (cell.seed, *values, record.get("keys_per_query")))
+    return Loaded({key: _aligned(runs) for key, runs in gathered.items()}, lacking)
+
+
+def _aligned(runs: list) -> TaskScores:
+    """One setting's seeds on the items all of them scored, in the first seed's order."""
+    common = set.intersection(*(set(ids) for _, ids, *_ in runs))
+    ids = [i for i in runs[0][1] if i in common]
+    matrix, tokens = [], []
+    for _, run_ids, values, nll, _ in runs:
+        at = {i: j for j, i in enumerate(run_ids)}
+        matrix.append([values[at[i]] for i in ids])
+        if nll is not None:
+            tokens.append([nll[at[i]] for i in ids])
+    kpqs = [kpq for *_, kpq in runs if kpq is not None]
+    return TaskScores(ids, np.array(matrix), [seed for seed, *_ in runs], float(np.mean(kpqs)) if kpqs else None,
+                      np.array(tokens) if tokens else None)
+
+
+# ---- the tables' intervals -------------------------------------------------------------------------
+def intervals(cfg: SweepConfig, loaded: Loaded, setting: Setting) -> dict[str, Interval]:
+    """Each task's interval for one setting, in the table's units (accuracy in %, perplexity), and ``avg``'s: the
+    mean of the accuracy tasks' replicates (their items are independent), present when every accuracy task has
+    records."""
+    out, reps, per_seed = {}, {}, {}
+    for task in cfg.tasks:
+        scores = loaded.scores.get((setting, task))
+        if scores is None:
+            continue
+        reps[task] = replicates(scores.matrix, resamples=RESAMPLES, seed=derived_seed(0, task, *setting))
+        per_seed[task] = scores.matrix.mean(axis=1)
+        interval = percentile_interval(scores.matrix.mean(), reps[task], len(scores.ids),
+                                       seeds=len(scores.seeds), seed_sd=seed_spread(scores.matrix))
+        if lower_is_better(task):  # mean NLL -> perplexity, bound by bound; the spread of each seed's perplexity
+            spread = float(np.exp(per_seed[task]).std(ddof=1)) if len(per_seed[task]) > 1 else None
+            interval = replace(interval.map(math.exp), seed_sd=spread)
+        out[task] = interval
+    accuracy = [t for t in cfg.tasks if not lower_is_better(t)]
+    if accuracy and all(t in reps for t in accuracy):
+        seeds = {len(per_seed[t]) for t in accuracy}
+        avg_seeds = np.mean([per_seed[t] for t in accuracy], axis=0) if len(seeds) == 1 else None
+        out["avg"] = percentile_interval(
+            float(np.mean([out[t].mean for t in accuracy])), np.mean([reps[t] for t in accuracy], axis=0),
+            sum(out[t].items for t in accuracy), seeds=max(seeds),
+            seed_sd=float(avg_seeds.std(ddof=1)) if avg_seeds is not None and len(avg_seeds) > 1 else None)
+    return out
+
+
+def method_note(cfg: SweepConfig) -> str:
+    """How the table's intervals are made, for the footnote of ``table.md``."""
+    several = [variant_label(m) for m in cfg.modes if m in cfg.seed_modes] if len(cfg.seeds) > 1 else []
+    stochastic = (f"{', '.join(several)} (seeds {', '.join(map(str, cfg.seeds))}): a two-level bootstrap, the items "
+                  "then each drawn item's seeds; their seed-to-seed spread (SD over seeds of each seed's score) is "
+                  "the table below. " if several else "")
+    ppl = ("PPL: the interval of the mean NLL per document, as a perplexity. "
+           if any(lower_is_better(t) for t in cfg.tasks) else "")
+    return (f"Each score is mean [95% interval], {RESAMPLES} resamples. Modes run at one seed: a percentile bootstrap "
+            f"over the task's items (documents). {stochastic}{ppl}Avg.: the mean of the tasks' replicates. \"[–]\": "
+            "fewer than 2 items (no interval).")
+
+
+# ---- paired comparisons ----------------------------------------------------------------------------
+def _settings(loaded: Loaded, mode: str, task: str) -> list[Setting]:
+    return sorted({s for s, t in loaded.scores if s[0] == mode and t == task}, key=lambda s: (s[1] or 0, s[2]))
+
+
+def _partners(comp: Comparison, a: Setting, task: str, loaded: Loaded) -> list[Setting]:
+    """B's settings that ``a`` is compared with on ``task``: a setting without a window (full) pairs with every
+    one of the other side; else the same sink, at the same w_eff, twice it, or the nearest keys per query."""
+    found = _settings(loaded, comp.b, task)
+    if a[1] is None or any(b[1] is None for b in found):
+        return found
+    same_sink = [b for b in found if b[2] == a[2]]
+    if comp.match == "equal_w":
+        return [b for b in same_sink if b[1] == a[1]]
+    if comp.match == "double_w":
+        return [b for b in same_sink if b[1] == 2 * a[1]]
+    kpq_a = loaded.scores[(a, task)].kpq
+    measured = [b for b in same_sink if loaded.scores[(b, task)].kpq is not None]
+    if kpq_a is None or not measured:
+        return []
+    return [min(measured, key=lambda b: (abs(loaded.scores[(b, task)].kpq - kpq_a), b[1]))]
+
+
+def _paired(a: TaskScores, b: TaskScores, seed: int) -> Interval | None:
+    """A − B on the items both scored (None: none in common)."""
+    ids = [i for i in a.ids if i in set(b.ids)]
+    return paired_difference(a.select(ids).matrix, b.select(ids).matrix, seed=seed) if ids else None
+
+
+def comparison_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
+    """One row per (comparison, A's setting, task): A − B on the items both scored, its interval and verdict."""
+    rows = []
+    for comp in comparisons_of(cfg):
+        for task in cfg.tasks:
+            for a in _settings(loaded, comp.a, task):
+                if comp.sink is not None and a[2] != comp.sink:
+                    continue
+                for b in _partners(comp, a, task, loaded):
+                    sa, sb = loaded.scores[(a, task)], loaded.scores[(b, task)]
+                    diff = _paired(sa, sb, derived_seed(0, task, *a, *b))
+                    if diff is None:
+                        continue
+                    rows.append({"a": comp.a, "b": comp.b, "match": comp.match, "task": task, "a_sink": a[2],
+                                 "b_sink": b[2], "a_w_eff": a[1], "b_w_eff": b[1], "a_kpq": sa.kpq, "b_kpq": sb.kpq,
+                                 "unit": "nats/token" if lower_is_better(task) else "points",
+                                 **diff.as_dict(), "verdict": verdict(diff.lo, diff.hi, lower_is_better(task))})
+    return rows
+
+
+# ---- the language-model signal: ΔNLL against full attention by position --------------------------
+def delta_nll_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
+    """Per position task and sparse setting: NLL(setting) − NLL(full) per token on the same documents, in each
+    position bucket and over all tokens, with intervals from resampling documents (and seeds within each)."""
+    rows = []
+    for task in (t for t in cfg.tasks if is_position_task(t)):
+        refs = [s for s, t in loaded.scores if t == task and not get_variant(s[0]).sparse]
+        if not refs:
+            continue
+        ref = loaded.scores[(refs[0], task)]
+        for mode in cfg.modes:
+            for setting in _settings(loaded, mode, task) if get_variant(mode).sparse else []:
+                scores = loaded.scores[(setting, task)]
+                ids = [i for i in scores.ids if i in set(ref.ids)]
+                if not ids or scores.tokens is None or ref.tokens is None:
+                    continue
+                mine, full = scores.select(ids).tokens, ref.select(ids).tokens
+                parts = {bucket_name(lo, hi): (lo - 1, hi - 1) for lo, hi in buckets(context_length(task))}
+                parts["all"] = (0, mine.shape[2])
+                cells_ = {}
+                for name, (lo, hi) in parts.items():
+                    diff = paired_difference(mine[:, :, lo:hi].mean(axis=2), full[:, :, lo:hi].mean(axis=2),
+                                             seed=derived_seed(0, task, *setting, name))
+                    cells_[name] = {**diff.as_dict(), "verdict": verdict(diff.lo, diff.hi, lower_is_better=True)}
+                rows.append({"task": task, "mode": setting[0], "w_eff": setting[1], "sink": setting[2],
+                             "documents": len(ids), "seeds": len(scores.seeds), "buckets": cells_})
+    return rows
+
+
+# ---- compare.md / compare.json ----------------------------------------------------------------------
+def lacking_sentence(out: Path, lacking: list[str]) -> str | None:
+    """The one sentence that names the cells without per-item records, or None."""
+    if not lacking:
+        return None
+    names = ", ".join(lacking[:6]) + (f" and {len(lacking) - 6} more" if len(lacking) > 6 else "")
+    return (f"{len(lacking)} cell(s) in {out / 'cells'} have no per-item records (written before sweeps kept them) "
+            f"and are left out of every interval and comparison: {names}; run the sweep again without --compare "
+            "to rerun them.")
+
+
+def _interval_cell(d: dict, spec: str) -> str:
+    return Interval(d["mean"], d["lo"], d["hi"], d["items"]).text(spec)
+
+
+def _match_label(r: dict) -> str:
+    """How the row's B was chosen; a side without a window (full) meets the other at each of its windows."""
+    return "each w" if r["a_w_eff"] is None or r["b_w_eff"] is None else r["match"].replace("_", " ")
+
+
+def _setting_label(w_eff, kpq) -> str:
+    return f"{w_eff or 'all'} ({kpq:.1f})" if kpq is not None else f"{w_eff or 'all'}"
+
+
+def unpaired(cfg: SweepConfig, rows: list[dict]) -> list[Comparison]:
+    """The configured comparisons with no pair of cells here: a mode this run leaves out (``--modes`` narrower than
+    the config's), no B at twice A's window, or cells without per-item records."""
+    found = {(r["a"], r["b"], r["match"]) for r in rows}
+    return [c for c in comparisons_of(cfg) if (c.a, c.b, c.match) not in found]
+
+
+def _comparison_label(a: str, b: str, match: str) -> str:
+    return f"{variant_label(a)} − {variant_label(b)} ({match.replace('_', ' ')})"
+
+
+def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: str | None) -> str:
+    lines = [f"# Paired comparisons: {cfg.model}", "",
+             "A − B on the same items: lm-eval tasks in points of their column's metric, perplexity tasks as each "
+             "document's mean NLL per token (nats; lower is better). 95% interval: a percentile bootstrap "
+             f"({RESAMPLES} resamples) that draws the items once for both sides; a side run at several seeds also "
+             "draws its seeds within each drawn item (two-level). The verdict is worded from the interval: better or "
+             "worse when it "
+             "excludes 0, else not separable at this size. w_eff (keys/q): the setting's window and the keys per "
+             "query it attended on that task, measured. \"[–]\": fewer than 2 items, no interval.", ""]
+    if lacking:
+        lines += [f"**{lacking}**", ""]
+    skipped = [_comparison_label(c.a, c.b, c.match) for c in unpaired(cfg, rows)]
+    if skipped:
+        lines += [f"No pair of cells in this run (a mode left out, no B at that window, or no per-item records): "
+                  f"{', '.join(skipped)}.", ""]
+    if rows:
+        lines += head(["A", "B", "Match", "Task", "A w_eff (keys/q)", "B w_eff (keys/q)", "A − B [95%]", "Verdict",
+                       "Items", "Seeds A/B"], ["---"] * 4 + ["---:"] * 2 + ["---"] * 2 + ["---:"] * 2)
+        for r in rows:
+            spec = "+.3f" if r["unit"] == "nats/token" else "+.1f"
+            lines.append(row([variant_label(r["a"], sink=r["a_sink"]), variant_label(r["b"], sink=r["b_sink"]),
+                              _match_label(r), column_label(r["task"]),
+                              _setting_label(r["a_w_eff"], r["a_kpq"]), _setting_label(r["b_w_eff"], r["b_kpq"]),
+                              _interval_cell(r, spec), r["verdict"], r["items"], f"{r['seeds']}/{r['seeds_b']}"]))
+    else:
+        lines.append("No comparison: the config lists none (`comparisons:`), or their cells hold no per-item records.")
+    for task in dict.fromkeys(d["task"] for d in deltas):
+        names = list(next(d for d in deltas if d["task"] == task)["buckets"])
+        lines += ["", f"## ΔNLL against full attention by position: {column_label(task)}", "",
+                  "NLL(mode) − NLL(full) per token (nats) on the same documents and tokens, by the predicted token's "
+                  "distance from the start; below 0 the mode predicts those tokens better than full. 95% interval from "
+                  "resampling documents (and a stochastic mode's seeds within each); verdict on all tokens.", ""]
+        lines += head(["w_eff", "Mode", *(n.removeprefix("ppl@") for n in names), "Verdict (all)", "Docs", "Seeds"],
+                      ["---"] * 2 + ["---"] * len(names) + ["---", "---:", "---:"])
+        for d in (d for d in deltas if d["task"] == task):
+            lines.append(row([d["w_eff"], variant_label(d["mode"], sink=d["sink"]),
+                              *(_interval_cell(d["buckets"][n], "+.3f") for n in names),
+                              d["buckets"]["all"]["verdict"], d["documents"], d["seeds"]]))
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Compared:
+    text: str  # compare.md
+    rows: list[dict]
+    deltas: list[dict]
+    summary: str  # what the sweep prints: the verdicts counted per comparison
+
+
+def summary(rows: list[dict], lacking: str | None) -> str:
+    """One line per comparison: how many of its rows each verdict has."""
+    lines = []
+    for key in dict.fromkeys((r["a"], r["b"], r["match"]) for r in rows):
+        mine = [r for r in rows if (r["a"], r["b"], r["match"]) == key]
+        verdicts = [r["verdict"] for r in mine]
+        counts = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+        lines.append(f"compare: {_comparison_label(key[0], key[1], _match_label(mine[0]).replace(' ', '_'))}: "
+                     f"{counts}")
+    return "\n".join(lines + ([lacking] if lacking else [])) or "compare: no comparison configured"
+
+
+def write(cfg: SweepConfig, out: Path, folder: Path, loaded: Loaded) -> Compared:
+    """``compare.md`` and ``compare.json`` into ``folder`` (the report's hidden set)."""
+    from ..utils.atomic import write_text
+
+    rows, deltas = comparison_rows(cfg, loaded), delta_nll_rows(cfg, loaded)
+    lacking = lacking_sentence(out, loaded.lacking)
+    text = markdown(cfg, rows, deltas, lacking)
+    write_text(folder / "compare.md", text)
+    write_text(folder / "compare.json", json.dumps(
+        {"resamples": RESAMPLES, "level": LEVEL, "comparisons": rows, "delta_nll": deltas,
+         "lacking_items": loaded.lacking}, indent=2))
+    return Compared(text, rows, deltas, summary(rows, lacking))

@@ -1,0 +1,152 @@
+"""Statistics in the sweep (issue 35): every cell keeps per-item records that pair across cells, every table number
+carries a 95% interval, and the compare step writes paired differences with verdicts and the ΔNLL against full."""
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from sa_lightning.inference import compare
+from sa_lightning.inference.plan import SweepConfig
+from sa_lightning.utils.stats import BETTER, TIED, WORSE
+from tests.test_sweep_reuse import two_models  # noqa: F401  (a fixture: the same tiny models)
+
+VERDICTS = {BETTER, WORSE, TIED}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(two_models):
+    """A tiny random Qwen3 and the embedded tokenizer, saved as a Hugging Face folder (the reuse test's first)."""
+    return two_models[0]
+
+
+def _items(path):
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_a_sweep_keeps_paired_items_puts_intervals_in_its_table_and_compares(tiny_model, tmp_path, capsys,
+                                                                             monkeypatch):
+    from sa_lightning.inference import sweep_report
+    from sa_lightning.inference.sweep import main
+
+    monkeypatch.setattr(sweep_report, "plots", lambda *args: [])  # the figures have tests of their own
+    out = tmp_path / "sweep"
+    args = ["--model", str(tiny_model), "--dtype", "float32", "--device_map", "cpu",
+            "--tasks", "[shakespeare_lastword, position_ppl_256]", "--modes", "[full, swa, sa]", "--windows", "[8]",
+            "--seeds", "[0, 1]", "--limit", "6", "--task_limits", "{position_ppl_256: 3}",
+            "--comparisons", "[{a: full, b: swa}, {a: sa, b: swa, match: equal_w}, {a: sa, b: swa, match: equal_keys}]",
+            "--out", str(out)]
+    result = main(args)
+    cells = out / "cells"
+    # per-item records beside each cell, keyed by doc id, the same documents in every cell of a task
+    sa, swa = _items(cells / "sa_w8_s1_shakespeare_lastword.items.jsonl.gz"), \
+        _items(cells / "swa_w8_s0_shakespeare_lastword.items.jsonl.gz")
+    assert [r["doc_id"] for r in sa] == [r["doc_id"] for r in swa] == list(range(6))
+    assert all(set(r["scores"]) >= {"acc"} and len(r["ll"]) == 1 for r in sa)
+    record = json.loads((cells / "sa_w8_s1_shakespeare_lastword.json").read_text())
+    assert record["items"] == {"file": "sa_w8_s1_shakespeare_lastword.items.jsonl.gz", "count": 6}
+    assert record["metrics"]["acc"] == pytest.approx(np.mean([r["scores"]["acc"] for r in sa]))
+    docs = _items(cells / "full_wall_s0_position_ppl_256.items.jsonl.gz")
+    assert [d["doc_id"] for d in docs] == [0, 1, 2] and all(len(d["nll"]) == 255 for d in docs)
+    ppl = json.loads((cells / "full_wall_s0_position_ppl_256.json").read_text())["metrics"]["ppl"]
+    assert ppl == pytest.approx(float(np.exp(np.mean([d["nll"] for d in docs]))), rel=1e-4)
+
+    # the table: every number with its interval, how they were made, and SA's seed spread on its own
+    table = (out / "table.md").read_text()
+    sa_row = next(line for line in table.splitlines() if line.startswith("| 8 | SA |"))
+    assert sa_row.count("[") == 3, sa_row  # LW, PPL@256 and Avg.
+    assert "two-level bootstrap" in table and "Seed-to-seed spread" in table
+    row = next(r for r in result["rows"] if (r["mode"], r["w_eff"]) == ("sa", 8))
+    assert row["shakespeare_lastword:seeds"] == 2 and row["shakespeare_lastword:items"] == 6
+    assert row["position_ppl_256:lo"] <= row["position_ppl_256"] <= row["position_ppl_256:hi"]
+    assert "shakespeare_lastword:seed_sd" in (out / "results.csv").read_text().splitlines()[0]
+
+    # compare.md / compare.json: one row per (comparison, window, task), verdicts from the interval
+    rows = json.loads((out / "compare.json").read_text())["comparisons"]
+    assert {(r["a"], r["match"]) for r in rows} == {("full", "equal_w"), ("sa", "equal_w"), ("sa", "equal_keys")}
+    equal_w = [r for r in rows if r["a"] == "sa" and r["match"] == "equal_w"]
+    assert {(r["a_w_eff"], r["b_w_eff"], r["task"]) for r in equal_w} == {
+        (8, 8, t) for t in ("shakespeare_lastword", "position_ppl_256")}
+    for r in rows:
+        assert r["verdict"] in VERDICTS and r["lo"] <= r["mean"] <= r["hi"]
+        assert r["items"] == (6 if r["task"] == "shakespeare_lastword" else 3)
+        assert (r["seeds"], r["seeds_b"]) == ((2, 1) if r["a"] == "sa" else (1, 1))
+    assert all(r["a_kpq"] < r["b_kpq"] < 8 for r in rows if r["match"] == "equal_keys")  # keys/q, measured
+    deltas = json.loads((out / "compare.json").read_text())["delta_nll"]
+    assert {(d["mode"], d["w_eff"], d["documents"], d["seeds"]) for d in deltas} == {("swa", 8, 3, 1), ("sa", 8, 3, 2)}
+    assert set(deltas[0]["buckets"]) == {"ppl@1-63", "ppl@64-127", "ppl@128-255", "all"}
+    text = (out / "compare.md").read_text()
+    assert "| SA | SWA | equal w | LW | 8 (" in text and "ΔNLL against full attention by position: PPL@256" in text
+
+    # a cell without item records is left out of the statistics and named; --compare runs nothing
+    (cells / "swa_w8_s0_shakespeare_lastword.items.jsonl.gz").unlink()
+    capsys.readouterr()
+    main([*args, "--compare"])
+    assert "running none" in capsys.readouterr().out
+    text = (out / "compare.md").read_text()
+    assert "1 cell(s)" in text and "swa_w8_s0_shakespeare_lastword" in text and "rerun them" in text
+    assert "| SA | SWA | equal w | LW |" not in text  # SWA's LW cell is out of the statistics
+    assert not (cells / "swa_w8_s0_shakespeare_lastword.items.jsonl.gz").exists()
+    # a plain rerun runs that cell again, and only it
+    main(args)
+    assert "1 to run (1 of them again" in capsys.readouterr().out
+    assert (cells / "swa_w8_s0_shakespeare_lastword.items.jsonl.gz").exists()
+    assert "no per-item records" not in (out / "compare.md").read_text()
+
+
+def _scores(kpq, seeds=1, n=20, shift=0.0):
+    rng = np.random.default_rng(int(kpq * 10))
+    return compare.TaskScores(list(range(n)), 100.0 * (rng.random((seeds, n)) < 0.5 + shift), list(range(seeds)), kpq)
+
+
+def test_each_match_pairs_the_settings_the_paper_compares():
+    cfg = SweepConfig(model="m", tasks=["t"], modes=["full", "swa", "sa"], windows=[4, 8, 16], comparisons=[
+        {"a": "sa", "b": "swa", "match": "equal_w"}, {"a": "sa", "b": "swa", "match": "equal_keys"},
+        {"a": "sa", "b": "swa", "match": "double_w"}, {"a": "full", "b": "swa"}])
+    loaded = compare.Loaded({(("sa", 8, 0), "t"): _scores(4.0, seeds=3), (("swa", 4, 0), "t"): _scores(3.9),
+                             (("swa", 8, 0), "t"): _scores(7.9), (("swa", 16, 0), "t"): _scores(15.5),
+                             (("full", None, 0), "t"): _scores(50.0)}, [])
+    pairs = [(r["match"], r["a_w_eff"], r["b_w_eff"]) for r in compare.comparison_rows(cfg, loaded)]
+    assert pairs == [("equal_w", 8, 8), ("equal_keys", 8, 4), ("double_w", 8, 16),
+                     ("equal_w", None, 4), ("equal_w", None, 8), ("equal_w", None, 16)]
+
+
+def test_a_clear_difference_gets_its_verdict_and_a_tie_does_not():
+    cfg = SweepConfig(model="m", tasks=["t"], modes=["swa", "sa"], windows=[8],
+                      comparisons=[{"a": "sa", "b": "swa", "match": "equal_w"}])
+    ones, zeros = np.full((1, 50), 100.0), np.zeros((1, 50))
+    ones[0, :5] = 0.0
+    for a, b, want in ((ones, zeros, BETTER), (zeros, ones, WORSE), (zeros, zeros, TIED)):
+        loaded = compare.Loaded({(("sa", 8, 0), "t"): compare.TaskScores(list(range(50)), a, [0], 4.0),
+                                 (("swa", 8, 0), "t"): compare.TaskScores(list(range(50)), b, [0], 8.0)}, [])
+        (row,) = compare.comparison_rows(cfg, loaded)
+        assert row["verdict"] == want
+
+
+def test_lm_eval_samples_become_compact_records_keyed_for_pairing():
+    from sa_lightning.eval.harness import item_records
+
+    samples = [{"doc_id": 3, "filter": "none", "metrics": ["acc", "acc_norm"], "acc": 1.0, "acc_norm": True,
+                "filtered_resps": [(-1.5, False), (-0.5, True)], "target": 1},
+               {"doc_id": 3, "filter": "strict", "metrics": ["acc"], "acc": 0.0, "filtered_resps": ["x"]},
+               {"doc_id": 4, "filter": "none", "metrics": ["exact_match"], "exact_match": 0,
+                "filtered_resps": ["42"]}]
+    assert item_records(samples, prefix="mmlu_law") == [
+        {"doc_id": "mmlu_law/3", "scores": {"acc": 1.0, "acc_norm": 1.0}, "ll": [-1.5, -0.5], "target": 1},
+        {"doc_id": "mmlu_law/4", "scores": {"exact_match": 0.0}}]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--comparisons", "[{a: sa, b: swx}]"], r"comparisons\[0\] b: unknown attention variant 'swx'"),
+    (["--comparisons", "[{a: sa, b: swa, match: same}]"], "match must be one of equal_w, double_w, equal_keys"),
+    (["--comparisons", "[{a: sa}]"], "must be a mapping with keys a, b"),
+    (["--compare"], "holds none of this config's"),
+])
+def test_bad_comparisons_fail_in_one_sentence_before_any_cell(args, message, tmp_path):
+    from sa_lightning.inference.sweep import main
+
+    with pytest.raises(ValueError, match=message):
+        main(["--model", "nowhere", "--tasks", "[shakespeare_lastword]", "--modes", "[full, swa, sa]",
+              "--out", str(tmp_path), *args])
+    assert not list((tmp_path / "cells").glob("*")) if (tmp_path / "cells").exists() else True
