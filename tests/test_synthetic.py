@@ -132,25 +132,30 @@ def test_eval_samples_average_the_probabilities_of_k_permutation_draws():
 
 @pytest.mark.slow
 def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
-    """The shipped study config, reduced in size: tables, plot and a cell that a rerun skips."""
+    """The shipped study config, reduced in size: tables, plot, each cell's answers, the shipped comparison of SA
+    with SWA paired answer by answer, and a cell that a rerun skips."""
     out = tmp_path / "study"
-    args = ["study", "long-range", "--preset", "quick", "--variants", "sa", "--depths", "1", "--windows", "8",
+    args = ["study", "long-range", "--preset", "quick", "--variants", "sa", "swa", "--depths", "1", "--windows", "8",
             "--eval_samples", "1", "2", "--out", str(out), "--set", "trainer.max_steps=4",
             "--set", "data.init_args.seq_len=64", "--set", "model.arch.max_seq_len=64",
             "--set", "data.init_args.val_examples=16", "--set", "data.init_args.batch_size=8"]
     res = run_cli_here(*args)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "[1/1] passkey_sa_L1_w8_s0" in res.stdout
-    assert f"study long-range (preset quick): 1 cell(s), results in {out}/" in res.stdout  # said before training
+    assert "[1/2] passkey_sa_L1_w8_s0" in res.stdout
+    assert f"study long-range (preset quick): 2 cell(s), results in {out}/" in res.stdout  # said before training
     rows = list(csv.DictReader((out / "results.csv").open()))
-    assert [r["eval_samples"] for r in rows] == ["1", "2"] and rows[0]["receptive_field"] == "7"
+    assert [r["eval_samples"] for r in rows if r["variant"] == "sa"] == ["1", "2"] and rows[0]["receptive_field"] == "7"
+    lo, acc, hi = (float(rows[0][c]) for c in ("acc_beyond_rf_lo", "acc_beyond_rf", "acc_beyond_rf_hi"))
+    assert lo <= acc <= hi
+    compared = (out / "compare.md").read_text()
+    assert "| passkey | 1 | 8 | 1 | sa | swa |" in compared and "| passkey | 1 | 8 | 2 | sa | swa |" in compared
     assert {"acc@2-15", "acc@32-63"} <= set(rows[0])
     assert (out / "accuracy_vs_distance.png").stat().st_size > 1000
     assert "| passkey | 1 | 8 | 7 | sa |" in (out / "table.md").read_text()
     assert "| passkey | sa | 8 |" in (out / "reach.md").read_text()
     path = out / "cells" / "passkey_sa_L1_w8_s0.json"
     cell = json.loads(path.read_text())
-    assert cell["steps"] == 4
+    assert cell["steps"] == 4 and len(cell["scores"]["1"]["items"]) == 16  # one answer per validation sequence
     path.write_text(path.read_text()[:200])  # what a kill mid-write left before cells were written atomically
     again = run_cli_here(*args)
     assert again.returncode == 0 and f"{path} is damaged (cut short?); running that cell again" in again.stdout

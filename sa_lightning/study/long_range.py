@@ -11,8 +11,11 @@ preset (``outputs/study/long_range``, ``long_range_quick``, ``long_range_paper_s
 never overwrites the full study's cells and tables. At the end: ``results.csv``, ``table.md``
 (accuracy per distance bucket, best **bold** within each (task, depth, window)), ``reach.md`` (the
 depth at which each variant first passes 90% beyond SWA's receptive field, beside the coverage
-analysis's prediction) and ``accuracy_vs_distance.png`` (one line per variant, SWA's receptive field
-L * (w - 1) drawn as a vertical line). These four are written in a hidden folder beside ``cells/`` and moved
+analysis's prediction), ``compare.md`` (the configured comparisons, A − B on the same validation answers
+beyond SWA's reach, each with a paired 95% interval and a verdict worded from it) and
+``accuracy_vs_distance.png`` (one line per variant, SWA's receptive field L * (w - 1) drawn as a vertical
+line). Each cell keeps its answers, (distance, right or not) in validation order, so accuracy beyond the
+receptive field carries a bootstrap interval and two cells pair answer by answer. These five are written in a hidden folder beside ``cells/`` and moved
 into place together (``utils.atomic.replacing_files``): a full disk or a plot that fails leaves the previous
 ones whole, and the cells already trained stay for the next run.
 """
@@ -71,6 +74,10 @@ def check_grid(settings: dict) -> None:
                              "trained.")
     for variant in settings["variants"]:
         get_variant(variant)
+    for c in settings.get("comparisons") or []:
+        if not isinstance(c, dict) or set(c) != {"a", "b"}:
+            raise ValueError(f"each comparison is {{a: <variant>, b: <variant>}}, got {c!r}; nothing was trained.")
+        get_variant(c["a"]), get_variant(c["b"])
     pattern = settings.get("fit_config", "configs/synthetic/{task}.yaml")
     for task in settings["tasks"]:
         if not Path(pattern.format(task=task)).is_file():
@@ -149,11 +156,46 @@ def _bucket_bounds(name: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
+def _beyond_from(result: dict) -> int | None:
+    """The shortest distance of the buckets lying wholly beyond SWA's receptive field L * (w - 1)."""
+    starts = [_bucket_bounds(name)[0] for name in next(iter(result["scores"].values()))["buckets"]]
+    beyond_rf = [lo for lo in starts if lo > result["receptive_field"]]
+    return min(beyond_rf) if beyond_rf else None
+
+
+def beyond_items(result: dict, k: int) -> list[int] | None:
+    """The answers (1 right, 0 wrong) whose key-query distance lies in a bucket wholly beyond SWA's receptive
+    field, in validation order; None for a cell saved without its answers."""
+    items = result["scores"][k].get("items")
+    start = _beyond_from(result)
+    if items is None or start is None:
+        return None
+    return [hit for distance, hit in items if distance >= start]
+
+
 def beyond(result: dict, k: int) -> float:
-    """Mean accuracy over the buckets lying wholly beyond SWA's receptive field L * (w - 1)."""
+    """Accuracy beyond SWA's receptive field L * (w - 1): the share of right answers over the buckets lying
+    wholly beyond it (a cell saved without its answers: the mean of those buckets' accuracies)."""
+    items = beyond_items(result, k)
+    if items:
+        return sum(items) / len(items)
     accs = [a for name, a in result["scores"][k]["buckets"].items()
             if _bucket_bounds(name)[0] > result["receptive_field"] and not math.isnan(a)]
     return sum(accs) / len(accs) if accs else math.nan
+
+
+def beyond_interval(result: dict, k: int):
+    """``beyond`` with its 95% interval (``utils.stats.bootstrap_mean`` over the answers), or None."""
+    from ..utils.stats import bootstrap_mean
+
+    items = beyond_items(result, k)
+    return bootstrap_mean(items, seed=derived_seed(result, k)) if items and len(items) > 1 else None
+
+
+def derived_seed(result: dict, k: int) -> int:
+    from ..utils.stats import derived_seed as mix
+
+    return mix(0, result["task"], result["variant"], result["depth"], result["window"], result["seed"], k)
 
 
 def rows(results: list[dict]) -> list[dict]:
@@ -163,8 +205,12 @@ def rows(results: list[dict]) -> list[dict]:
         for k, s in sorted(r["scores"].items()):
             flat = {key: r[key] for key in ("task", "variant", "depth", "window", "seed", "seq_len", "receptive_field",
                                             "steps", "train_seconds")}
+            ci = beyond_interval(r, k)
             flat.update(eval_samples=k, acc=round(s["acc"], 4), acc_beyond_rf=round(beyond(r, k), 4),
                         loss=round(s["loss"], 4))
+            flat.update(acc_beyond_rf_lo=None if ci is None else round(ci.lo, 4),
+                        acc_beyond_rf_hi=None if ci is None else round(ci.hi, 4),
+                        answers_beyond_rf=None if ci is None else ci.items)
             flat.update({f"acc@{name}": round(a, 4) for name, a in s["buckets"].items()})
             out.append(flat)
     return out
@@ -183,12 +229,66 @@ def table(results: list[dict]) -> str:
     for r in flat:
         groups.setdefault((r["task"], r["depth"], r["window"]), []).append(r)
     for (task, depth, window), group in groups.items():
-        marked = [ranked_cells([r[c] for r in group], [number(100 * r[c], ".1f") for r in group], top=1,
-                               rank_alone=True) for c in cols]
+        marked = [ranked_cells([r[c] for r in group], [_percent(r, c) for r in group], top=1, rank_alone=True)
+                  for c in cols]
         for i, r in enumerate(group):
             lines.append(row([task, depth, window, r["receptive_field"], r["variant"], r["eval_samples"],
                               *(column[i] for column in marked)]))
+    if any(r.get("acc_beyond_rf_lo") is not None for r in flat):
+        lines += ["", TABLE_NOTE]
     return "\n".join(lines) + "\n"
+
+
+def _percent(r: dict, col: str) -> str:
+    """A cell in %, beyond-RF accuracy with its 95% interval where the answers were kept."""
+    text = number(100 * r[col], ".1f")
+    if col == "acc_beyond_rf" and r.get("acc_beyond_rf_lo") is not None:
+        text += f" [{100 * r['acc_beyond_rf_lo']:.1f}, {100 * r['acc_beyond_rf_hi']:.1f}]"
+    return text
+
+
+TABLE_NOTE = ("beyond L·(w−1): the share of right answers whose key–query distance lies in a bucket wholly beyond "
+              "SWA's receptive field, with its 95% interval (a percentile bootstrap over those answers, 2000 "
+              "resamples; one trained model, so it holds the validation set's noise, not the training seed's).")
+
+
+def compare(results: list[dict], comparisons: list[dict]) -> str:
+    """Paired differences A − B on the same validation answers beyond SWA's reach: per configured comparison
+    (``comparisons: [{a: sa, b: random}, ...]``), per (task, L, w, seed) where both were trained, per K of A
+    (B at the same K, or at K = 1 if it draws nothing). The two models were validated on one set (the data seed
+    is the cell's seed), so answer j of A and of B is the same question; the interval is a paired percentile
+    bootstrap over those answers (``utils.stats.paired_difference``), and the verdict is worded from it."""
+    from ..utils.stats import paired_difference, verdict
+
+    lines = head(["task", "L", "w", "K", "A", "B", "A beyond L·(w−1)", "B", "A − B [95% CI]", "verdict", "answers"],
+                 ["---", "---", "---", "---", "---", "---", "---:", "---:", "---:", "---", "---:"])
+    by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
+    missing = []
+    for c in comparisons:
+        for (task, variant, depth, window, seed), ra in sorted(by.items()):
+            rb = by.get((task, c["b"], depth, window, seed))
+            if variant != c["a"] or rb is None:
+                continue
+            for k in sorted(ra["scores"]):
+                kb = k if k in rb["scores"] else 1
+                a, b = beyond_items(ra, k), beyond_items(rb, kb)
+                same = a is not None and b is not None and [d for d, _ in ra["scores"][k]["items"]] == \
+                    [d for d, _ in rb["scores"][kb]["items"]]
+                if not same:
+                    missing.append(f"{task} L={depth} w={window} K={k}: {c['a']} against {c['b']}")
+                    continue
+                diff = paired_difference(a, b, seed=derived_seed(ra, k))
+                lines.append(row([task, depth, window, k, c["a"], c["b"], f"{100 * sum(a) / len(a):.1f}",
+                                  f"{100 * sum(b) / len(b):.1f}",
+                                  f"{100 * diff.mean:+.1f} [{100 * diff.lo:+.1f}, {100 * diff.hi:+.1f}]",
+                                  verdict(diff.lo, diff.hi), len(a)]))
+    notes = ["", "A − B in percentage points of accuracy beyond SWA's receptive field L·(w−1), on the same validation "
+             "answers; 95% interval: a paired percentile bootstrap over those answers (2000 resamples). One trained "
+             "model per cell: the interval holds the validation set's noise, not the training seed's."]
+    if missing:
+        notes += ["", "Not compared (a cell saved without its answers, or validated on other data; run it again): "
+                  + "; ".join(missing) + "."]
+    return "\n".join(lines + notes) + "\n"
 
 
 def reach(results: list[dict]) -> str:
@@ -327,13 +427,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         ks = "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%" for k, v in sorted(s.items()))
         print(f"[{i}/{len(grid)}] {cell_id(cell)}: acc/beyond-RF {ks} ({status}; "
               f"{time.perf_counter() - start:.0f} s so far)", flush=True)
-    summary = {"table.md": table(results), "reach.md": reach(results)}
+    summary = {"table.md": table(results), "reach.md": reach(results),
+               "compare.md": compare(results, settings.get("comparisons") or [])}
     with replacing_files(out, "study report") as tmp:
         write_csv(tmp / "results.csv", rows(results))
         for name, text in summary.items():
             write_text(tmp / name, text)
         plot(results, tmp / "accuracy_vs_distance.png")
     print("\n" + "\n".join(summary.values()))
-    print(f"wrote {out}/results.csv, table.md, reach.md and accuracy_vs_distance.png "
+    print(f"wrote {out}/results.csv, table.md, reach.md, compare.md and accuracy_vs_distance.png "
           f"({time.perf_counter() - start:.0f} s)")
     return results

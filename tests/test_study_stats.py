@@ -1,0 +1,39 @@
+"""The long-range study's statistics: each cell keeps its answers, accuracy beyond SWA's receptive field carries a
+bootstrap interval, and compare.md pairs two variants answer by answer, worded from the interval."""
+import random
+
+from sa_lightning.study.long_range import beyond, beyond_interval, compare, table
+
+BUCKETS = ["2-15", "16-31", "32-63", "64-127", "128-255"]
+
+
+def _cell(variant: str, rate: float, seed: int = 0, items: bool = True, n: int = 500) -> dict:
+    rng = random.Random(f"{variant}{rate}")
+    distances = [random.Random(i).randint(2, 255) for i in range(n)]  # the same validation set for every variant
+    answers = [[d, int(rng.random() < (rate if d > 30 else 1.0))] for d in distances]
+    buckets = {b: 0.5 for b in BUCKETS}
+    scores = {1: {"acc": 0.5, "loss": 1.0, "buckets": buckets, **({"items": answers} if items else {})}}
+    return dict(task="passkey", variant=variant, depth=2, window=16, seed=seed, seq_len=256, receptive_field=30,
+                steps=10, train_seconds=1.0, scores=scores)
+
+
+def test_beyond_counts_the_answers_past_the_receptive_field_with_an_interval():
+    cell = _cell("sa", 0.6)
+    far = [hit for d, hit in cell["scores"][1]["items"] if d >= 32]  # buckets wholly beyond L*(w-1) = 30
+    assert beyond(cell, 1) == sum(far) / len(far)
+    ci = beyond_interval(cell, 1)
+    assert ci.items == len(far) and ci.lo < beyond(cell, 1) < ci.hi and ci.hi - ci.lo < 0.15
+    text = table([cell])
+    assert f"{100 * beyond(cell, 1):.1f} [" in text and "percentile bootstrap" in text
+    old = _cell("sa", 0.6, items=False)  # a cell saved before answers were kept: the buckets' mean, no interval
+    assert beyond(old, 1) == 0.5 and beyond_interval(old, 1) is None
+
+
+def test_compare_words_each_verdict_from_the_paired_interval():
+    cells = [_cell("sa", 0.9), _cell("random", 0.3), _cell("swa", 0.88), _cell("full", 0.9, items=False)]
+    text = compare(cells, [{"a": "sa", "b": "random"}, {"a": "sa", "b": "swa"}, {"a": "full", "b": "swa"}])
+    rows = [line for line in text.splitlines() if line.startswith("| passkey")]
+    assert len(rows) == 2
+    assert "| sa | random |" in rows[0] and rows[0].rstrip(" |").split("|")[-2].strip() == "better"
+    assert "| sa | swa |" in rows[1] and "not separable at this size" in rows[1]
+    assert "Not compared" in text and "full against swa" in text  # no answers kept: said, not guessed
