@@ -58,7 +58,7 @@ class Group:
 COMMANDS: dict[str, Command | Group] = {
     **{name: Command("sa_lightning.lit.cli", "run", heavy=True, whole_argv=True) for name in LIGHTNING_COMMANDS},
     "prepare": Command("sa_lightning.data.prepare"),
-    "evaluate": Command("sa_lightning.eval.report", heavy=True),
+    "evaluate": Command("sa_lightning.eval.evaluate", heavy=True),
     "sweep": Command("sa_lightning.inference.sweep", heavy=True),
     "export": Command("sa_lightning.models.export"),
     "generate": Command("sa_lightning.inference.generate"),
@@ -75,7 +75,7 @@ COMMANDS: dict[str, Command | Group] = {
     "study": Group("a study", "python cli.py study long-range --preset quick",
                    {"long-range": Command("sa_lightning.study.long_range")}, heavy=True),
     "doctor": Command("sa_lightning.doctor"),
-    "analyze": Command("sa_lightning.analysis.report", heavy=True),
+    "analyze": Command("sa_lightning.analysis.analyze", heavy=True),
 }
 
 

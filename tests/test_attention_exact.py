@@ -92,7 +92,7 @@ def test_moba_dense_backend_matches_oracle(n, block, top_k, groups):
 def test_moba_selects_real_past_blocks():
     """The oracle's selection is not trivial: queries read more than their own block."""
     q, k, _ = _qkv(256, 1, seed=3)
-    sel = oracle.moba_selection(q, k, 16, 3)
+    sel = oracle.reference_moba_selection(q, k, 16, 3)
     assert sel.sum(-1).max() == 2 and sel[:, :, :16].sum() == 0
 
 

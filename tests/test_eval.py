@@ -182,7 +182,7 @@ def test_table_marks_best_bold_and_second_underlined():
 
 @pytest.mark.slow
 def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
-    from sa_lightning.eval.report import main
+    from sa_lightning.eval.evaluate import main
 
     report = main(["--ckpt", str(checkpoint), str(checkpoint), "--label", "a", "b", "--limit", "4",
                    "--seeds", "0", "1", "--out", str(tmp_path)])
@@ -269,7 +269,7 @@ def test_network_only_task_offline_points_to_the_offline_tasks():
     ("foreign", "not an sa_lightning checkpoint"),
 ])
 def test_bad_checkpoints_fail_in_one_sentence(content, message, tmp_path):
-    from sa_lightning.eval.report import main
+    from sa_lightning.eval.evaluate import main
 
     path = tmp_path / "model.ckpt"
     if content == "foreign":

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sa_lightning.analysis import gates
-from sa_lightning.analysis.report import draw_coverage
+from sa_lightning.analysis.analyze import draw_coverage
 from sa_lightning.bench import attention as bench
 from sa_lightning.inference import sweep_report
 from sa_lightning.inference.plan import SweepConfig

@@ -68,7 +68,8 @@ def test_permutations_are_seeded_per_step_and_fixed_mode_keeps_them():
     assert not torch.equal(first[0], other[0])
     assert not torch.equal(first[0], first[1])  # one independent permutation per layer
     assert not torch.equal(first[0], Transformer(_cfg("sa", seed=8)).draws(48, 5, "cpu")[0])
-    fixed = Transformer(_cfg("sa", seed=7, permutation="fixed"))
+    fixed = Transformer(_cfg("sa", seed=7, permutation="deterministic"))
+    assert Transformer(_cfg("sa", seed=7, permutation="fixed")).cfg.permutation == "deterministic"  # the old name
     assert torch.equal(fixed.draws(48, 5, "cpu")[0], fixed.draws(48, 6, "cpu")[0])
     assert Transformer(_cfg("swa")).draws(48, 5, "cpu") == [None, None]
 

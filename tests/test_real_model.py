@@ -244,7 +244,7 @@ def test_an_unknown_preset_names_the_ones_there_are(tmp_path):
 @pytest.fixture(scope="module")
 def smollm2():
     source = sources.resolve("smollm2")
-    return sources.load_causal_lm(source, "float32"), sources.load_tokenizer(source)
+    return sources.load_causal_lm(source, "float32"), sources.tokenizer_for(source)
 
 
 @pytest.mark.slow  # the real model: its GGUF is read and dequantized (~25 s, once per module)
@@ -287,11 +287,11 @@ def test_the_lm_eval_model_takes_a_gguf_name_through_the_one_loading_path(llama,
     ``models.sources`` (HFLM would not pass ``gguf_file`` to the tokenizer), then HFLM takes them as objects."""
     from sa_lightning.inference.lm import PatchedHFLM
 
-    tok = sources.load_tokenizer(sources.ModelSource(str(llama_folder)))
+    tok = sources.tokenizer_for(sources.ModelSource(str(llama_folder)))
     seen = []
     monkeypatch.setattr(sources, "resolve", lambda name: sources.ModelSource("/models", "m.gguf"))
     monkeypatch.setattr(sources, "load_causal_lm", lambda source, *a, **k: seen.append(source) or llama)
-    monkeypatch.setattr(sources, "load_tokenizer", lambda source, *a, **k: tok)
+    monkeypatch.setattr(sources, "tokenizer_for", lambda source, *a, **k: tok)
     lm = PatchedHFLM("smollm2", variant="sa", window=8, batch_size=2)
     assert seen == [sources.ModelSource("/models", "m.gguf")] and lm.model is llama and lm.tokenizer is tok
     assert patcher.spec_of(llama).variant == "sa"

@@ -111,7 +111,7 @@ def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(
 
     assert run("swa").returncode == 0
     before = _files(out)
-    assert sorted(before) == ["accuracy_vs_distance.png", "reach.md", "results.csv", "table.md"]
+    assert sorted(before) == ["accuracy_vs_distance.png", "compare.md", "reach.md", "results.csv", "table.md"]
     with monkeypatch.context() as m:
         m.setattr(study, "savefig", _full_disk)
         res = run("swa", "sa")
@@ -122,7 +122,7 @@ def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(
 
 
 def test_a_full_disk_while_an_analysis_writes_keeps_its_previous_csv_and_figure(tmp_path, monkeypatch):
-    import sa_lightning.analysis.report as analysis
+    import sa_lightning.analysis.analyze as analysis
 
     def run(n):
         return run_cli_here("analyze", "coverage", "--n", str(n), "--window", "4", "--depth", "3", "--trials", "1",

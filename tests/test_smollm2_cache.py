@@ -153,7 +153,7 @@ def test_the_real_smollm2_folder_gives_the_weights_and_logits_of_its_gguf(cache,
     # what resolve("smollm2") gives; resolve is called after the conversion, which spares it the header parse
     source = sources.ModelSource(str(gguf.parent), NAME)
     model = sources.load_causal_lm(source, "float32")  # converts, then reads the folder
-    tok = sources.load_tokenizer(source)
+    tok = sources.tokenizer_for(source)
     assert sources.resolve("smollm2") == source  # runs still name the GGUF
     folder = gguf_cache.folder_for(gguf)
     assert sources.loadable(source) == sources.ModelSource(str(folder)) and len(calls) == 2

@@ -103,7 +103,7 @@ def random_swa_union_mask(table: torch.Tensor, window: int, batch: int, lengths=
     return random_mask(table, batch, lengths) | swa_mask(table.shape[-2], window, table.device)
 
 
-def moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:
+def reference_moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:
     """(B, Hq, n, nblk) bool: the past blocks each query selects, gated in float64."""
     B, Hq, n, d = q.shape
     G = Hq // k.shape[1]
@@ -124,5 +124,5 @@ def moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:
 
 def moba_mask(q, k, block_size: int, top_k: int) -> torch.Tensor:
     B, Hq, n, _ = q.shape
-    selected = moba_selection(q, k, block_size, top_k)
+    selected = reference_moba_selection(q, k, block_size, top_k)
     return masks.dense(masks.moba(selected, block_size), n, batch=B, heads=Hq, device=q.device)

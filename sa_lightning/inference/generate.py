@@ -134,7 +134,7 @@ def load(args):
                          f"{type(model).__name__}.")
     else:
         special = True
-    return model, sources.load_tokenizer(source), special
+    return model, sources.tokenizer_for(source), special
 
 
 def main(argv: list[str] | None = None) -> list[str]:

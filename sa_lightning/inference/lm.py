@@ -68,7 +68,7 @@ class PatchedHFLM(HFLM):
 
 def _gguf_loaded(pretrained: str, kwargs: dict):
     """A GGUF source loaded here (model and tokenizer), for HFLM to take as objects; any other name unchanged."""
-    from ..models.sources import load_causal_lm, load_tokenizer, resolve
+    from ..models.sources import load_causal_lm, resolve, tokenizer_for
 
     source = resolve(pretrained)
     if not source.gguf_file:
@@ -76,5 +76,5 @@ def _gguf_loaded(pretrained: str, kwargs: dict):
     # HFLM ignores device and dtype for a model handed in as an object, so they are applied here
     model = load_causal_lm(source, kwargs.pop("dtype", "auto"), device_map=kwargs.get("device"),
                            trust_remote_code=kwargs["trust_remote_code"])
-    kwargs.setdefault("tokenizer", load_tokenizer(source))
+    kwargs.setdefault("tokenizer", tokenizer_for(source))
     return model, kwargs

@@ -38,12 +38,12 @@ from .sweep_report import report
 def load_model(cfg: SweepConfig, source=None):
     """The Hugging Face model and tokenizer through ``models.sources`` (Hub id, folder or GGUF file); clear
     sentences for a missing model and for remote code."""
-    from ..models.sources import load_causal_lm, load_tokenizer, resolve
+    from ..models.sources import load_causal_lm, resolve, tokenizer_for
 
     source = source or resolve(cfg.model)
     try:
         model = load_causal_lm(source, cfg.dtype, cfg.device_map, cfg.trust_remote_code)
-        tokenizer = load_tokenizer(source, cfg.tokenizer, cfg.trust_remote_code)
+        tokenizer = tokenizer_for(source, cfg.tokenizer, cfg.trust_remote_code)
     except (OSError, ValueError) as err:
         raise load_error(cfg, err) from None
     return model, tokenizer

@@ -69,7 +69,7 @@ class ZeroShotEval(EveryNSteps):
             self.last_results = results
             for logger in trainer.loggers:
                 logger.log_metrics(scalars(results), step=step)
-            from ..eval.report import label_of
+            from ..eval.evaluate import label_of
 
             table = markdown_table({label_of({"arch": pl_module.arch.to_dict()}): results}, layout_for(results))
             folder.mkdir(parents=True, exist_ok=True)

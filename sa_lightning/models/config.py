@@ -9,7 +9,10 @@ from ..attention import AttentionSpec, get_variant
 from ..attention.variants import SA_SWA
 from ..data.tokenizer import EMBEDDED_VOCAB
 
-PERMUTATION_MODES = ("stochastic", "fixed")
+#: one word per idea with the evaluation's ``sa_mode`` (``attention.draws.SA_MODES``); ``fixed`` is the old name of
+#: ``deterministic``, still read from configs and checkpoints
+PERMUTATION_MODES = ("stochastic", "deterministic")
+_OLD_PERMUTATION_NAMES = {"fixed": "deterministic"}
 BACKBONES = ("transformer++", "qwen3")
 
 
@@ -19,7 +22,8 @@ class ModelConfig:
 
     ``d_ff`` defaults to floor(2.67 d) (2734 at d=1024). ``n_kv_head`` defaults to ``n_head`` (the
     paper's fused d -> 3d QKV); a smaller value gives GQA. ``permutation="stochastic"`` draws a fresh
-    permutation per layer on every training step from ``seed``; ``"fixed"`` keeps one per layer.
+    permutation per layer on every training step from ``seed``; ``"deterministic"`` keeps one per layer (the
+    draw of every variant that draws: σ, the random control's key table).
     ``attention`` is the registry's ``AttentionSpec`` (variant, window, MoBA's block_size and top_k,
     backend, sink): ``--model.arch.attention.variant sa`` swaps the variant.
     ``backbone="qwen3"`` builds a Hugging Face ``Qwen3ForCausalLM`` of the same size instead, run through
@@ -60,6 +64,8 @@ class ModelConfig:
             raise ValueError(f"model n_head={self.n_head} must be divisible by n_kv_head={self.n_kv_head}.")
         if (self.d_model // self.n_head) % 2:
             raise ValueError(f"model head dim d_model/n_head={self.d_model // self.n_head} must be even for RoPE.")
+        if self.permutation in _OLD_PERMUTATION_NAMES:
+            object.__setattr__(self, "permutation", _OLD_PERMUTATION_NAMES[self.permutation])
         if self.permutation not in PERMUTATION_MODES:
             raise ValueError(f"model permutation must be one of {', '.join(PERMUTATION_MODES)}, got {self.permutation!r}.")
         if self.backbone not in BACKBONES:

@@ -5,7 +5,7 @@ tensor, on every run: about half a minute on a 2-core CPU (``docs/benchmarks.md`
 or the first load of a file fetched before this module existed, does it once and writes what the GGUF load
 gives, unchanged, as ``<name>.hf/`` beside the file: ``config.json``, ``generation_config.json``,
 ``model.safetensors`` (float32, the dtype the GGUF load gives), the tokenizer files and ``converted_from.json``,
-the key of the GGUF it came from. Every later load (``sources.load_causal_lm``, ``load_tokenizer``,
+the key of the GGUF it came from. Every later load (``sources.load_causal_lm``, ``tokenizer_for``,
 ``load_config``) reads the folder.
 
 - **Keyed.** The key is the GGUF's name, size, mtime, a SHA-256 of its first and last MiB, and the transformers

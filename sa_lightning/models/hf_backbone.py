@@ -41,7 +41,7 @@ class HFBackbone(nn.Module):
         self.cfg = cfg
         self.hf = Qwen3ForCausalLM(qwen3_config(cfg)) if cfg.init_from is None else self._pretrained(cfg)
         self.spec = PatchSpec(**asdict(cfg.attention), seed=cfg.seed,
-                              sa_mode="deterministic" if cfg.permutation == "fixed" else "stochastic")
+                              sa_mode=cfg.permutation)
         patch(self.hf, self.spec)
         self.variant = get_variant(self.spec.variant)
 

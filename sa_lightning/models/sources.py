@@ -2,7 +2,7 @@
 
 Every caller that takes a pretrained causal LM (``cli.py sweep``, ``cli.py bench prefill``, the patcher's
 examples) goes through :func:`resolve` and then one ``from_pretrained`` path (:func:`load_causal_lm`,
-:func:`load_tokenizer`), so the Hub route and the offline GGUF route load the same model the same way:
+:func:`tokenizer_for`), so the Hub route and the offline GGUF route load the same model the same way:
 
 - ``HuggingFaceTB/SmolLM2-135M-Instruct``: a Hub id (needs the network or the HF cache);
 - ``runs/tiny_qwen3/hf``: a ``save_pretrained`` folder;
@@ -175,7 +175,7 @@ def load_causal_lm(source: ModelSource, dtype="auto", device_map=None, trust_rem
     return model.eval()
 
 
-def load_tokenizer(source: ModelSource, tokenizer: str | None = None, trust_remote_code: bool = False):
+def tokenizer_for(source: ModelSource, tokenizer: str | None = None, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     if tokenizer:

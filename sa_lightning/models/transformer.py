@@ -131,12 +131,12 @@ class Transformer(nn.Module):
         nothing), shared across heads and the batch; with ``lengths`` (a right-padded batch), one per row that
         keeps its padding in place, as the kernels require (``attention.draws.layer_draws``).
 
-        ``fixed`` mode: one per layer from the seed. ``stochastic``: fresh per ``stream`` (the training
+        ``deterministic`` mode: one per layer from the seed. ``stochastic``: fresh per ``stream`` (the training
         step counter), so a run is reproducible and a resumed run draws what the uninterrupted one did.
         """
         if not self.variant.draws:
             return [None] * len(self.blocks)
-        if self.cfg.permutation == "fixed":
+        if self.cfg.permutation == "deterministic":
             seed = self.cfg.seed
         else:
             if stream is None:
