@@ -21,7 +21,7 @@ import torch
 from ..attention import AttentionSpec, get_variant, layer_generator, masks, sample_permutation
 from ..attention.oracle import moba_mask
 from ..attention.variants import FULL, SA, SA_SWA, SWA
-from ..models.transformer import Transformer, apply_rope
+from ..models.transformer import Transformer
 from ..utils.atomic import output_folder, savefig
 from ..utils.report import pyplot
 
@@ -56,16 +56,13 @@ def _inputs_of(module: torch.nn.Module, model: Transformer, idx: torch.Tensor) -
 
 
 def layer_qk(model: Transformer, idx: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Queries (1, Hq, n, hd) and keys (1, Hkv, n, hd) of ``layer``, RoPE applied, for one sequence."""
+    """Queries (1, Hq, n, hd) and keys (1, Hkv, n, hd) of ``layer``, RoPE applied, for one sequence: the layer's
+    own ``Attention.heads`` on the input its forward saw (no copy of the projection)."""
     attn = model.blocks[layer].attn
     x, cos, sin = _inputs_of(attn, model, idx)[:3]
-    B, n, _ = x.shape
-    hd = attn.head_dim
     with torch.no_grad():
-        q, k, _ = attn.qkv(x).split((attn.n_head * hd, attn.n_kv_head * hd, attn.n_kv_head * hd), dim=-1)
-    q = q.view(B, n, attn.n_head, hd).transpose(1, 2)
-    k = k.view(B, n, attn.n_kv_head, hd).transpose(1, 2)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, _ = attn.heads(x, cos, sin)
+    return q, k
 
 
 def layer_gates(model: Transformer, idx: torch.Tensor, layer: int, head: int) -> dict[str, torch.Tensor] | None:
