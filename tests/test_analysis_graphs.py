@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from sa_lightning.analysis import gates, graphs, report
+from sa_lightning.analysis import analyze, gates, graphs
 from sa_lightning.lit.callbacks import GateMeanLogger
 from sa_lightning.attention import AttentionSpec
 from sa_lightning.models import ModelConfig, Transformer
@@ -104,7 +104,7 @@ def test_causal_operators_are_triangular_with_eigenvalues_one_over_degree():
 
 def test_analyze_commands_write_csv_and_png(tmp_path, capsys):
     for name in ("connectome", "spectrum", "small-world"):
-        report.main([name, "--n", "64", "--window", "8", "--layers", "3", "--out", str(tmp_path)])
+        analyze.main([name, "--n", "64", "--window", "8", "--layers", "3", "--out", str(tmp_path)])
     for stem in ("connectome", "spectrum", "small_world"):
         assert (tmp_path / f"{stem}.png").stat().st_size > 5000 and _rows(tmp_path / f"{stem}.csv")
     connectome = {(r["graph"], r["order"]): r for r in _rows(tmp_path / "connectome.csv")}
@@ -159,7 +159,7 @@ def test_gates_command_on_a_checkpoint(tmp_path):
     path = tmp_path / "tiny.ckpt"
     torch.save({"hyper_parameters": {"arch": model.cfg.to_dict()},
                 "state_dict": {f"net.{k}": v for k, v in model.state_dict().items()}}, path)
-    report.main(["gates", "--ckpt", str(path), "--tokens", "24", "--sequences", "2", "--out", str(tmp_path)])
+    analyze.main(["gates", "--ckpt", str(path), "--tokens", "24", "--sequences", "2", "--out", str(tmp_path)])
     rows = _rows(tmp_path / "gates.csv")
     assert {(r["layer"], r["path"]) for r in rows} == {("0", "sa"), ("0", "swa"), ("1", "sa"), ("1", "swa")}
     assert all(float(r["mean"]) == pytest.approx(0.5) for r in rows)
