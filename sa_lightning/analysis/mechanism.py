@@ -10,13 +10,13 @@ import math
 
 import torch
 
-from ..attention import AttentionSpec, get_variant, masks, sample_permutation, stochastic_attention
+from ..attention import VARIANTS, AttentionSpec, get_variant, masks, sample_permutation, stochastic_attention
 from ..attention.permutation import invert_permutation
-from ..attention.variants import FULL, SA, SA_SWA, SWA
+from ..attention.variants import SWA
 
 CONVENTIONS = ("theory", "causal")
-#: the variants whose adjacency is known before the scores (MoBA's blocks are picked by content)
-PATTERNED = tuple(v.name for v in (FULL, SWA, SA, SA_SWA))
+#: the variants whose adjacency is known before the scores, from their mask (MoBA's blocks are picked by content)
+PATTERNED = tuple(name for name, v in VARIANTS.items() if v.mask is not None)
 
 
 class LayerSampler:
@@ -38,11 +38,11 @@ class LayerSampler:
         variant = get_variant(self.variant)
         if not variant.sparse:
             return torch.ones(self.n, self.n, dtype=torch.bool)
-        if variant.draws and not variant.uses_permutation:  # drawn keys (the random control), read both ways
+        if variant.name == SWA.name:
+            return self.local
+        if not variant.uses_permutation:  # another pattern (the controls): its own mask, read both ways
             own = masks.dense(variant.mask(AttentionSpec(self.variant, window=self.window), self.n, perm), self.n)[0, 0]
             return own | own.T
-        if not variant.uses_permutation:
-            return self.local
         slot = invert_permutation(perm)
         shuffled = self.local[slot][:, slot]
         return shuffled | self.local if variant.local_paths else shuffled  # SA+SWA: both windows
