@@ -12,7 +12,7 @@ import torch
 
 from ..attention import VARIANTS, AttentionSpec, get_variant, masks, sample_permutation, stochastic_attention
 from ..attention.permutation import invert_permutation
-from ..attention.variants import SWA
+from ..attention.variants import SA, SWA
 
 CONVENTIONS = ("theory", "causal")
 #: the variants whose adjacency is known before the scores, from their mask (MoBA's blocks are picked by content)
