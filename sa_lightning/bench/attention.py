@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..attention import VARIANTS, AttentionSpec, get_variant, invert_permutation, sample_permutation, variant_label
+from ..attention import VARIANTS, AttentionSpec, get_variant, invert_permutation, variant_label
 from ..attention.variants import FULL, MOBA, SA, SA_SWA, SWA
 from ..utils.atomic import output_folder, replacing_files, savefig, write_text
 from ..utils.report import head, number, power_of_two_ticks, pyplot, row, spread

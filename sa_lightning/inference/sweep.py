@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
 from ..utils.atomic import check_results_folder, write_text
