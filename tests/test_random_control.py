@@ -137,3 +137,12 @@ def test_the_gather_kernel_matches_the_oracle_where_it_runs_instead_of_the_dense
         want = torch.autograd.grad((ref * w.double()).sum(), (q, k, v))
         for a, b in zip(got, want):
             torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0)
+
+
+def test_a_short_padded_row_that_reads_every_key_draws_nothing_for_its_padding():
+    """A row of 10 tokens at w = 32 reads all its earlier keys (p = 1); its padding queries draw no keys, so the
+    table stays about w wide instead of growing with the batch's width n."""
+    spec = AttentionSpec(RANDOM.name, window=32)
+    table = RANDOM.draw(spec, 2048, torch.tensor([10, 2048]), torch.Generator().manual_seed(0))
+    assert table.shape[-1] < 100
+    assert torch.equal((table[0, :10] >= 0).sum(-1), torch.arange(10)) and (table[0, 10:] == -1).all()

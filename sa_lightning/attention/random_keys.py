@@ -68,7 +68,8 @@ def _table(lengths: torch.Tensor, n: int, window: int, generator) -> torch.Tenso
     i = torch.arange(n, device=device, dtype=torch.float64).view(1, n, 1)
     width = int(math.ceil(per + 6 * math.sqrt(per) + 8))
     positions = i - torch.cumsum(_gaps(p, (L.shape[0], n, width), generator), -1)
-    while bool((positions[..., -1] >= 0).any()):  # rare: some query has more keys than drawn gaps; draw more
+    live = (i < L)[..., 0]  # the valid queries (a padded row's later ones draw nothing that counts)
+    while bool(((positions[..., -1] >= 0) & live).any()):  # rare: a query has more keys than drawn gaps: more
         more = positions[..., -1:] - torch.cumsum(_gaps(p, (L.shape[0], n, width), generator), -1)
         positions = torch.cat([positions, more], -1)
     valid = (positions >= 0) & (i < L)  # queries past a row's length read nothing but themselves
