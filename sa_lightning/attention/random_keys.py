@@ -72,7 +72,7 @@ def _table(lengths: torch.Tensor, n: int, window: int, generator) -> torch.Tenso
     while bool(((positions[..., -1] >= 0) & live).any()):  # rare: a query has more keys than drawn gaps: more
         more = positions[..., -1:] - torch.cumsum(_gaps(p, (L.shape[0], n, width), generator), -1)
         positions = torch.cat([positions, more], -1)
-    valid = (positions >= 0) & (i < L)  # queries past a row's length read nothing but themselves
+    valid = (positions >= 0) & live.unsqueeze(-1)  # queries past a row's length read nothing but themselves
     keys = int(valid.sum(-1).max()) if valid.numel() else 0
     return torch.where(valid, positions, -1.0)[..., :keys].long()
 

@@ -22,7 +22,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
-from ..attention.draws import SA_MODES, layer_draws, row_key
+from ..attention.draws import SA_MODES
 from ..models import Transformer
 
 
@@ -88,12 +88,7 @@ class SALM(TemplateLM):
     # ---- the forward pass ----------------------------------------------------------------------
     def _draws(self, rows: list[list[int]], n: int, sample: int) -> list[torch.Tensor] | None:
         """Per layer, the draw (σ, a key table) of each row's own valid tokens, its padding kept in place."""
-        net = self.model
-        if not net.variant.draws:
-            return None
-        keys = [row_key(row, sample) for row in rows] if self.sa_mode == "stochastic" else None
-        return layer_draws(net.variant, net.cfg.attention, n, range(len(net.blocks)), seed=self.seed, rows=rows,
-                           mode=self.sa_mode, keys=keys, device=self.device)
+        return self.model.row_draws(rows, n, seed=self.seed, mode=self.sa_mode, sample=sample, device=self.device)
 
     @torch.no_grad()
     def span_log_probs(self, rows: list[list[int]], spans: list[tuple[int, int]]) -> list[torch.Tensor]:

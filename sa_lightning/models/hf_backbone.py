@@ -83,6 +83,10 @@ class HFBackbone(nn.Module):
         if self.variant.draws and self.cfg.permutation == "stochastic" and stream is not None:
             set_seed(self.hf, stream_seed(self.cfg.seed, stream))
 
+    def row_draws(self, rows, n: int, **kwargs) -> None:
+        """None: the patcher draws each row's own from its tokens inside the forward (callers' draws are ignored)."""
+        return None
+
     def features(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
                  lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Final hidden states; ``perms`` is ignored (the patcher draws each row's own permutation)."""

@@ -30,7 +30,6 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ..attention.draws import layer_draws
 from .hf_cache import CACHE
 from .hf_config import SATransformerConfig
 from .transformer import Transformer, _attend, rope_tables
@@ -68,11 +67,7 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
     # ---- sigma and padding ---------------------------------------------------------------------
     def draws(self, rows: list[list[int]], n: int) -> list[torch.Tensor] | None:
         """Per layer, the draw (σ, a key table) for right-padded ``rows``, as ``SALM`` draws it."""
-        if not self.model.variant.draws:
-            return None
-        cfg, net = self.config, self.model
-        return layer_draws(net.variant, net.cfg.attention, n, range(len(net.blocks)), seed=cfg.sa_seed,
-                           rows=rows, mode=cfg.sa_mode, device=self.device)
+        return self.model.row_draws(rows, n, seed=self.config.sa_seed, mode=self.config.sa_mode, device=self.device)
 
     @staticmethod
     def _shifts(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -145,6 +145,15 @@ class Transformer(nn.Module):
         return layer_draws(self.variant, self.cfg.attention, n, range(len(self.blocks)), seed=seed, device=device,
                            lengths=lengths)
 
+    def row_draws(self, rows: list, n: int, *, seed: int, mode: str, device, sample: int = 0,
+                  keys: list | None = None) -> list[torch.Tensor] | None:
+        """Each layer's draw for right-padded ``rows`` from each row's own tokens (evaluation and generation, the
+        paper's §3.3: ``attention.draws.layer_draws`` with ``rows``); None for a variant that draws nothing."""
+        if not self.variant.draws:
+            return None
+        return layer_draws(self.variant, self.cfg.attention, n, range(len(self.blocks)), seed=seed, rows=rows,
+                           mode=mode, sample=sample, keys=keys, device=device)
+
     def forward(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
                 lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, n, vocab) for token ids (B, n). ``perms`` overrides the per-layer draws (σ, key tables).

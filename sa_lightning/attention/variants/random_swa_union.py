@@ -18,10 +18,15 @@ def mask(spec, n, table, lengths=None):
     return masks.union(masks.random_keys(table), masks.sliding_window(spec.window))
 
 
+def _dense(call) -> bool:
+    """The n x n path: asked for, a row under two windows, or scores that fit (``dense_is_cheaper``)."""
+    return call.backend == "dense" or call.q.shape[2] < 2 * call.window or dense_is_cheaper(call.q)
+
+
 def kernel_with_lse(call):
     q, w = call.q, call.window
     table = check_keys(call.perm, q.shape[0], q.shape[2], q.device, call.lengths, values=call.validate)
-    if call.backend == "dense" or q.shape[2] < 2 * w or dense_is_cheaper(q):
+    if _dense(call):
         return dense_with_lse(call, mask(call.spec, q.shape[2], table, call.lengths))
     y_swa, lse_swa = banded_attention(q, call.k, call.v, before=w - 1, after=0, scale=call.scale, return_lse=True)
     y_far, lse_far = random_attention(q, call.k, call.v, table, scale=call.scale, skip_recent=w, validate=False)
@@ -30,7 +35,7 @@ def kernel_with_lse(call):
 
 def kernel(call):
     q = call.q
-    if call.backend == "dense" or q.shape[2] < 2 * call.window or dense_is_cheaper(q):
+    if _dense(call):
         table = check_keys(call.perm, q.shape[0], q.shape[2], q.device, call.lengths, values=call.validate)
         full = masks.dense(mask(call.spec, q.shape[2], table), q.shape[2], batch=q.shape[0], device=q.device)
         return (dense_masked_attention(q, call.k, call.v, full, scale=call.scale),)

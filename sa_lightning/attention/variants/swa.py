@@ -30,3 +30,18 @@ SWA = register_variant(Variant(
     windowed=True, local_paths=("swa",),
     description="sliding-window attention over the last w keys",
 ))
+
+
+def gated_with_swa(far: Variant, union: Variant, **fields) -> Variant:
+    """A gated pair: ``far``'s path and SWA's, mixed by the learned output gates of a model trained with them
+    (the controls' counterparts of the paper's gated SA+SWA). It reads the keys of ``union``, its training-free
+    twin, and draws what ``far`` draws."""
+
+    def kernel(call):
+        return (*far.kernel(call), *SWA.kernel(call))
+
+    return Variant(paths=(far.name, SWA.name), kernel=kernel, backends=("banded", "dense"), mask=union.mask,
+                   keys_attended_row=union.keys_attended_row,  # the keys either path reads: the union
+                   keys_computed_at=lambda spec, n: far.keys_computed_at(spec, n) + min(spec.window, n),
+                   draw=far.draw, check_draw=far.check_draw, draw_ndim=far.draw_ndim, windowed=True, gated=True,
+                   training_free_twin=union.name, local_paths=(SWA.name,), **fields)
