@@ -1,9 +1,11 @@
 """Long-text perplexity by token position: does a patched model still use what lies far back?
 
 Each document is exactly ``length`` tokens of one held-out play of the embedded corpus (its scenes in order,
-cut without overlap), run in **one** forward pass, so every token sees the attention pattern of the whole
-document: SA's permutation is drawn over all ``length`` tokens, as in a real long prompt. (Scoring each
-bucket as a shorter prefix would draw SA over fewer tokens, and so a denser mask, than the document has.)
+cut without overlap), run whole in one forward pass (short ones several to a batch: all have the same length, so
+no row is padded, and a patched model draws each row's σ from its own tokens), so every token sees the attention
+pattern of the whole document: SA's permutation is drawn over all ``length`` tokens, as in a real long
+prompt. (Scoring each bucket as a shorter prefix would draw SA over fewer tokens, and so a denser mask, than the
+document has.)
 The loss of each predicted token is then put in a bucket by its distance from the start: 1-63, 64-127,
 128-255, ... so the columns say how perplexity falls, or stops falling, as more context lies behind a token.
 
@@ -88,28 +90,36 @@ def documents(tokenizer, length: int, limit: float | None = None) -> list[list[i
     return docs[:int(limit)] if limit else docs
 
 
+#: tokens per forward pass: documents shorter than this go several to a batch (rows = BATCH_TOKENS // length)
+BATCH_TOKENS = 2048
+
+
 def position_perplexity(model, tokenizer, length: int, *, limit: float | None = None,
                         progress: bool = False) -> dict[str, float]:
     """``{"ppl": all predicted tokens, "ppl@lo-hi": per bucket, "docs": count}`` over ``documents(...)``,
-    one forward per document (batch 1: no padding, the whole document in one pass)."""
+    each document whole in one forward pass (no padding)."""
     return position_records(model, tokenizer, length, limit=limit, progress=progress)[0]
 
 
-def position_records(model, tokenizer, length: int, *, limit: float | None = None,
-                     progress: bool = False) -> tuple[dict[str, float], list[dict]]:
+def position_records(model, tokenizer, length: int, *, limit: float | None = None, progress: bool = False,
+                     batch_tokens: int = BATCH_TOKENS) -> tuple[dict[str, float], list[dict]]:
     """``position_perplexity``'s metrics and one record per document: ``{"doc_id": i, "nll": [...]}``, where
     ``nll[j]`` is the loss of the token at position j + 1 (its distance from the start; rounded to 1e-4), so that
-    two runs pair token by token. ``metrics_of`` gives the metrics back from the losses."""
+    two runs pair token by token. ``metrics_of`` gives the metrics back from the losses. Documents go
+    ``batch_tokens // length`` to a forward pass (at least one): on a CPU, 16 rows of 128 tokens read about 1.6x
+    as many tokens a second as one row does."""
     docs = documents(tokenizer, length, limit)
     device = next(model.parameters()).device
+    rows = max(1, batch_tokens // length)
     losses = []
-    for i, doc in enumerate(docs, 1):
-        ids = torch.tensor([doc], device=device)
+    for start in range(0, len(docs), rows):
+        ids = torch.tensor(docs[start:start + rows], device=device)
         with torch.no_grad():
-            logits = model(ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[0, :-1].float()
-        losses.append(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none").double().cpu())
+            logits = model(ids, attention_mask=torch.ones_like(ids), use_cache=False).logits[:, :-1].float()
+            nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="none")
+        losses += nll.view(len(ids), -1).double().cpu()
         if progress:
-            print(f"  position_ppl_{length}: document {i}/{len(docs)}", flush=True)
+            print(f"  position_ppl_{length}: document {len(losses)}/{len(docs)}", flush=True)
     records = [{"doc_id": i, "nll": [round(x, 4) for x in nll.tolist()]} for i, nll in enumerate(losses)]
     return metrics_of(torch.stack(losses), length), records
 

@@ -7,7 +7,9 @@ each ``position_ppl_*`` document's per-token NLL. From them, for each setting (m
   mode run at one seed, the two-level bootstrap for the modes run at several, with the seed-to-seed spread);
 - ``comparison_rows``: the config's ``comparisons``, A − B on the same items with its interval and verdict;
 - ``delta_nll_rows``: the language-model signal, NLL(mode) − NLL(full) on the same tokens, by position bucket,
-  with intervals from resampling documents (and seeds within each).
+  with intervals from resampling documents (and seeds within each);
+- ``regime_rows``: for a sweep over several prompt lengths n, those ΔNLLs and the windowed comparisons against
+  w_eff / n (``regime.png``): does a deficit shrink as the window covers more of the prompt?
 
 ``write`` puts the last two in ``compare.md`` and ``compare.json``, inside the report's set of files. A cell on disk
 without per-item records (written before sweeps kept them) is left out of all of it and named in one sentence.
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..attention import get_variant, variant_label
+from ..attention.variants import FULL
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.report import head, row
 from ..utils.stats import (LEVEL, RESAMPLES, Interval, derived_seed, paired_difference, percentile_interval, replicates,
@@ -226,6 +229,56 @@ def delta_nll_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
     return rows
 
 
+# ---- the regime: how the deficit moves with the share of the prompt a window covers ------------------
+def regime_rows(deltas: list[dict], rows: list[dict]) -> list[dict]:
+    """For a sweep over several prompt lengths (two or more ``position_ppl_*`` tasks; else empty): each sparse
+    setting's ΔNLL against full over all tokens at each prompt length n, with w_eff / n, and each configured
+    comparison between two windowed settings (``rows``: A − B, per token) at the same (n, sink). The axis asks
+    whether a mode's deficit shrinks, or flips, as its window covers more of the prompt."""
+    if len({d["task"] for d in deltas}) < 2:
+        return []
+    out = []
+    for d in deltas:
+        n = context_length(d["task"])
+        out.append({"kind": "delta", "a": d["mode"], "b": FULL.name, "n": n, "w_eff": d["w_eff"], "sink": d["sink"],
+                    "ratio": d["w_eff"] / n, **d["buckets"]["all"], "seeds": d["seeds"]})
+    for r in rows:
+        if is_position_task(r["task"]) and r["a_w_eff"] is not None and r["b_w_eff"] is not None:
+            n = context_length(r["task"])
+            out.append({**r, "kind": "paired", "n": n, "w_eff": r["a_w_eff"], "sink": r["a_sink"],
+                        "ratio": r["a_w_eff"] / n})
+    return out
+
+
+def regime_label(r: dict) -> str:
+    """The column of a regime row: the mode (its ΔNLL against full), or the comparison A − B."""
+    if r["kind"] == "delta":
+        return variant_label(r["a"])
+    return _comparison_label(r["a"], r["b"], r["match"])
+
+
+def regime_markdown(regime: list[dict]) -> list[str]:
+    """The regime table: one line per (sink, w_eff, n), one column per mode's ΔNLL against full and per paired
+    comparison, each mean [95% interval] in nats per token."""
+    if not regime:
+        return []
+    columns = list(dict.fromkeys(regime_label(r) for r in regime))
+    at = {(regime_label(r), r["sink"], r["w_eff"], r["n"]): r for r in regime}
+    lines = ["", "## The regime: ΔNLL against full attention by prompt length n and window w_eff", "",
+             "Over all predicted tokens of each length-n document, in nats per token (below 0: better than full). "
+             "A mode's column is NLL(mode) − NLL(full); a comparison's column is A − B paired on the same tokens "
+             "(below 0: A predicts better). Sorted by w_eff / n within each sink: does a deficit shrink as the "
+             "window covers more of the prompt? 95% interval from resampling documents (and a stochastic mode's "
+             "seeds within each). –: not run at that setting (MoBA takes no sink).", ""]
+    lines += head(["Sink", "w_eff", "n", "w_eff/n", *columns], ["---:"] * 4 + ["---"] * len(columns))
+    for sink, w_eff, n in sorted({(r["sink"], r["w_eff"], r["n"]) for r in regime},
+                                 key=lambda k: (k[0], k[1] / k[2], k[2])):
+        found = [at.get((c, sink, w_eff, n)) for c in columns]
+        lines.append(row([sink, w_eff, n, f"{w_eff / n:.3g}",
+                          *(_interval_cell(r, "+.3f") if r else "–" for r in found)]))
+    return lines
+
+
 # ---- compare.md / compare.json ----------------------------------------------------------------------
 def lacking_sentence(out: Path, lacking: list[str]) -> str | None:
     """The one sentence that names the cells without per-item records, or None."""
@@ -261,7 +314,8 @@ def _comparison_label(a: str, b: str, match: str) -> str:
     return f"{variant_label(a)} − {variant_label(b)} ({match.replace('_', ' ')})"
 
 
-def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: str | None) -> str:
+def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: str | None,
+             regime: list[dict] = ()) -> str:
     lines = [f"# Paired comparisons: {cfg.model}", "",
              "A − B on the same items: lm-eval tasks in points of their column's metric, perplexity tasks as each "
              "document's mean NLL per token (nats; lower is better). 95% interval: a percentile bootstrap "
@@ -299,6 +353,7 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: st
             lines.append(row([d["w_eff"], variant_label(d["mode"], sink=d["sink"]),
                               *(_interval_cell(d["buckets"][n], "+.3f") for n in names),
                               d["buckets"]["all"]["verdict"], d["documents"], d["seeds"]]))
+    lines += regime_markdown(list(regime))
     return "\n".join(lines) + "\n"
 
 
@@ -307,6 +362,7 @@ class Compared:
     text: str  # compare.md
     rows: list[dict]
     deltas: list[dict]
+    regime: list[dict]  # regime_rows: empty unless the sweep has several prompt lengths
     summary: str  # what the sweep prints: the verdicts counted per comparison
 
 
@@ -327,10 +383,11 @@ def write(cfg: SweepConfig, out: Path, folder: Path, loaded: Loaded) -> Compared
     from ..utils.atomic import write_text
 
     rows, deltas = comparison_rows(cfg, loaded), delta_nll_rows(cfg, loaded)
+    regime = regime_rows(deltas, rows)
     lacking = lacking_sentence(out, loaded.lacking)
-    text = markdown(cfg, rows, deltas, lacking)
+    text = markdown(cfg, rows, deltas, lacking, regime)
     write_text(folder / "compare.md", text)
     write_text(folder / "compare.json", json.dumps(
-        {"resamples": RESAMPLES, "level": LEVEL, "comparisons": rows, "delta_nll": deltas,
+        {"resamples": RESAMPLES, "level": LEVEL, "comparisons": rows, "delta_nll": deltas, "regime": regime,
          "lacking_items": loaded.lacking}, indent=2))
-    return Compared(text, rows, deltas, summary(rows, lacking))
+    return Compared(text, rows, deltas, regime, summary(rows, lacking))

@@ -4,8 +4,8 @@
 in bold and second underlined within each w_eff; every number with its 95% interval, ``compare.intervals``, and
 the stochastic modes' seed-to-seed spread in a table of its own), ``compare.md`` and ``compare.json`` (the paired
 comparisons and the ΔNLL against full attention, ``compare.py``), and the plots ``average.png`` (Figure 4),
-``tasks.png`` (Figures 5-8), ``budget.png`` (score against keys per query) and ``position.png`` (perplexity by
-position).
+``tasks.png`` (Figures 5-8), ``budget.png`` (score against keys per query), ``position.png`` (perplexity by
+position) and, for a sweep over several prompt lengths, ``regime.png`` (ΔNLL against w_eff / n).
 
 The set (with ``config.json``) is written beside ``cells/`` in a hidden folder and moved into place only when
 all of it is written (``utils.atomic.replacing_files``): a full disk or a plot that fails leaves the previous
@@ -261,6 +261,51 @@ def position_plot(cfg: SweepConfig, table: list[dict], out: Path) -> Path | None
     return _save(fig, out / "position.png")
 
 
+def regime_plot(cfg: SweepConfig, regime: list[dict], out: Path) -> Path | None:
+    """regime.png (a sweep over several prompt lengths): ΔNLL against full over all tokens against w_eff / n, one
+    panel per sink, then one panel per windowed comparison (A − B, the sinks as line styles); each point a (n,
+    w_eff) with its 95% interval, a line through the mean of the points at each w_eff / n."""
+    if not regime:
+        return None
+    sinks = sorted({r["sink"] for r in regime if r["kind"] == "delta"})
+    paired = list(dict.fromkeys(compare.regime_label(r) for r in regime if r["kind"] == "paired"))
+    panels = [("delta", sink) for sink in sinks] + [("paired", label) for label in paired]
+    fig, axes = _panels(len(panels))
+    modes = [m for m in cfg.modes if get_variant(m).sparse]
+    for ax, (kind, which) in zip(axes.flat, panels):
+        if kind == "delta":
+            groups = [((m, which), [r for r in regime if r["kind"] == kind and r["a"] == m and r["sink"] == which])
+                      for m in modes]
+            title = f"ΔNLL against {FULL.label}" + (f", sink {which}" if which else ", no sink")
+        else:
+            groups = [((None, sink), [r for r in regime if r["kind"] == kind and compare.regime_label(r) == which
+                                      and r["sink"] == sink]) for sink in sinks]
+            title = which
+        groups = [(key, rs) for key, rs in groups if rs]
+        for ((mode, sink), rs), dodge in zip(groups, _dodges(len(groups))):
+            style = _style(mode or rs[0]["a"], sink)
+            if mode is None:
+                style.update(color="black", marker="o", label=f"sink {sink}" if sink else "no sink")
+            xs = [r["ratio"] * dodge for r in rs]
+            ys = [r["mean"] for r in rs]
+            err = [[r["mean"] - r["lo"] if r["lo"] is not None else 0 for r in rs],
+                   [r["hi"] - r["mean"] if r["hi"] is not None else 0 for r in rs]]
+            ax.errorbar(xs, ys, yerr=err, linestyle="none", capsize=0, elinewidth=0.8, alpha=0.7,
+                        **{k: v for k, v in style.items() if k not in ("linestyle", "label", "linewidth")})
+            ratios = sorted({r["ratio"] for r in rs})
+            means = [statistics.fmean(r["mean"] for r in rs if r["ratio"] == x) for x in ratios]
+            ax.plot([x * dodge for x in ratios], means, **{**style, "marker": None})
+        ax.axhline(0, color="gray", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("symlog", linthresh=0.1)
+        ax.set(xlabel="window / prompt length ($w_{eff}/n$)", ylabel="nats per token", title=title)
+        ax.grid(alpha=0.3, which="both")
+    _legend(fig, axes)
+    fig.suptitle(f"{cfg.model}: the regime, ΔNLL against the share of the prompt a window covers "
+                 f"(n in {sorted({r['n'] for r in regime})})", fontsize=10)
+    return _save(fig, out / "regime.png")
+
+
 def _draw_buckets(ax, by_bucket: dict[str, float], dodge: float = 1.0, **style) -> None:
     """One line through the buckets' perplexities, each at its bucket's geometric middle times ``dodge``."""
     pts = []
@@ -285,6 +330,7 @@ def report(cfg: SweepConfig, out: Path) -> dict:
         write_text(tmp / "table.md", text)
         compared = compare.write(cfg, out, tmp, loaded)
         figures = plots(cfg, table, tmp)
+        figures += [p for p in [regime_plot(cfg, compared.regime, tmp)] if p]
     print(text)
     print(compared.summary)
     print(f"wrote {out / 'results.json'}, results.csv, table.md, compare.md, compare.json, "
