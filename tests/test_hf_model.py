@@ -1,5 +1,6 @@
 """The Transformer++ as a transformers model: exported logits equal the checkpoint's, KV-cache generation equals
 recomputing the whole sequence, `cli.py export` and `cli.py generate`, lm-eval's `hf` model, bad input."""
+import copy
 import json
 import subprocess
 import sys
@@ -7,17 +8,17 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers.cache_utils import DynamicCache
 
 import sa_lightning
-from sa_lightning.attention import VARIANTS, AttentionSpec, get_variant, oracle
+from sa_lightning.attention import VARIANTS, AttentionSpec, oracle
 from sa_lightning.attention.draws import layer_draws
 from sa_lightning.lit.cli import run
 from sa_lightning.models import ModelConfig, Transformer
 from sa_lightning.models.export import export
 from sa_lightning.models.hf_cache import cache_of
 from sa_lightning.models.hf_model import SATransformerForCausalLM
-from sa_lightning.models.transformer import rope_tables
 from tests.helpers import fit_tiny_checkpoint, no_cache_rename_warning, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,27 +96,30 @@ def test_exported_folder_gives_the_checkpoints_logits_with_the_same_sigma_and_pa
 
 # ---- 2. generation with a KV cache --------------------------------------------------------------------
 def _recomputed_logits(net, ids, prompt: int, decode: str) -> torch.Tensor:
-    """The whole sequence at once under the cache's semantics, from the float64 oracle: the prompt's rows run the
-    variant with the prompt's sigma; every later row attends all earlier keys (dense), or for the SWA path the
-    last w (window). Nothing of ``hf_model`` is used."""
-    n, spec = ids.shape[1], net.cfg.attention
-    variant = get_variant(spec.variant)
-    cos, sin = rope_tables(n, net.cfg.head_dim, net.cfg.rope_theta)
-    perms = layer_draws(net.variant, spec, prompt, range(len(net.blocks)), seed=0, rows=[ids[0, :prompt].tolist()])
-    dense = oracle.full_mask(n)
-    local = oracle.swa_mask(n, spec.window)
-    x = net.embed(ids)
-    for block, perm in zip(net.blocks, perms):
-        q, k, v = block.attn.heads(block.attn_norm(x), cos, sin)
-        head = variant(q[:, :, :prompt], k[:, :, :prompt], v[:, :, :prompt], spec, perm)
-        paths = []
-        for name, y in zip(variant.paths, head):
-            mask = local if decode == "window" and name == "swa" else dense
-            rest = oracle.reference_attention(q.double(), k.double(), v.double(), mask).to(q.dtype)
-            paths.append(torch.cat([y, rest[:, :, prompt:]], dim=2))
-        x = x + block.attn.output(tuple(paths))
-        x = x + block.mlp(block.mlp_norm(x))
-    return net.lm_head(net.norm(x))
+    """The whole sequence at once under the cache's semantics: ``Transformer.forward`` (the training path) with each
+    layer's kernel swapped for the float64 oracle, whose rows of the prompt read the variant's keys under the
+    prompt's sigma, and every later row all earlier keys (dense), or for the SWA path the last w (window).
+    Nothing of ``hf_model`` is used."""
+    n, spec, variant = ids.shape[1], net.cfg.attention, net.variant
+    draws = layer_draws(variant, spec, prompt, range(len(net.blocks)), seed=0, rows=[ids[0, :prompt].tolist()])
+    later = {name: oracle.swa_mask(n, spec.window) if decode == "window" and name == "swa" else oracle.full_mask(n)
+             for name in variant.paths}
+
+    def oracle_kernel(draw):
+        def attend(q, k, v, spec, perm, lengths, validate):  # the draw the forward passes is for n tokens: unused
+            heads = q.shape[1]
+            paths = []
+            for name, head in zip(variant.paths, variant.oracle_masks(spec, q[:, :, :prompt], k[:, :, :prompt], draw)):
+                top = F.pad(head.expand(1, heads, prompt, prompt), (0, n - prompt))
+                mask = torch.cat([top, later[name][:, :, prompt:].expand(1, heads, n - prompt, n)], dim=2)
+                paths.append(oracle.reference_attention(q, k, v, mask))
+            return tuple(paths)
+        return attend
+
+    reference = copy.deepcopy(net)
+    for block, draw in zip(reference.blocks, draws):
+        block.attn.variant = oracle_kernel(draw)
+    return reference(ids)
 
 
 @pytest.mark.parametrize("variant, decode", [(v, "dense") for v in VARIANTS] + [("swa", "window"),

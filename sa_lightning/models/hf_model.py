@@ -1,7 +1,9 @@
 """The Transformer++ as a transformers model: ``SATransformerConfig`` and ``SATransformerForCausalLM``.
 
 The network inside is the very ``Transformer`` that ``cli.py fit`` trains (same modules, same registry
-kernels), so an exported folder gives the Lightning checkpoint's logits.
+kernels, one call of ``Transformer.features`` per forward), so an exported folder gives the Lightning
+checkpoint's logits. This wrapper only translates transformers' arguments (the cache, the attention mask,
+left padding, ``logits_to_keep``, ``labels``) into ``features``' keywords.
 ``sa_lightning.register_with_transformers()`` registers both classes with ``AutoConfig`` and
 ``AutoModelForCausalLM`` (``register``), and ``generate`` works
 through transformers' ``DynamicCache``:
@@ -32,7 +34,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .hf_cache import CACHE
 from .hf_config import SATransformerConfig
-from .transformer import Transformer, _attend, rope_tables
+from .transformer import Transformer
 
 
 class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
@@ -114,10 +116,16 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
         if int(positions.max()) >= self.config.max_position_embeddings:
             raise ValueError(f"sequence length {int(positions.max()) + 1} exceeds the model's "
                              f"max_seq_len={self.config.max_position_embeddings}.")
-        if past == 0:
-            hidden = self._prefill_prompt(input_ids, attention_mask, cache, permutations)
-        else:
-            hidden = self._decode_step(input_ids, attention_mask, positions, cache)
+        if past == 0:  # the prompt, through the variant
+            idx, inputs, back = self._prompt(input_ids, attention_mask, cache, permutations)
+        else:  # new tokens against the cache, at their positions in their rows
+            idx, back = input_ids, None
+            window = self.config.decode == "window"
+            inputs = dict(positions=positions[:, -t:], cache=cache,
+                          decode=self.model.decode_masks(positions, attention_mask.bool(), t, window))
+        hidden = self.model.features(idx, **inputs)
+        if back is not None:  # the caller's layout
+            hidden = hidden.gather(1, back[:, :, None].expand_as(hidden))
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         logits = self.model.lm_head(hidden)
@@ -126,56 +134,33 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
         return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE: cache if use_cache else None})
 
-    def _prefill_prompt(self, input_ids, attention_mask, cache, permutations):
-        """The variant over each row's own tokens: rows are rolled to right padding (what the kernels take),
-        run as ``Transformer.features`` runs them, and rolled back."""
-        net, (B, n) = self.model, input_ids.shape
+    def _prompt(self, input_ids, attention_mask, cache, permutations) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """The prompt's rows rolled to right padding (what the kernels take), ``features``' keywords for them (each
+        row's own draw, its length, the cache to fill in the caller's layout), and the index that rolls them back."""
+        B, n = input_ids.shape
         shift = self._shifts(attention_mask)
         lengths = attention_mask.bool().sum(1)
         cols = (torch.arange(n, device=input_ids.device)[None, :] + shift[:, None]) % n  # left pads -> the end
+        back = (torch.arange(n, device=input_ids.device)[None, :] - shift[:, None]) % n
         idx = input_ids.gather(1, cols)
-        padded = bool((lengths < n).any())
         if permutations is None:
             rows = [idx[b, :int(lengths[b])].tolist() for b in range(B)]
-            permutations = self.draws(rows, n) or [None] * len(net.blocks)
-        cos, sin = rope_tables(n, net.cfg.head_dim, net.cfg.rope_theta, device=idx.device)
-        x = net.embed(idx)
-        back = (torch.arange(n, device=idx.device)[None, :] - shift[:, None]) % n
-        for layer, (block, perm) in enumerate(zip(net.blocks, permutations)):
-            attn = block.attn
-            q, k, v = attn.heads(block.attn_norm(x), cos, sin)
-            if cache is not None:  # the cache keeps the caller's layout (left pads stay left)
-                unroll = back[:, None, :, None].expand_as(k)
-                cache.update(k.gather(2, unroll), v.gather(2, unroll), layer)
-            paths = _attend(attn.variant, q, k, v, attn.spec, perm, lengths if padded else None)
-            x = x + attn.output(paths)
-            x = x + block.mlp(block.mlp_norm(x))
-        return net.norm(x).gather(1, back[:, :, None].expand(B, n, x.shape[-1]))
+            permutations = self.draws(rows, n)
+        inputs = dict(perms=permutations, lengths=lengths if bool((lengths < n).any()) else None,
+                      cache=None if cache is None else _CallerLayout(cache, back))
+        return idx, inputs, back
 
-    def _decode_step(self, input_ids, attention_mask, positions, cache):
-        """New tokens against the cache: every cached key of the row (``dense``), or for local-window paths
-        the keys at most w - 1 positions back, plus the sink keys (``window``)."""
-        net, t = self.model, input_ids.shape[1]
-        spec = net.cfg.attention
-        qpos = positions[:, -t:]
-        cos, sin = rope_tables(int(positions.max()) + 1, net.cfg.head_dim, net.cfg.rope_theta, device=input_ids.device)
-        cos, sin = cos[qpos][:, None], sin[qpos][:, None]  # (B, 1, t, hd)
-        valid = attention_mask.bool()[:, None, :]  # (B, 1, S)
-        seen = valid & (positions[:, None, :] <= qpos[:, :, None])  # causal in each row's positions
-        near = seen & ((qpos[:, :, None] - positions[:, None, :] < spec.window) | (positions[:, None, :] < spec.sink))
-        local = self.config.decode == "window"
-        x = net.embed(input_ids)
-        for layer, block in enumerate(net.blocks):
-            attn = block.attn
-            q, k, v = attn.heads(block.attn_norm(x), cos, sin)
-            k, v = cache.update(k, v, layer)
-            paths = []
-            for name in attn.variant.paths:
-                mask = near if local and name in attn.variant.local_paths else seen
-                paths.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True))
-            x = x + attn.output(tuple(paths))
-            x = x + block.mlp(block.mlp_norm(x))
-        return net.norm(x)
+
+class _CallerLayout:
+    """A KV cache seen through rolled rows: the keys of right-padded rows are stored in the caller's layout (left
+    pads stay left), the one that ``attention_mask`` and every later call index."""
+
+    def __init__(self, cache: Cache, back: torch.Tensor):
+        self.cache, self.back = cache, back
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer: int):
+        unroll = self.back[:, None, :, None].expand_as(k)
+        return self.cache.update(k.gather(2, unroll), v.gather(2, unroll), layer)
 
 
 def register() -> None:

@@ -3,6 +3,10 @@
 Tied embeddings, pre-norm RMSNorm, a fused bias-free QKV projection, RoPE on original positions,
 the attention output gate sigmoid(W_g Y) * Y (two of them for SA+SWA), and a SwiGLU MLP. The
 attention itself comes from the variant registry; this file never knows how a variant computes.
+
+The block loop lives here only. Training, evaluation and the transformers wrapper (``hf_model``) all run
+``Transformer.features``; the wrapper adds what generation needs through its keywords: each token's
+position, a KV cache that a prefill fills, and the cached keys a decoded token reads (``decode_masks``).
 """
 from __future__ import annotations
 
@@ -18,10 +22,11 @@ from ..attention.functional import checked_inputs
 from .config import ModelConfig
 
 
-def rope_tables(n: int, head_dim: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin of shape (n, head_dim) for positions 0..n-1 (the rotate-half layout of HF Llama/Qwen)."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(n, device=device, dtype=torch.float32), inv_freq)
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin of shape (B, 1, n, head_dim) for the (B, n) positions of the tokens (the rotate-half layout of HF
+    Llama/Qwen); B may be 1 for positions shared by the batch."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions[:, None, :, None].float() * inv_freq
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
 
@@ -56,8 +61,18 @@ class Attention(nn.Module):
         self.spec = cfg.attention
         self.variant = get_variant(cfg.attention.variant)
 
-    def forward(self, x, cos, sin, perm=None, lengths=None):
-        return self.output(_attend(self.variant, *self.heads(x, cos, sin), self.spec, perm, lengths))
+    def forward(self, x, cos, sin, perm=None, lengths=None, *, cache=None, layer: int = 0, decode=None):
+        """The variant's kernel over x, whose keys and values go into ``cache`` (as ``layer``) when one is given;
+        with ``decode`` (per path, the cached keys each token reads, ``Transformer.decode_masks``), x's tokens
+        are added to the cache and attend it instead: SDPA, since no kernel reads a cache."""
+        q, k, v = self.heads(x, cos, sin)
+        if decode is not None:
+            k, v = cache.update(k, v, layer)
+            return self.output(tuple(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+                                     for mask in decode))
+        if cache is not None:
+            cache.update(k, v, layer)
+        return self.output(_attend(self.variant, q, k, v, self.spec, perm, lengths))
 
     def heads(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q (B, H, n, hd) and k, v (B, Hkv, n, hd), rotated by RoPE at their original positions."""
@@ -94,8 +109,8 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
 
-    def forward(self, x, cos, sin, perm=None, lengths=None):
-        x = x + self.attn(self.attn_norm(x), cos, sin, perm, lengths)
+    def forward(self, x, cos, sin, perm=None, lengths=None, *, cache=None, layer: int = 0, decode=None):
+        x = x + self.attn(self.attn_norm(x), cos, sin, perm, lengths, cache=cache, layer=layer, decode=decode)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -154,29 +169,48 @@ class Transformer(nn.Module):
         return layer_draws(self.variant, self.cfg.attention, n, range(len(self.blocks)), seed=seed, rows=rows,
                            mode=mode, sample=sample, keys=keys, device=device)
 
-    def forward(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
-                lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, n, vocab) for token ids (B, n). ``perms`` overrides the per-layer draws (σ, key tables).
+    def decode_masks(self, positions: torch.Tensor, valid: torch.Tensor, t: int, window: bool
+                     ) -> tuple[torch.Tensor, ...]:
+        """Per path, the cached keys each of the last ``t`` tokens reads, (B, 1, t, S) bool, from every cached
+        token's position in its row and whether it is a token (``positions``, ``valid``: (B, S)): each key of the
+        row up to the token's position; with ``window``, for the variant's local paths, only the keys at most
+        w - 1 positions back, plus the sink keys."""
+        spec, query, key = self.cfg.attention, positions[:, -t:, None], positions[:, None, :]
+        seen = valid[:, None, :] & (key <= query)
+        near = seen & ((query - key < spec.window) | (key < spec.sink))
+        return tuple((near if window and name in self.variant.local_paths else seen)[:, None]
+                     for name in self.variant.paths)
+
+    def forward(self, idx: torch.Tensor, **inputs) -> torch.Tensor:
+        """Logits (B, n, vocab) for token ids (B, n); the keywords are ``features``'."""
+        return self.lm_head(self.features(idx, **inputs))
+
+    def features(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
+                 lengths: torch.Tensor | None = None, positions: torch.Tensor | None = None, cache=None,
+                 decode: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+        """The final normed hidden states (B, n, d_model): ``forward`` without the LM head, for callers
+        that need logits at a few positions only (scoring continuations). ``perms`` overrides the per-layer
+        draws (σ, key tables).
 
         ``lengths`` (B,) marks a right-padded batch: row b's tokens from lengths[b] on are padding and
         are never attended to; the drawn permutations then keep each row's padding in place, and given
         ``perms`` must too (``sample_permutation(lengths=...)``).
-        """
-        return self.lm_head(self.features(idx, perm_stream=perm_stream, perms=perms, lengths=lengths))
 
-    def features(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
-                 lengths: torch.Tensor | None = None) -> torch.Tensor:
-        """The final normed hidden states (B, n, d_model): ``forward`` without the LM head, for callers
-        that need logits at a few positions only (scoring continuations)."""
+        Generation: ``positions`` (B, n) are the tokens' RoPE positions (default 0..n-1); ``cache`` is a
+        transformers KV cache (``update(k, v, layer)``), filled by a prefill; ``decode`` (``decode_masks``)
+        makes the tokens decode against it instead of running the variant (nothing is drawn).
+        """
         n = idx.shape[1]
         if n > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {n} exceeds the model's max_seq_len={self.cfg.max_seq_len}.")
-        cos, sin = rope_tables(n, self.cfg.head_dim, self.cfg.rope_theta, device=idx.device)
+        if positions is None:
+            positions = torch.arange(n, device=idx.device)[None]
+        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
         if lengths is not None or perms is not None:  # a caller's: checked here once, never per layer
             perms, lengths = checked_inputs(self.variant, perms, lengths, idx.shape[0], n, idx.device)
-        if perms is None:
-            perms = self.draws(n, perm_stream, idx.device, lengths)  # valid by construction
+        if perms is None:  # valid by construction
+            perms = [None] * len(self.blocks) if decode is not None else self.draws(n, perm_stream, idx.device, lengths)
         x = self.embed(idx)
-        for block, perm in zip(self.blocks, perms):
-            x = block(x, cos, sin, perm, lengths)
+        for layer, (block, perm) in enumerate(zip(self.blocks, perms)):
+            x = block(x, cos, sin, perm, lengths, cache=cache, layer=layer, decode=decode)
         return self.norm(x)
