@@ -19,6 +19,7 @@
     python cli.py analyze gates --ckpt A.ckpt                 SA+SWA gate means per layer and by read distance (App. A.5)
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
     python cli.py study long-range [--preset quick|paper-scale]   synthetic recall by key-query distance, per variant
+    python cli.py study pretrain [--preset quick]             Table 1 at micro scale: variants, controls, training seeds
     python cli.py doctor [--tiny] [--out DIR]                 every GPU path in one report (20 min on one GPU)
 """
 from __future__ import annotations
@@ -73,7 +74,8 @@ COMMANDS: dict[str, Command | Group] = {
         "data": Command("sa_lightning.bench.data"),
     }, heavy=True),
     "study": Group("a study", "python cli.py study long-range --preset quick",
-                   {"long-range": Command("sa_lightning.study.long_range")}, heavy=True),
+                   {"long-range": Command("sa_lightning.study.long_range"),
+                    "pretrain": Command("sa_lightning.study.pretrain")}, heavy=True),
     "doctor": Command("sa_lightning.doctor"),
     "analyze": Command("sa_lightning.analysis.analyze", heavy=True),
 }

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sa_lightning.attention import VARIANTS, AttentionSpec
+from sa_lightning.attention import VARIANTS, AttentionSpec, trained_variant_names
 from sa_lightning.lit.cli import run
 from sa_lightning.data.tokenizer import load_tokenizer
 from sa_lightning.eval import offline
@@ -66,7 +66,7 @@ def test_scores_do_not_depend_on_batch_size_or_padding(variant, tokenizer):
 def test_padded_rows_permute_only_their_own_tokens(tokenizer):
     lm = SALM(_model("sa"), tokenizer)
     rows = [[5] * 10, [6] * 4, [7] * 7]
-    for perm in lm._draws(rows, 10, sample=0):
+    for perm in lm.model.draws(rows, 10, sample=0):
         for row, p in zip(rows, perm):
             assert sorted(p[:len(row)].tolist()) == list(range(len(row)))
             assert p[len(row):].tolist() == list(range(len(row), 10))
@@ -76,28 +76,92 @@ def test_stochastic_mode_is_seeded_and_deterministic_mode_is_fixed(tokenizer):
     model = _model("sa")
     rows = [list(range(1, 41)), list(range(100, 140))]  # two different inputs of one length
     stoch = SALM(model, tokenizer, seed=3)
-    first, again = stoch._draws(rows, 40, 0), SALM(model, tokenizer, seed=3)._draws(rows, 40, 0)
+    first, again = stoch.model.draws(rows, 40, 0), SALM(model, tokenizer, seed=3).model.draws(rows, 40, 0)
     assert all(torch.equal(a, b) for a, b in zip(first, again))  # reproducible
     assert not torch.equal(first[0][0], first[0][1])  # each input draws its own
-    assert not torch.equal(first[0], SALM(model, tokenizer, seed=4)._draws(rows, 40, 0)[0])
-    fixed = SALM(model, tokenizer, sa_mode="deterministic")._draws(rows, 40, 0)
+    assert not torch.equal(first[0], SALM(model, tokenizer, seed=4).model.draws(rows, 40, 0)[0])
+    assert not torch.equal(first[0], stoch.model.draws(rows, 40, 1)[0])  # draw 1 of each row is another sigma
+    fixed = SALM(model, tokenizer, sa_mode="deterministic").model.draws(rows, 40, 0)
     assert torch.equal(fixed[0][0], fixed[0][1]) and not torch.equal(fixed[0][0], fixed[1][0])  # per layer
 
 
-def test_eval_samples_average_the_log_likelihoods_of_independent_draws(tokenizer):
+def test_eval_samples_average_the_probabilities_of_independent_draws(tokenizer):
+    """K draws predict the mean of their probabilities (``models.ensemble``), draw s being the rows' draw s."""
     model = _model("sa_swa")
-    reqs = _requests(4)
-    averaged = SALM(model, tokenizer, eval_samples=3)._loglikelihood_tokens(reqs, disable_tqdm=True)
+    rows = [w[1] for w in _requests(4)]
+    rows = [r[:model.cfg.max_seq_len] for r in rows]
+    averaged = SALM(model, tokenizer, eval_samples=3).log_probs(rows, 0)
     singles = []
     for k in range(3):
         lm = SALM(model, tokenizer)
-        base = lm._draws
-        lm._draws = lambda rows, n, sample, k=k, base=base: base(rows, n, sample + k)
-        singles.append([s for s, _ in lm._loglikelihood_tokens(reqs, disable_tqdm=True)])
-    assert len({round(x[0], 4) for x in singles}) == 3  # the draws really differ
-    torch.testing.assert_close(torch.tensor([s for s, _ in averaged]), torch.tensor(singles).mean(0), atol=1e-4,
-                               rtol=1e-5)
+        base = lm.model.draws
+        lm.model.draws = lambda rows, n, sample=0, k=k, base=base: base(rows, n, sample + k)
+        singles.append(lm.log_probs(rows, 0))
+    assert not torch.allclose(singles[0], singles[1]) and not torch.allclose(singles[1], singles[2])  # they differ
+    torch.testing.assert_close(averaged.exp(), torch.stack(singles).exp().mean(0), atol=1e-6, rtol=1e-5)
     assert SALM(_model("swa"), tokenizer, eval_samples=5).eval_samples == 1  # nothing to average
+
+
+def test_the_evaluator_and_validation_give_one_k_sample_score():
+    """``eval_samples`` means one thing: LitLM's validation and the checkpoint evaluator, handed the same K draws
+    (validation's streams; the evaluator otherwise draws per input), give the same K-sample log-likelihoods."""
+    from sa_lightning.lit import LitLM
+
+    torch.manual_seed(0)
+    lit = LitLM(arch=_model("sa").cfg, eval_samples=3).eval()
+    batch = torch.randint(1, 4096, (3, 33))
+    inputs, targets = lit.targets_of(batch)
+    with torch.no_grad():
+        validation = torch.log_softmax(lit.eval_scores(inputs, -1).float(), -1)  # validation's batch 0
+    want = validation.gather(-1, targets[..., None]).squeeze(-1).sum(-1)
+
+    lm = SALM(lit.net, load_tokenizer("embedded"), eval_samples=3)
+    n = inputs.shape[1]
+    lm.model.draws = lambda rows, width, sample=0: lit.net.draws(n, -1 * 3 - sample, lm.device)  # stream * K - s
+    got = lm._loglikelihood_tokens([(None, row[:1], row[1:]) for row in batch.tolist()], disable_tqdm=True)
+    torch.testing.assert_close(torch.tensor([ll for ll, _ in got]), want, atol=1e-3, rtol=1e-5)
+
+
+def test_evaluation_replaces_nothing_in_lm_eval():
+    """PatchedHFLM used to swap ``lm_eval.models.huggingface.pad_and_concat`` for the length of each scoring call:
+    no lm-eval module attribute is replaced, neither by importing the evaluators nor while they run."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, lm_eval.api.model, lm_eval.models.huggingface, lm_eval.models.utils, lm_eval.models.utils_hf
+def snapshot():
+    return {(name, key): id(value) for name, module in list(sys.modules.items()) if name.split(".")[0] == "lm_eval"
+            for key, value in list(vars(module).items())}
+before = snapshot()
+import sa_lightning.eval.lm, sa_lightning.inference.lm
+after = snapshot()
+print([key for key in before if after.get(key) != before[key]])
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "[]", (out.stdout, out.stderr[-2000:])
+
+    from sa_lightning.inference.lm import PatchedHFLM  # imports lm_eval.models.huggingface, which the old patch changed
+
+    modules = {name: module for name, module in sys.modules.items() if name.split(".")[0] == "lm_eval"}
+    before = {(name, key): value for name, module in modules.items() for key, value in list(vars(module).items())}
+    changed = []
+
+    def check(*_):  # during each forward of the evaluation
+        changed.extend(key for key, value in before.items() if vars(modules[key[0]]).get(key[1]) is not value)
+
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = load_tokenizer("embedded")
+    torch.manual_seed(0)
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(vocab_size=4096, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=8)).eval()
+    for lm in (SALM(_model("sa"), tokenizer, batch_size=3, eval_samples=2),
+               PatchedHFLM(qwen3, tokenizer=tokenizer, variant="sa", window=8, batch_size=3)):
+        handle = lm.model.register_forward_pre_hook(check)
+        lm._loglikelihood_tokens(_requests(4), disable_tqdm=True)
+        handle.remove()
+    assert not changed, sorted(set(changed))[:5]
 
 
 def test_rolling_loglikelihood_scores_every_token_once(tokenizer):
@@ -250,6 +314,20 @@ def test_sa_swa_attention_map_is_weighted_by_the_models_own_gates():
     torch.testing.assert_close(maps["sa_swa"][0].sum(-1), torch.ones(20, dtype=torch.float64))
     fig, _, _ = attention_maps(model, load_tokenizer("embedded"), layer=1, window=8)
     assert "weighted by its learned gates" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize("variant", [v for v in trained_variant_names() if VARIANTS[v].draws])
+def test_attention_maps_of_every_drawing_model(variant):
+    """The fit-end heat maps once crashed on a random-keys model: its draw (a key table with -1 padding) was
+    taken for σ. Every model that draws must give Figure 3's maps."""
+    from sa_lightning.analysis.attention_maps import attention_maps
+    from sa_lightning.models import ModelConfig, Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=4096, n_layer=2, n_head=4, d_model=32, max_seq_len=64,
+                                    attention=AttentionSpec(variant, window=8))).eval()
+    _, maps, labels = attention_maps(model, load_tokenizer("embedded"), layer=1, window=8)
+    assert list(maps) == ["full", "swa", "sa", "sa_swa"] and len(labels) == 27
 
 
 # ---- bad input: one clear sentence ---------------------------------------------------------------

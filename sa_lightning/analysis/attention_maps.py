@@ -105,7 +105,9 @@ def variant_maps(q: torch.Tensor, k: torch.Tensor, head: int, variants: list[str
         elif len(variant.paths) > 1:  # each path's weights (a path is a variant), balanced by the learned gates
             ones = torch.ones(n, dtype=torch.float64)
             seen = [masks.dense(get_variant(p).mask(spec, n, perm), n)[0, 0] for p in variant.paths]
-            weight = [gates[p] if gates else ones for p in variant.paths]
+            # the model's learned gates weigh the panel of its own paths (an SA+SWA panel of a Random+SWA model: equal)
+            mine = gates is not None and set(gates) == set(variant.paths)
+            weight = [gates[p] if mine else ones for p in variant.paths]
             mixed = sum(g[:, None] * _weights(scores, m) for g, m in zip(weight, seen))
             out[name] = (mixed / sum(weight)[:, None], torch.stack(seen).any(0))
         else:
@@ -159,14 +161,15 @@ def attention_maps(model: Transformer, tokenizer, *, text: str | None = None, to
     idx = torch.tensor([ids], device=device)
     q, k = layer_qk(model.eval(), idx, layer)
     gates = layer_gates(model, idx, layer, head)
-    own = model.draws(len(ids), 0, device)[layer]
+    # the model's own σ where it draws one (a random-keys model draws a key table, which is no permutation)
+    own = model.draws(len(ids), 0, device)[layer] if model.variant.uses_permutation else None
     maps = variant_maps(q.cpu(), k.cpu(), head, list(variants), window, block_size=max(1, window // 2),
                         top_k=2, seed=seed, layer=layer, perm=own, gates=gates)
     labels = [tokenizer.decode([t]).replace("\n", "\\n") for t in ids]
     title = f"Attention weights, layer {layer}, head {head}, {len(ids)} tokens, w={window} ({model.cfg.attention.variant} model)"
     for gated in (get_variant(v) for v in variants if get_variant(v).gated):
-        title += (f"; {gated.label} weighted by its learned gates" if gates else
-                  f"; {gated.label}: equal weights (no gates in this model)")
+        title += (f"; {gated.label} weighted by its learned gates" if gates and set(gates) == set(gated.paths) else
+                  f"; {gated.label}: equal weights (the model learned no gates for its paths)")
     return draw(maps, labels, title), maps, labels
 
 

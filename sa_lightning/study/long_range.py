@@ -22,14 +22,10 @@ ones whole, and the cells already trained stay for the next run.
 from __future__ import annotations
 
 import argparse
-import copy
-import json
 import math
 import time
 from itertools import product
 from pathlib import Path
-
-import yaml
 
 from ..analysis.mechanism import PATTERNED
 from ..attention import VARIANTS, get_variant, variant_names
@@ -37,6 +33,7 @@ from ..attention.variants import SWA
 from ..utils.atomic import check_results_folder, output_folder, replacing_files, savefig, write_text
 from ..utils.report import head, number, pyplot, ranked_cells, row
 from ..utils.tables import write_csv
+from . import grid
 
 TARGET = 0.9
 GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
@@ -45,17 +42,7 @@ GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
 # ---- the study's settings ------------------------------------------------------------------------
 def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict:
     """The config file's top level, then its ``presets[preset]``, then the command line's flags."""
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    presets = raw.pop("presets", {}) or {}
-    settings = copy.deepcopy(raw)
-    if preset:
-        if preset not in presets:
-            raise ValueError(f"unknown preset {preset!r}; {path} has {', '.join(presets) or 'none'}.")
-        settings.update(presets[preset])
-    settings.update({k: v for k, v in overrides.items() if v is not None})
-    for key in GRID_KEYS:
-        if not settings.get(key):
-            raise ValueError(f"the study needs at least one entry in {key!r} ({path}).")
+    settings = grid.load_settings(path, preset, overrides, GRID_KEYS)
     if any(k < 1 for k in settings.get("eval_samples", [1])):
         raise ValueError("eval_samples must be >= 1.")
     check_grid(settings)
@@ -96,32 +83,12 @@ def cell_id(cell: dict) -> str:
 def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
     """The ``cli.py fit`` command line of one cell: the task's config, changed only in size and variant."""
     config = settings.get("fit_config", "configs/synthetic/{task}.yaml").format(task=cell["task"])
-    args = ["fit", "--config", config,
-            "--model.arch.attention.variant", cell["variant"], "--model.arch.n_layer", str(cell["depth"]),
-            "--model.arch.attention.window", str(cell["window"]), "--seed_everything", str(cell["seed"]),
-            "--trainer.default_root_dir", str(folder),
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-    for key, value in (settings.get("fit_overrides") or {}).items():
-        args += [f"--{key}", str(value)]
-    return args
+    return grid.fit_args(config, {"model.arch.attention.variant": cell["variant"], "model.arch.n_layer": cell["depth"],
+                                  "model.arch.attention.window": cell["window"], "seed_everything": cell["seed"]},
+                         settings, folder)
 
 
 # ---- one cell -------------------------------------------------------------------------------------
-def read_cell(path: Path) -> dict:
-    """A finished cell's record, or {} (run it) when there is none or it is damaged: a file cut short by a
-    kill (before cells were written atomically) is run again, with one line saying so."""
-    if not path.is_file():
-        return {}
-    try:
-        saved = json.loads(path.read_text())
-        if isinstance(saved, dict) and isinstance(saved.get("scores"), dict):
-            return saved
-    except (ValueError, UnicodeDecodeError):
-        pass
-    print(f"{path} is damaged (cut short?); running that cell again", flush=True)
-    return {}
-
-
 def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
     """Train the cell with the ``cli.py fit`` arguments ``args``, then validate it once per K in
     ``eval_samples`` (once if it has no permutation); returns what goes in ``cells/<id>.json``."""
@@ -399,34 +366,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
     overrides = {"eval_samples": args.eval_samples, "out": None if args.out is None else str(args.out),
                  **{k: getattr(args, k) for k in GRID_KEYS}}
     settings = load_settings(args.config, args.preset, overrides)
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {item!r}.")
-        settings["fit_overrides"] = {**(settings.get("fit_overrides") or {}), key: value}
+    grid.add_sets(settings, args.set)
     out = check_results_folder(settings.get("out", "outputs/study/long_range"), "study")
-    (out / "cells").mkdir(parents=True, exist_ok=True)
-    grid = cells(settings)
+    todo = cells(settings)
     eval_samples = sorted(set(settings.get("eval_samples", [1])))
-    print(f"study long-range{f' (preset {args.preset})' if args.preset else ''}: {len(grid)} cell(s), "
+    print(f"study long-range{f' (preset {args.preset})' if args.preset else ''}: {len(todo)} cell(s), "
           f"results in {out}/", flush=True)
-    results, start = [], time.perf_counter()
-    for i, cell in enumerate(grid, 1):
-        path = out / "cells" / f"{cell_id(cell)}.json"
-        spec = {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)), "eval_samples": eval_samples}
-        saved = read_cell(path)
-        if saved.get("spec") == spec:
-            result = {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}}
-            status = "done before"
-        else:
-            result = {**run_cell(cell, spec["fit_args"], eval_samples), "spec": spec}
-            write_text(path, json.dumps(result, indent=1))
-            status = f"{result['seconds']:.0f} s"
-        results.append(result)
-        s = result["scores"]
-        ks = "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%" for k, v in sorted(s.items()))
-        print(f"[{i}/{len(grid)}] {cell_id(cell)}: acc/beyond-RF {ks} ({status}; "
-              f"{time.perf_counter() - start:.0f} s so far)", flush=True)
+    start = time.perf_counter()
+
+    def line(result: dict) -> str:
+        return "acc/beyond-RF " + "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%"
+                                            for k, v in sorted(result["scores"].items()))
+
+    results = grid.run_cells(
+        todo, out, cell_id,
+        spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
+                              "eval_samples": eval_samples},
+        run=lambda cell, spec: run_cell(cell, spec["fit_args"], eval_samples), line=line,
+        loaded=lambda saved: {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}})
     summary = {"table.md": table(results), "reach.md": reach(results),
                "compare.md": compare(results, settings.get("comparisons") or [])}
     with replacing_files(out, "study report") as tmp:

@@ -1,0 +1,283 @@
+"""``cli.py study pretrain``: Table 1 at micro scale, every variant beside its controls, over training seeds.
+
+    python cli.py study pretrain [--config configs/study/pretrain.yaml] [--preset quick] [--seeds 0 1 2] [--out DIR]
+
+Trains every cell, one (model, training seed), with ``cli.py fit`` on the embedded default (``configs/tiny.yaml``,
+its variant, window and seed swapped; ``fit_overrides`` change it only in size). A model is ``<variant>@<w>``
+(``swa@64``: SWA at twice the window, the equal-compute reference of the gated pair) or a variant without a window
+(``full``). Each trained model is then scored item by item, and every item kept in its cell:
+
+- validation: the NLL of each of the validation blocks (the same blocks in every cell, SA drawing σ as in
+  validation);
+- the shipped offline tasks (``shakespeare_lastword`` accuracy, ``shakespeare_choice`` acc_norm), through lm-eval
+  with its per-document records (eval_samples 1, σ drawn per document from the evaluation seed).
+
+At the end (written together, the previous set left whole on a failure): ``results.csv``, ``table.md`` (each model's
+score per column, mean [95% interval] by a two-level bootstrap: the items, then the training seeds within each item;
+the seed-to-seed spread apart), ``compare.md``/``compare.json`` (the configured comparisons, A − B paired on the same
+items, each with its interval and a verdict worded from it) and ``table1.png``. A killed run resumes: each
+finished cell is in ``<out>/cells/``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from itertools import product
+from pathlib import Path
+
+import numpy as np
+
+from ..attention import get_variant, variant_label
+from ..utils.atomic import check_results_folder, output_folder, replacing_files, savefig, write_text
+from ..utils.report import head, pyplot, row
+from ..utils.stats import RESAMPLES, derived_seed, paired_difference, two_level_bootstrap, verdict
+from ..utils.tables import write_csv
+from . import grid
+
+GRID_KEYS = ("models", "seeds")
+#: the columns: (name, what it is, lower is better)
+COLUMNS = (("val_ppl", "Val. PPL ↓", True), ("shakespeare_lastword", "LW acc", False),
+           ("shakespeare_choice", "MC acc_norm", False))
+#: the per-item metric of each lm-eval task
+TASK_METRICS = {"shakespeare_lastword": "acc", "shakespeare_choice": "acc_norm"}
+
+
+# ---- settings --------------------------------------------------------------------------------------
+def parse_model(name: str) -> tuple[str, int | None]:
+    """``sa@32`` -> ("sa", 32); ``full`` -> ("full", None). The variant is checked against the registry."""
+    variant, sep, window = str(name).partition("@")
+    get_variant(variant)
+    if sep and (not window.isdigit() or int(window) < 1):
+        raise ValueError(f"a model is <variant>@<window>, the window an integer >= 1, got {name!r}.")
+    return variant, int(window) if sep else None
+
+
+def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict:
+    settings = grid.load_settings(path, preset, overrides, GRID_KEYS)
+    for name in settings["models"]:
+        parse_model(name)
+    bad = [s for s in settings["seeds"] if not isinstance(s, int) or isinstance(s, bool) or s < 0]
+    if bad:
+        raise ValueError(f"seeds must be integers >= 0, got {bad[0]!r}; nothing was trained.")
+    for c in settings.get("comparisons") or []:
+        if not isinstance(c, dict) or set(c) != {"a", "b"} or not {c["a"], c["b"]} <= set(settings["models"]):
+            raise ValueError(f"each comparison is {{a: <model>, b: <model>}} with both among the models "
+                             f"{settings['models']}, got {c!r}; nothing was trained.")
+    return settings
+
+
+def cells(settings: dict) -> list[dict]:
+    return [dict(model=m, seed=int(s)) for m, s in product(settings["models"], settings["seeds"])]
+
+
+def cell_id(cell: dict) -> str:
+    return f"{cell['model'].replace('@', '_w')}_s{cell['seed']}"
+
+
+def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
+    variant, window = parse_model(cell["model"])
+    swaps = {"model.arch.attention.variant": variant, "seed_everything": cell["seed"]}
+    if window is not None:
+        swaps["model.arch.attention.window"] = window
+    return grid.fit_args(settings.get("fit_config", "configs/tiny.yaml"), swaps, settings, folder)
+
+
+# ---- one cell --------------------------------------------------------------------------------------
+def validation_items(model, dm) -> list[float]:
+    """Each validation block's mean NLL per token, in the validation order (SA draws σ as validation does)."""
+    import torch
+    import torch.nn.functional as F
+
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for i, batch in enumerate(dm.val_dataloader()):
+            inputs, targets = model.targets_of(batch)
+            scores = model.eval_scores(inputs, -1 - i).float()
+            nll = F.cross_entropy(scores.flatten(0, 1), targets.flatten(), reduction="none", ignore_index=-100)
+            out += nll.view(targets.shape).mean(dim=1).tolist()
+    return out
+
+
+def run_cell(cell: dict, spec: dict) -> dict:
+    """Train the cell, then score it item by item: what goes in ``cells/<id>.json``."""
+    from ..eval.harness import run_tasks_with_items
+    from ..eval.lm import SALM
+    from ..lit.cli import run as run_cli
+
+    start = time.perf_counter()
+    cli = run_cli(spec["fit_args"], run=True)
+    trained = time.perf_counter() - start
+    model, dm = cli.model, cli.datamodule
+    scores = {"val_ppl": [round(x, 5) for x in validation_items(model, dm)]}
+    lm = SALM(model.net, tokenizer=dm.tokenizer, eval_samples=1, seed=spec["eval_seed"])
+    _, items = run_tasks_with_items(lm, list(TASK_METRICS), limit=spec["limit"], seed=spec["eval_seed"])
+    for task, metric in TASK_METRICS.items():
+        scores[task] = [100.0 * item["scores"][metric] for item in sorted(items[task], key=lambda r: r["doc_id"])]
+    return {**cell, "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
+            "seconds": round(time.perf_counter() - start, 1), "scores": scores}
+
+
+# ---- summaries -------------------------------------------------------------------------------------
+def matrix(results: list[dict], model: str, column: str) -> np.ndarray | None:
+    """(seeds, items) of one model's column over its trained seeds (in seed order), on the items all share."""
+    runs = sorted((r for r in results if r["model"] == model), key=lambda r: r["seed"])
+    if not runs:
+        return None
+    width = min(len(r["scores"][column]) for r in runs)
+    return np.array([r["scores"][column][:width] for r in runs], dtype=np.float64)
+
+
+def _interval(values: np.ndarray, column: str, *keys):
+    """The column's interval: mean NLL -> perplexity bound by bound for the validation column."""
+    ci = two_level_bootstrap(values, seed=derived_seed(0, column, *keys))
+    return ci.map(math.exp) if column == "val_ppl" else ci
+
+
+def rows(results: list[dict], models: list[str]) -> list[dict]:
+    """One row per model: each column's mean, interval and seed spread."""
+    out = []
+    for model in models:
+        entry = {"model": model}
+        for column, _, _ in COLUMNS:
+            values = matrix(results, model, column)
+            if values is None:
+                continue
+            ci = _interval(values, column, model)
+            spread = values.mean(axis=1)
+            spread = np.exp(spread) if column == "val_ppl" else spread
+            entry.update({column: ci.mean, f"{column}:lo": ci.lo, f"{column}:hi": ci.hi, f"{column}:items": ci.items,
+                          f"{column}:seeds": ci.seeds,
+                          f"{column}:seed_sd": float(spread.std(ddof=1)) if len(spread) > 1 else None})
+        out.append(entry)
+    return out
+
+
+def label(model: str) -> str:
+    variant, window = parse_model(model)
+    return variant_label(variant) + (f" (w={window})" if window else "")
+
+
+def _cell(r: dict, column: str, spec: str) -> str:
+    if column not in r:
+        return "–"
+    bounded = r[f"{column}:lo"] == r[f"{column}:lo"]
+    return f"{r[column]:{spec}}" + (f" [{r[f'{column}:lo']:{spec}}, {r[f'{column}:hi']:{spec}}]" if bounded else " [–]")
+
+
+def table(table_rows: list[dict], settings: dict) -> str:
+    lines = head(["Model", *(name for _, name, _ in COLUMNS), "Seeds"], ["---"] + ["---"] * len(COLUMNS) + ["---:"])
+    for r in table_rows:
+        lines.append(row([label(r["model"]), *(_cell(r, c, ".2f" if c == "val_ppl" else ".1f") for c, _, _ in COLUMNS),
+                          r.get("val_ppl:seeds", "–")]))
+    spread = head(["Model", *(name for _, name, _ in COLUMNS)], ["---"] + ["---:"] * len(COLUMNS))
+    for r in table_rows:
+        spread.append(row([label(r["model"]), *("–" if r.get(f"{c}:seed_sd") is None else f"{r[f'{c}:seed_sd']:.2f}"
+                                                 for c, _, _ in COLUMNS)]))
+    note = (f"Each score is mean [95% interval] over the training seeds {settings['seeds']}: a two-level percentile "
+            f"bootstrap ({RESAMPLES} resamples) over the items (validation blocks, task documents), then the seeds "
+            "within each drawn item. Val. PPL: the interval of the mean NLL per block, as a perplexity. LW: "
+            "last-word accuracy (%); MC: four-way choice acc_norm (%), chance 25%.")
+    return "\n".join(lines + ["", note, "", "Seed-to-seed spread (SD over training seeds of each seed's score):", "",
+                              *spread]) + "\n"
+
+
+def compare(results: list[dict], comparisons: list[dict]) -> tuple[str, list[dict]]:
+    """A − B per configured comparison and column, paired on the same items; the seeds of each side are drawn
+    within each drawn item (different training runs are not paired seed by seed)."""
+    out = []
+    lines = head(["A", "B", "Column", "A − B [95%]", "Verdict", "Items", "Seeds A/B"],
+                 ["---", "---", "---", "---:", "---", "---:", "---:"])
+    for c in comparisons:
+        for column, name, lower in COLUMNS:
+            a, b = matrix(results, c["a"], column), matrix(results, c["b"], column)
+            if a is None or b is None:
+                continue
+            width = min(a.shape[1], b.shape[1])
+            diff = paired_difference(a[:, :width], b[:, :width], seed=derived_seed(0, column, c["a"], c["b"]))
+            said = verdict(diff.lo, diff.hi, lower_is_better=lower)
+            unit = "+.3f" if column == "val_ppl" else "+.1f"
+            out.append({"a": c["a"], "b": c["b"], "column": column, **diff.as_dict(), "verdict": said})
+            lines.append(row([label(c["a"]), label(c["b"]), name.replace("PPL", "NLL/token"), diff.text(unit), said,
+                              diff.items, f"{diff.seeds}/{diff.seeds_b}"]))
+    note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points). "
+            f"95% interval: a paired percentile bootstrap ({RESAMPLES} resamples) that draws the items once for both "
+            "sides and each side's training seeds within each drawn item. The verdict is worded from the interval.")
+    return "\n".join(lines + ["", note]) + "\n", out
+
+
+def plot(table_rows: list[dict], path: Path) -> None:
+    """One panel per column: each model's mean with its 95% interval, models in the config's order."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(COLUMNS), figsize=(4.4 * len(COLUMNS), 3.6), squeeze=False)
+    for ax, (column, name, _) in zip(axes[0], COLUMNS):
+        for i, r in enumerate(table_rows):
+            if column not in r:
+                continue
+            variant, _ = parse_model(r["model"])
+            lo, hi = r[f"{column}:lo"], r[f"{column}:hi"]
+            err = [[r[column] - lo], [hi - r[column]]] if lo == lo else None
+            ax.errorbar([i], [r[column]], yerr=err, marker=get_variant(variant).marker, color=get_variant(variant).color,
+                        capsize=3, markersize=6)
+        ax.set_xticks(range(len(table_rows)), [label(r["model"]) for r in table_rows], rotation=45, ha="right",
+                      fontsize=7)
+        ax.set_title(name)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    savefig(fig, path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+# ---- the command -----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cli.py study pretrain", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="configs/study/pretrain.yaml")
+    parser.add_argument("--preset", help="a preset of the config: quick (<= 5 min on 2 CPU cores)")
+    parser.add_argument("--models", nargs="+", help="override the config's models (<variant>@<window> or full)")
+    parser.add_argument("--seeds", nargs="+", type=int, help="override the config's training seeds")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
+    parser.add_argument("--out", type=output_folder,
+                        help="output folder (default: the config's out, one per preset: outputs/study/pretrain, "
+                             "pretrain_quick)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    if not Path(args.config).is_file():
+        raise SystemExit(f"error: study config {args.config} not found.")
+    overrides = {"models": args.models, "seeds": args.seeds, "out": None if args.out is None else str(args.out)}
+    settings = load_settings(args.config, args.preset, overrides)
+    grid.add_sets(settings, args.set)
+    out = check_results_folder(settings.get("out", "outputs/study/pretrain"), "study")
+    todo = cells(settings)
+    print(f"study pretrain{f' (preset {args.preset})' if args.preset else ''}: {len(todo)} cell(s), results in {out}/",
+          flush=True)
+    start = time.perf_counter()
+
+    def line(result: dict) -> str:
+        s = result["scores"]
+        return (f"val ppl {math.exp(np.mean(s['val_ppl'])):.2f}, " +
+                ", ".join(f"{task} {np.mean(s[task]):.1f}%" for task in TASK_METRICS))
+
+    results = grid.run_cells(
+        todo, out, cell_id,
+        spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
+                              "limit": settings.get("limit"), "eval_seed": settings.get("eval_seed", 0)},
+        run=run_cell, line=line)
+    table_rows = rows(results, settings["models"])
+    compared, comparison_rows = compare(results, settings.get("comparisons") or [])
+    text = table(table_rows, settings)
+    with replacing_files(out, "study report") as tmp:
+        write_csv(tmp / "results.csv", table_rows, fields=list(dict.fromkeys(k for r in table_rows for k in r)))
+        write_text(tmp / "table.md", text)
+        write_text(tmp / "compare.md", compared)
+        write_text(tmp / "compare.json", json.dumps({"resamples": RESAMPLES, "comparisons": comparison_rows}, indent=2))
+        plot(table_rows, tmp / "table1.png")
+    print("\n" + text + "\n" + compared)
+    print(f"wrote {out}/results.csv, table.md, compare.md, compare.json and table1.png "
+          f"({time.perf_counter() - start:.0f} s)")
+    return results
