@@ -150,3 +150,46 @@ def test_bad_comparisons_fail_in_one_sentence_before_any_cell(args, message, tmp
         main(["--model", "nowhere", "--tasks", "[shakespeare_lastword]", "--modes", "[full, swa, sa]",
               "--out", str(tmp_path), *args])
     assert not list((tmp_path / "cells").glob("*")) if (tmp_path / "cells").exists() else True
+
+
+def test_the_regime_sweep_puts_every_mode_against_w_over_n(tiny_model, tmp_path):
+    """Issue 35 item 3 with the shipped regime config, changed only in size: ΔNLL against full and the paired
+    comparisons at every (n, w_eff), in compare.md's regime table, compare.json and regime.png."""
+    from sa_lightning.inference.sweep import main
+
+    out = tmp_path / "regime"
+    result = main(["--config", "configs/sweep/smollm2_regime.yaml", "--model", str(tiny_model),
+                   "--tasks", "[position_ppl_64, position_ppl_128]", "--windows", "[8, 16]", "--seeds", "[0, 1]",
+                   "--moba_block_sizes", "[4, 16]",
+                   "--task_limits", "{position_ppl_64: 2, position_ppl_128: 2}", "--out", str(out)])
+    regime = json.loads((out / "compare.json").read_text())["regime"]
+    deltas = [r for r in regime if r["kind"] == "delta"]
+    sparse = {"swa", "sa", "random", "strided", "sa_swa_union", "random_swa_union", "strided_swa_union", "moba"}
+    assert {r["a"] for r in deltas} == sparse and {r["n"] for r in deltas} == {64, 128}
+    for r in deltas:
+        assert r["ratio"] == r["w_eff"] / r["n"] and r["lo"] <= r["mean"] <= r["hi"]
+        assert r["seeds"] == (2 if r["a"] in ("sa", "random") else 1)
+    paired = {(r["a"], r["b"], r["match"]) for r in regime if r["kind"] == "paired"}
+    assert {("sa", "swa", "equal_w"), ("sa", "random", "equal_w"), ("sa", "strided", "equal_w"),
+            ("sa_swa_union", "swa", "double_w"), ("sa_swa_union", "random_swa_union", "equal_w")} <= paired
+    text = result["compare"]
+    assert "## The regime: ΔNLL against full attention by prompt length n and window w_eff" in text
+    assert "SA − Random (equal w)" in text and "| 4 | 8 | 64 | 0.125 |" in text
+    assert (out / "regime.png").stat().st_size > 10_000
+
+
+def test_position_documents_score_the_same_alone_or_batched(tiny_model):
+    """Documents of one length go several to a forward pass; SA draws each row's σ from its own tokens, so the
+    per-token losses are the same as one document at a time."""
+    from sa_lightning.eval.position import position_records
+    from sa_lightning.inference.sweep import load_model
+    from sa_lightning.inference.plan import SweepConfig
+    from sa_lightning.models.patcher import patch
+
+    model, tokenizer = load_model(SweepConfig(model=str(tiny_model), dtype="float32", device_map="cpu"))
+    for mode in ("sa", "random"):
+        patch(model, mode, 8, seed=3)
+        alone = position_records(model, tokenizer, 64, limit=5, batch_tokens=64)
+        batched = position_records(model, tokenizer, 64, limit=5, batch_tokens=256)
+        for a, b in zip(alone[1], batched[1]):
+            np.testing.assert_allclose(a["nll"], b["nll"], atol=2e-4)

@@ -1,6 +1,7 @@
 """``cli.py study pretrain``: Table 1 at micro scale, every variant beside its controls, over training seeds.
 
-    python cli.py study pretrain [--config configs/study/pretrain.yaml] [--preset quick] [--seeds 0 1 2] [--out DIR]
+    python cli.py study pretrain [--config configs/study/pretrain.yaml] [--preset quick] [--seeds 0 1 2]
+                                 [--models full sa@32 ...] [--limit N] [--set KEY=VALUE] [--out DIR]
 
 Trains every cell, one (model, training seed), with ``cli.py fit`` on the embedded default (``configs/tiny.yaml``,
 its variant, window and seed swapped; ``fit_overrides`` change it only in size). A model is ``<variant>@<w>``
@@ -62,9 +63,9 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
     if bad:
         raise ValueError(f"seeds must be integers >= 0, got {bad[0]!r}; nothing was trained.")
     for c in settings.get("comparisons") or []:
-        if not isinstance(c, dict) or set(c) != {"a", "b"} or not {c["a"], c["b"]} <= set(settings["models"]):
-            raise ValueError(f"each comparison is {{a: <model>, b: <model>}} with both among the models "
-                             f"{settings['models']}, got {c!r}; nothing was trained.")
+        if not isinstance(c, dict) or set(c) != {"a", "b"}:
+            raise ValueError(f"each comparison is {{a: <model>, b: <model>}}, got {c!r}; nothing was trained.")
+        parse_model(c["a"]), parse_model(c["b"])  # a comparison of a model this run leaves out is named, not run
     return settings
 
 
@@ -187,14 +188,15 @@ def table(table_rows: list[dict], settings: dict) -> str:
 def compare(results: list[dict], comparisons: list[dict]) -> tuple[str, list[dict]]:
     """A − B per configured comparison and column, paired on the same items; the seeds of each side are drawn
     within each drawn item (different training runs are not paired seed by seed)."""
-    out = []
+    out, unpaired = [], []
     lines = head(["A", "B", "Column", "A − B [95%]", "Verdict", "Items", "Seeds A/B"],
                  ["---", "---", "---", "---:", "---", "---:", "---:"])
     for c in comparisons:
+        if not {c["a"], c["b"]} <= {r["model"] for r in results}:
+            unpaired.append(f"{label(c['a'])} − {label(c['b'])}")
+            continue
         for column, name, lower in COLUMNS:
             a, b = matrix(results, c["a"], column), matrix(results, c["b"], column)
-            if a is None or b is None:
-                continue
             width = min(a.shape[1], b.shape[1])
             diff = paired_difference(a[:, :width], b[:, :width], seed=derived_seed(0, column, c["a"], c["b"]))
             said = verdict(diff.lo, diff.hi, lower_is_better=lower)
@@ -205,6 +207,8 @@ def compare(results: list[dict], comparisons: list[dict]) -> tuple[str, list[dic
     note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points). "
             f"95% interval: a paired percentile bootstrap ({RESAMPLES} resamples) that draws the items once for both "
             "sides and each side's training seeds within each drawn item. The verdict is worded from the interval.")
+    if unpaired:
+        note += f" Not compared (a model this run leaves out): {', '.join(unpaired)}."
     return "\n".join(lines + ["", note]) + "\n", out
 
 
@@ -237,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--preset", help="a preset of the config: quick (<= 5 min on 2 CPU cores)")
     parser.add_argument("--models", nargs="+", help="override the config's models (<variant>@<window> or full)")
     parser.add_argument("--seeds", nargs="+", type=int, help="override the config's training seeds")
+    parser.add_argument("--limit", type=int, help="override the config's documents per offline task")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
     parser.add_argument("--out", type=output_folder,
@@ -249,7 +254,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if not Path(args.config).is_file():
         raise SystemExit(f"error: study config {args.config} not found.")
-    overrides = {"models": args.models, "seeds": args.seeds, "out": None if args.out is None else str(args.out)}
+    overrides = {"models": args.models, "seeds": args.seeds, "limit": args.limit,
+                 "out": None if args.out is None else str(args.out)}
     settings = load_settings(args.config, args.preset, overrides)
     grid.add_sets(settings, args.set)
     out = check_results_folder(settings.get("out", "outputs/study/pretrain"), "study")
