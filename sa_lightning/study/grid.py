@@ -3,6 +3,7 @@ cell, and the loop that trains the cells one by one, writing each to ``<out>/cel
 skipping, on a rerun, every cell whose record was made with the same spec (so a killed study resumes)."""
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import time
@@ -11,7 +12,7 @@ from typing import Callable
 
 import yaml
 
-from ..utils.atomic import write_text
+from ..utils.atomic import output_folder, write_text
 
 
 def load_settings(path: str | Path, preset: str | None, overrides: dict, required: tuple[str, ...]) -> dict:
@@ -29,6 +30,20 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict, require
         if not settings.get(key):
             raise ValueError(f"the study needs at least one entry in {key!r} ({path}).")
     return settings
+
+
+def parser(name: str, description: str, config: str, presets: str, folders: str) -> argparse.ArgumentParser:
+    """A study's command line with what every study takes: ``--config``, ``--preset``, ``--set`` and ``--out``
+    (``folders``: the default output folders, one per preset); the study adds its grid's flags."""
+    parser = argparse.ArgumentParser(prog=f"cli.py study {name}", description=description)
+    parser.add_argument("--config", default=config)
+    parser.add_argument("--preset", help=f"a preset of the config: {presets}")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
+    parser.add_argument("--out", type=output_folder,
+                        help=f"output folder (default: the config's out, one per preset so that a quick run never "
+                             f"overwrites the full study: {folders})")
+    return parser
 
 
 def add_sets(settings: dict, sets: list[str]) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..analysis.mechanism import PATTERNED
 from ..attention import VARIANTS, get_variant, variant_names
 from ..attention.variants import SWA
-from ..utils.atomic import check_results_folder, output_folder, replacing_files, savefig, write_text
+from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, number, pyplot, ranked_cells, row
 from ..utils.tables import write_csv
 from . import grid
@@ -343,19 +343,13 @@ def plot(results: list[dict], path: Path) -> None:
 
 # ---- the command ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cli.py study long-range", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/study/long_range.yaml")
-    parser.add_argument("--preset", help="a preset of the config: quick (<= 5 min on 2 CPU cores) or paper-scale (GPU)")
+    parser = grid.parser("long-range", __doc__.split("\n\n")[0], "configs/study/long_range.yaml",
+                         "quick (<= 5 min on 2 CPU cores) or paper-scale (GPU)",
+                         "outputs/study/long_range, long_range_quick, long_range_paper_scale")
     parser.add_argument("--eval_samples", type=int, nargs="+", help="K permutations averaged at evaluation (SA)")
     for key in GRID_KEYS:
         parser.add_argument(f"--{key}", nargs="+", type=str if key in ("tasks", "variants") else int,
                             help=f"override the config's {key}")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
-    parser.add_argument("--out", type=output_folder,
-                        help="output folder (default: the config's out, one per preset so that a quick run "
-                             "never overwrites the full study: outputs/study/long_range, "
-                             "long_range_quick, long_range_paper_scale)")
     return parser
 
 

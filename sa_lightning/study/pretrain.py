@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..attention import get_variant, variant_label
-from ..utils.atomic import check_results_folder, output_folder, replacing_files, savefig, write_text
+from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, pyplot, row
 from ..utils.stats import RESAMPLES, derived_seed, paired_difference, two_level_bootstrap, verdict
 from ..utils.tables import write_csv
@@ -236,17 +236,11 @@ def plot(table_rows: list[dict], path: Path) -> None:
 
 # ---- the command -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cli.py study pretrain", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/study/pretrain.yaml")
-    parser.add_argument("--preset", help="a preset of the config: quick (<= 5 min on 2 CPU cores)")
+    parser = grid.parser("pretrain", __doc__.split("\n\n")[0], "configs/study/pretrain.yaml",
+                         "quick (<= 5 min on 2 CPU cores)", "outputs/study/pretrain, pretrain_quick")
     parser.add_argument("--models", nargs="+", help="override the config's models (<variant>@<window> or full)")
     parser.add_argument("--seeds", nargs="+", type=int, help="override the config's training seeds")
     parser.add_argument("--limit", type=int, help="override the config's documents per offline task")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
-    parser.add_argument("--out", type=output_folder,
-                        help="output folder (default: the config's out, one per preset: outputs/study/pretrain, "
-                             "pretrain_quick)")
     return parser
 
 
