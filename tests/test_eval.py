@@ -63,6 +63,22 @@ def test_scores_do_not_depend_on_batch_size_or_padding(variant, tokenizer):
                                    atol=1e-4, rtol=1e-5)
 
 
+def test_requests_with_one_input_row_share_its_scores(tokenizer):
+    """Multiple choice with one-token answers: an input row is scored once, and each answer read from it."""
+    model = _model("sa")
+    context = list(range(1, 30))
+    reqs = [(None, context, [answer]) for answer in (40, 41, 42)] + [(None, context[:-1], [context[-1], 43])]
+    lm = SALM(model, tokenizer, batch_size=4)
+    rows = []
+    log_probs = lm.log_probs
+    lm.log_probs = lambda batch, first: rows.extend(batch) or log_probs(batch, first)
+    together = lm._loglikelihood_tokens(reqs, disable_tqdm=True)
+    alone = [SALM(model, tokenizer)._loglikelihood_tokens([r], disable_tqdm=True)[0] for r in reqs]
+    assert rows == [context]
+    assert [g for _, g in together] == [g for _, g in alone]
+    torch.testing.assert_close(torch.tensor([s for s, _ in together]), torch.tensor([s for s, _ in alone]))
+
+
 def test_padded_rows_permute_only_their_own_tokens(tokenizer):
     lm = SALM(_model("sa"), tokenizer)
     rows = [[5] * 10, [6] * 4, [7] * 7]

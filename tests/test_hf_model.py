@@ -247,9 +247,11 @@ def test_lm_evals_hf_model_on_the_folder_scores_what_evaluate_scores_on_the_chec
     over their padding too; one row per call is exactly the row evaluation scores."""
     from lm_eval.models.huggingface import HFLM
 
+    import sa_lightning
     from sa_lightning.eval.harness import run_tasks
     from sa_lightning.eval.lm import SALM
 
+    sa_lightning.register_with_transformers()  # what loads the folder without trust_remote_code
     ours = run_tasks(SALM(str(checkpoint), batch_size=4), ["offline"], limit=12)
     theirs = run_tasks(HFLM(pretrained=str(exported), backend="causal", device="cpu", dtype="float32", batch_size=1), ["offline"], limit=12)
     assert set(ours) == set(theirs) and ours
@@ -269,7 +271,7 @@ def test_evaluations_generate_until_decodes_with_the_cache(checkpoint):
     lm = SALM(str(checkpoint))
     (text,) = lm.generate_until([Request()], disable_tqdm=True)
     ids = torch.tensor([lm.tok_encode("ROMEO: What")])
-    out = lm.causal_lm().generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=lm.eot_token_id,
+    out = lm.model.generate(ids, max_new_tokens=8, do_sample=False, eos_token_id=lm.eot_token_id,
                                   pad_token_id=lm.eot_token_id)
     assert text == lm.tok_decode(out[0, ids.shape[1]:].tolist()).split("\n\n")[0]
 

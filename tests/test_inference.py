@@ -369,6 +369,22 @@ def test_training_free_sa_is_stochastic_per_input_and_reproducible(monkeypatch):
         assert all(torch.equal(pa, p[0]) for pa, p in zip(fixed_a, drawn))  # one sigma per length
 
 
+def test_the_draw_index_reaches_the_patcher_through_the_models_forward(monkeypatch):
+    """``eval_samples``' draw s is the forward's ``sa_sample=s``: transformers hands it to the base model, whose
+    pre-hook keys each row's sigma with it; 0 is the default draw."""
+    tokens = torch.randint(0, 97, (2, 30), generator=torch.Generator().manual_seed(3))
+    drawn = _recorded_sigmas(monkeypatch)
+    runs = []
+    with patched(_qwen3(), "sa", 8, seed=7) as model, torch.no_grad():
+        for sample in (None, 0, 1):
+            drawn.clear()
+            model(tokens, **({} if sample is None else {"sa_sample": sample}))
+            runs.append(list(drawn))
+    default, zero, one = runs
+    assert all(torch.equal(a, b) for a, b in zip(default, zero))
+    assert not any(torch.equal(a[b], c[b]) for a, c in zip(zero, one) for b in range(2))
+
+
 def test_the_patcher_and_salm_draw_the_same_sigma_for_the_same_tokens(monkeypatch):
     from sa_lightning.eval.lm import SALM
     from sa_lightning.attention import AttentionSpec
@@ -381,5 +397,5 @@ def test_the_patcher_and_salm_draw_the_same_sigma_for_the_same_tokens(monkeypatc
     net = Transformer(ModelConfig(vocab_size=4096, n_layer=SIZES["num_hidden_layers"], n_head=4, d_model=32,
                                   max_seq_len=64, attention=AttentionSpec("sa", window=8)))
     salm = SALM(net, tokenizer="embedded", seed=7)
-    perms = salm._draws([tokens[0].tolist()], 30, sample=0)
+    perms = salm.model.draws([tokens[0].tolist()], 30, sample=0)
     assert len(perms) == len(drawn) and all(torch.equal(p, d) for p, d in zip(perms, drawn))

@@ -1,197 +1,166 @@
-"""An lm-evaluation-harness model for sa_lightning checkpoints (``--model sa_lightning``).
+"""The project's one lm-evaluation-harness model (``--model sa_lightning``): lm-eval's ``HFLM`` over an already-built
+transformers causal LM that takes an attention mask.
 
-Batched and padding-correct: sequences are right-padded and every row carries its length, so SA
-permutes only the row's own tokens and never reads a pad. Each row's permutations are drawn from
-(seed, sample, the row's tokens, layer), which makes results reproducible and independent of the
-batch size and of what else is in the batch.
+It evaluates
+- a checkpoint written by ``cli.py fit`` (its path) or its network: the Transformer++ runs as
+  ``SATransformerForCausalLM`` (weights shared, nothing copied), the Qwen3 backbone as its own patched model;
+- any transformers causal LM handed over as an object: an exported ``SATransformerForCausalLM``, or a Hugging Face
+  model patched by ``models.patcher`` (``inference.lm.PatchedHFLM`` loads and patches one by name).
 
-SA modes:
+Scoring (loglikelihood, rolling, multiple choice) is this class's own ``_loglikelihood_tokens``. HFLM's right-pads
+each batch with token 0 and calls a causal model without an attention mask: dense causal attention never reads
+trailing pads, but SA's permuted window wraps around the whole padded row, so its scores would change with the batch
+size (``inference.lm`` once swapped lm-eval's ``pad_and_concat`` to recover the lengths). Here each batch goes to the
+model with its padding mask, and the model draws each row's σ from (seed, layer, the row's own tokens, the draw
+index) (``attention.draws``), so a score depends on nothing but its own request; nothing of lm-eval is replaced.
+Tokenization, rolling windows and ``generate_until`` are HFLM's: generation is batched, left-padded and decoded by
+the model's own ``generate`` with its KV cache (``models.hf_model``; draw 0).
+
+SA modes (a checkpoint or a network; a model handed over as an object draws as its config or patch says):
 - ``stochastic`` (the paper's default): every sequence draws its own permutations.
 - ``deterministic``: one fixed permutation per (layer, length), shared by every input.
 
-``eval_samples=K`` averages the per-token log-probabilities over K independent permutation draws
-(beyond the paper; it lowers the variance that the random routing adds to every score).
+``eval_samples=K`` (beyond the paper; it lowers the variance that the random routing adds to every score): each
+next-token prediction is the mean of K draws' probabilities, as validation's is (``models.ensemble`` says why
+probabilities, not log-probabilities). Draw s is the model's ``sa_sample=s``.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
+from transformers import PreTrainedModel
 
 from ..attention.draws import SA_MODES
-from ..models import Transformer
+from ..models.ensemble import mean_over_draws
+from ..models.hf_model import SATransformerForCausalLM
+from ..models.patcher import STATE
 
 
 @register_model("sa_lightning")
-class SALM(TemplateLM):
+class SALM(HFLM):
     """Args:
-        model: a ``Transformer``, or the path of a checkpoint written by ``cli.py fit``.
-        tokenizer: a Hugging Face tokenizer, or a name for ``load_tokenizer``; default: the checkpoint's.
-        batch_size: sequences per forward pass (results do not depend on it).
-        eval_samples: permutation draws averaged per score (SA variants only).
-        sa_mode: ``stochastic`` or ``deterministic``.
-        seed: the permutation seed.
-        max_length: longest scored sequence; default the model's max_seq_len.
+        model: a transformers causal LM that takes an attention mask; a ``Transformer`` or a Qwen3 backbone
+            (``HFBackbone``); or the path of a checkpoint written by ``cli.py fit``.
+        tokenizer: a Hugging Face tokenizer, or a name for ``load_tokenizer``; default: the checkpoint's (else the
+            embedded one).
+        batch_size: sequences per forward pass (results do not depend on it), or ``auto``.
+        device: where the model runs (it is moved there); default: where it is.
+        eval_samples: draws averaged per score; a model whose attention draws nothing runs once.
+        sa_mode: ``stochastic`` or ``deterministic`` (a checkpoint or a network).
+        seed: the permutation seed (a checkpoint or a network).
+        max_length: longest scored sequence; default the model's.
         max_gen_toks: default generation budget for ``generate_until``.
-        max_batch_size: accepted for lm-eval's CLI, which always passes it; batches are ``batch_size``.
+        **kwargs: HFLM's (``add_bos_token``, ``mixed_precision_dtype``, ``max_batch_size``, ...). A checkpoint's
+            text is scored without special tokens, as training packs it (documents joined by EOS, no BOS).
     """
 
-    def __init__(self, model: Transformer | str, tokenizer=None, batch_size: int | str = 16,
-                 device: str | None = None, eval_samples: int = 1, sa_mode: str = "stochastic", seed: int = 0,
-                 max_length: int | None = None, max_gen_toks: int = 64, max_batch_size: int | None = None):
-        super().__init__()
+    def __init__(self, model, tokenizer=None, batch_size: int | str = 16, device: str | None = None,
+                 eval_samples: int = 1, sa_mode: str = "stochastic", seed: int = 0, max_length: int | None = None,
+                 max_gen_toks: int = 64, **kwargs):
         from ..data.tokenizer import load_tokenizer
 
+        if sa_mode not in SA_MODES:
+            raise ValueError(f"sa_mode must be one of {', '.join(SA_MODES)}, got {sa_mode!r}.")
+        if int(eval_samples) < 1:
+            raise ValueError(f"eval_samples must be >= 1, got {eval_samples}.")
         if isinstance(model, (str, Path)):
             from ..models.checkpoint import load_checkpoint
 
             model, info = load_checkpoint(model)
             tokenizer = tokenizer or info["tokenizer"]
-        if sa_mode not in SA_MODES:
-            raise ValueError(f"sa_mode must be one of {', '.join(SA_MODES)}, got {sa_mode!r}.")
-        if int(eval_samples) < 1:
-            raise ValueError(f"eval_samples must be >= 1, got {eval_samples}.")
-        self.tokenizer = load_tokenizer(tokenizer or "embedded") if tokenizer is None or isinstance(tokenizer, str) \
-            else tokenizer
-        if len(self.tokenizer) > model.cfg.vocab_size:
-            raise ValueError(f"the tokenizer has {len(self.tokenizer)} tokens but the model's vocab is "
-                             f"{model.cfg.vocab_size}; evaluate with the tokenizer the model was trained with.")
-        self.model = model.eval()
-        if device is not None:
-            self.model.to(device)
-        self.batch_size = int(batch_size) if str(batch_size) != "auto" else 16
-        self.eval_samples = int(eval_samples) if model.variant.draws else 1
-        self.sa_mode, self.seed = sa_mode, int(seed)
-        self.max_length = int(max_length or model.cfg.max_seq_len)
-        self.max_gen_toks = int(max_gen_toks)
-
-    # ---- TemplateLM plumbing -------------------------------------------------------------------
-    @property
-    def eot_token_id(self) -> int:
-        return self.tokenizer.eos_token_id
+        if not isinstance(model, PreTrainedModel):  # the project's network: run as a transformers model
+            kwargs.setdefault("add_bos_token", False)
+            model = causal_lm(model, sa_mode, int(seed))
+        if tokenizer is None or isinstance(tokenizer, str):
+            tokenizer = load_tokenizer(tokenizer or "embedded")
+        vocab = model.get_output_embeddings().weight.shape[0]
+        if len(tokenizer) > vocab:
+            raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocab is {vocab}; evaluate "
+                             "with the tokenizer the model was trained with.")
+        if device is not None and torch.device(device) != model.device:
+            model.to(device)
+        super().__init__(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
+                         max_length=max_length, **kwargs)
+        self._eval_samples = int(eval_samples)
+        self._max_gen_toks = int(max_gen_toks)
 
     @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+    def eval_samples(self) -> int:
+        """Draws averaged per score: 1 when the model's attention draws nothing (read per call: a sweep patches
+        one model with one mode after another)."""
+        return self._eval_samples if draws_per_input(self.model) else 1
 
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
-        # Training packs documents joined by EOS with no BOS, so scoring adds no special tokens either.
-        return self.tokenizer.encode(string, add_special_tokens=False)
-
-    def tok_decode(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens)
-
-    # ---- the forward pass ----------------------------------------------------------------------
-    def _draws(self, rows: list[list[int]], n: int, sample: int) -> list[torch.Tensor] | None:
-        """Per layer, the draw (σ, a key table) of each row's own valid tokens, its padding kept in place."""
-        return self.model.row_draws(rows, n, seed=self.seed, mode=self.sa_mode, sample=sample, device=self.device)
+    @property
+    def max_gen_toks(self) -> int:
+        return self._max_gen_toks
 
     @torch.no_grad()
-    def span_log_probs(self, rows: list[list[int]], spans: list[tuple[int, int]]) -> list[torch.Tensor]:
-        """Per row, the next-token log-probabilities (end - start, vocab) at positions start..end-1 of the
-        right-padded ``rows``, averaged over ``eval_samples`` permutation draws. The LM head runs only
-        on those positions."""
+    def log_probs(self, rows: list[list[int]], first: int) -> torch.Tensor:
+        """Next-token log-probabilities (B, n - first, V) at positions first..n-1 of ``rows`` right-padded to n,
+        the mean of ``eval_samples`` draws' probabilities; the LM head runs only on those positions."""
         n = max(len(r) for r in rows)
-        idx = torch.full((len(rows), n), self.eot_token_id, dtype=torch.long)
+        ids = torch.zeros((len(rows), n), dtype=torch.long)  # any id: padding is masked
+        mask = torch.zeros_like(ids)
         for b, row in enumerate(rows):
-            idx[b, :len(row)] = torch.tensor(row, dtype=torch.long)
-        idx = idx.to(self.device)
-        lengths = torch.tensor([len(r) for r in rows], device=self.device)
-        totals: list[torch.Tensor] = []
-        for sample in range(self.eval_samples):
-            # perm_stream reaches backbones that draw their own per-row permutations (the HF backbone)
-            hidden = self.model.features(idx, perms=self._draws(rows, n, sample), lengths=lengths,
-                                         perm_stream=-1 - (self.seed * 1009 + sample))
-            for b, (start, end) in enumerate(spans):
-                lp = torch.log_softmax(self.model.lm_head(hidden[b, start:end]).float(), dim=-1)
-                totals.append(lp) if sample == 0 else totals[b].add_(lp)
-        return [t / self.eval_samples for t in totals]
+            ids[b, :len(row)] = torch.tensor(row, dtype=torch.long)
+            mask[b, :len(row)] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        samples = self.eval_samples
 
-    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
-        """Sum of log p(continuation | context) and whether it is the greedy continuation, per request."""
-        work = []
+        def logits_of(sample: int) -> torch.Tensor:
+            draw = {"sa_sample": sample} if samples > 1 else {}
+            with torch.autocast(device_type=self.device.type, dtype=self.mixed_precision_dtype,
+                                enabled=self.mixed_precision_dtype is not None):
+                return self.model(input_ids=ids, attention_mask=mask, logits_to_keep=n - first, use_cache=False,
+                                  **draw).logits
+
+        return torch.log_softmax(mean_over_draws(logits_of, samples).float(), dim=-1)
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None
+                              ) -> list[tuple[float, bool]]:
+        """Sum of log p(continuation | context) and whether it is the greedy continuation, per request. Requests
+        with the same input row (multiple choice with one-token answers) share one scored row, as in HFLM."""
+        rows: dict[tuple, list] = {}  # input row -> its requests (index, continuation)
         for i, (_, context, continuation) in enumerate(requests):
             if len(continuation) > self.max_length:
                 raise ValueError(f"a continuation of {len(continuation)} tokens exceeds max_length={self.max_length}.")
             whole = (context + continuation)[-(self.max_length + 1):]
-            work.append((i, whole[:-1], whole[-len(continuation):]))
-        work.sort(key=lambda w: -len(w[1]))  # similar lengths share a batch: little padding
-        results: list[tuple[float, bool] | None] = [None] * len(work)
-        bar = tqdm(total=len(work), desc="Scoring", disable=disable_tqdm)
-        for start in range(0, len(work), self.batch_size):
-            chunk = work[start:start + self.batch_size]
-            spans = [(len(inp) - len(cont), len(inp)) for _, inp, cont in chunk]
-            for (i, _, cont), lp in zip(chunk, self.span_log_probs([w[1] for w in chunk], spans)):
-                target = torch.tensor(cont, device=lp.device)
-                ll = lp.gather(-1, target.view(-1, 1)).sum().item()
-                greedy = bool((lp.argmax(-1) == target).all())
-                results[i] = (ll, greedy)
-                if requests[i][0] is not None:
-                    self.cache_hook.add_partial("loglikelihood", requests[i][0], (ll, greedy))
-            bar.update(len(chunk))
+            rows.setdefault(tuple(whole[:-1]), []).append((i, whole[-len(continuation):]))
+        order = sorted(rows, key=len, reverse=True)  # similar lengths share a batch: little padding
+        size = override_bs or (self._detect_batch_size() if self.batch_size == "auto" else self.batch_size)
+        results: list[tuple[float, bool] | None] = [None] * len(requests)
+        bar = tqdm(total=len(requests), desc="Scoring", disable=disable_tqdm)
+        for start in range(0, len(order), size):
+            chunk = order[start:start + size]
+            first = min(len(row) - len(cont) for row in chunk for _, cont in rows[row])
+            for row, lp in zip(chunk, self.log_probs([list(row) for row in chunk], first)):
+                for i, cont in rows[row]:
+                    begin = len(row) - len(cont) - first
+                    span, target = lp[begin:begin + len(cont)], torch.tensor(cont, device=lp.device)
+                    ll = span.gather(-1, target.view(-1, 1)).sum().item()
+                    results[i] = (ll, bool((span.argmax(-1) == target).all()))
+                    if requests[i][0] is not None:
+                        self.cache_hook.add_partial("loglikelihood", requests[i][0], results[i])
+                bar.update(len(rows[row]))
         bar.close()
         return results
 
-    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
-        """Whole-document log-likelihood in disjoint windows of max_length tokens (as HFLM does)."""
-        windows, owner = [], []
-        for doc, req in enumerate(requests):
-            tokens = self.tok_encode(req.args[0])
-            for ctx, cont in map(make_disjoint_window, get_rolling_token_windows(
-                    token_list=tokens, prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1)):
-                windows.append((None, ctx, cont))
-                owner.append(doc)
-        scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)
-        totals = [0.0] * len(requests)
-        for doc, (ll, _) in zip(owner, scores):
-            totals[doc] += ll
-        for req, total in zip(requests, totals):
-            self.cache_hook.add_partial("loglikelihood_rolling", req.args, total)
-        return totals
+def causal_lm(net, sa_mode: str, seed: int):
+    """A checkpoint's network as a transformers causal LM that decodes with a KV cache (weights shared, nothing
+    copied): ``SATransformerForCausalLM`` around the Transformer++, or the Qwen3 backbone's own patched model."""
+    if hasattr(net, "for_evaluation"):
+        return net.for_evaluation(seed)
+    return SATransformerForCausalLM.from_transformer(net, sa_mode=sa_mode, sa_seed=seed).eval()
 
-    def causal_lm(self):
-        """The model as a transformers causal LM that decodes with a KV cache (weights shared, nothing copied):
-        ``SATransformerForCausalLM`` around the Transformer++ (sigma drawn as scoring draws it), or the Qwen3
-        backbone's own patched model."""
-        if getattr(self, "_causal_lm", None) is None:
-            from ..models.hf_model import SATransformerForCausalLM
 
-            self._causal_lm = self.model.hf if hasattr(self.model, "hf") else \
-                SATransformerForCausalLM.from_transformer(self.model, sa_mode=self.sa_mode, sa_seed=self.seed).eval()
-        return self._causal_lm
-
-    @torch.no_grad()
-    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
-        """Greedy decoding until a stop string, EOS or ``max_gen_toks``, with a KV cache: the context is
-        prefilled once through the variant, each new token reads the cache (``models.hf_model``)."""
-        from ..models.hf_cache import CACHE, cache_of
-
-        lm, out = self.causal_lm(), []
-        for req in tqdm(requests, desc="Generating", disable=disable_tqdm):
-            context, kwargs = req.args
-            kwargs = dict(kwargs or {})
-            until = kwargs.get("until") or []
-            until = [until] if isinstance(until, str) else list(until)
-            budget = min(int(kwargs.get("max_gen_toks", self.max_gen_toks)), self.max_length - 1)
-            tokens = self.tok_encode(context)[-(self.max_length - budget):] or [self.prefix_token_id]
-            step = lm(torch.tensor([tokens], device=self.device), use_cache=True)
-            new: list[int] = []
-            text = ""
-            for _ in range(budget):
-                nxt = int(step.logits[0, -1].argmax())
-                if nxt == self.eot_token_id:
-                    break
-                new.append(nxt)
-                text = self.tok_decode(new)
-                if any(stop in text for stop in until) or len(new) == budget:
-                    break
-                step = lm(torch.tensor([[nxt]], device=self.device), use_cache=True, **{CACHE: cache_of(step)})
-            for stop in until:
-                text = text.split(stop)[0]
-            out.append(text)
-            self.cache_hook.add_partial("generate_until", req.args, text)
-        return out
+def draws_per_input(model) -> bool:
+    """Whether ``model``'s attention draws per input (σ, a key table): an ``SATransformerForCausalLM`` of such a
+    variant, or a Hugging Face model patched with one."""
+    if isinstance(model, SATransformerForCausalLM):
+        return model.model.variant.draws
+    state = model.__dict__.get(STATE)
+    return state is not None and state.spec.draws

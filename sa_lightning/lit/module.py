@@ -9,7 +9,6 @@ A batch is a LongTensor (B, n + 1) of text, or a dict from ``SyntheticDataModule
 """
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Mapping
 
@@ -20,6 +19,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torchmetrics.aggregation import MeanMetric
 
 from ..models import ModelConfig, build_model
+from ..models.ensemble import mean_over_draws
 from ..models.flops import matmul_params, train_flops_per_token
 from ..utils.load import pick_threads
 from ..utils.runlock import RunLock
@@ -38,8 +38,8 @@ class LitLM(L.LightningModule):
         warmup_tokens / warmup_steps: linear warmup length, in tokens (paper: 0.5B) or optimizer steps.
         max_tokens: total training tokens (paper: 15B); the CLI turns it into ``trainer.max_steps``.
         compile: wrap the model in ``torch.compile``.
-        eval_samples: validation and test average the next-token probabilities over this many SA
-            permutations (variants without a permutation run once).
+        eval_samples: validation and test average the next-token probabilities over this many draws of the
+            attention (``models.ensemble``; variants that draw nothing run once).
         init_weights: a checkpoint (``.ckpt`` from ``cli.py fit``) whose weights start this new run; nothing
             else of it is kept (step, optimizer, data position). Every parameter's name and shape must match,
             so settings that change no shape may differ (window, SA <-> SWA <-> full <-> MoBA, backend).
@@ -114,16 +114,13 @@ class LitLM(L.LightningModule):
 
     def eval_scores(self, inputs: torch.Tensor, stream: int, samples: int | None = None) -> torch.Tensor:
         """Next-token scores (B, n, V) whose softmax is the prediction: the logits of one pass, or with
-        ``samples`` > 1 SA permutation draws the log of their averaged probabilities (draw s uses stream
-        ``stream * samples - s``, so no two batches or draws share one). Models without SA run once."""
+        ``samples`` > 1 draws the log of their mean probability (``models.ensemble``, the evaluator's rule too).
+        Draw s uses stream ``stream * samples - s``, so no two batches or draws share one: validation's draws
+        are the run's (the σ a deterministic run trained with), not the evaluator's per-input ones. Models that
+        draw nothing run once."""
         samples = self.hparams.eval_samples if samples is None else samples
-        if samples == 1 or not self.net.variant.draws:
-            return self(inputs, stream)
-        total = None
-        for s in range(samples):
-            logp = torch.log_softmax(self(inputs, stream * samples - s).float(), dim=-1)
-            total = logp if total is None else torch.logaddexp(total, logp)
-        return total - math.log(samples)
+        samples = samples if self.net.variant.draws else 1
+        return mean_over_draws(lambda s: self(inputs, stream * samples - s), samples)
 
     # ---- steps -------------------------------------------------------------------------------
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:

@@ -5,7 +5,7 @@ config's own ``AttentionSpec``, so every variant runs the registry's kernels (wi
 trained model exports with ``save_pretrained`` into a folder that any transformers install loads, and that
 ``cli.py sweep`` can patch again. There is no output gate here: ``ModelConfig`` refuses the gated
 ``sa_swa`` on this backbone (``sa_swa_union`` is one softmax over both masks). It has the same interface
-as ``Transformer`` for the Lightning module and the evaluator.
+as ``Transformer`` for the Lightning module; the evaluator runs its patched model (``for_evaluation``).
 """
 from __future__ import annotations
 
@@ -83,9 +83,12 @@ class HFBackbone(nn.Module):
         if self.variant.draws and self.cfg.permutation == "stochastic" and stream is not None:
             set_seed(self.hf, stream_seed(self.cfg.seed, stream))
 
-    def row_draws(self, rows, n: int, **kwargs) -> None:
-        """None: the patcher draws each row's own from its tokens inside the forward (callers' draws are ignored)."""
-        return None
+    def for_evaluation(self, seed: int):
+        """The patched Qwen3 model as evaluation runs it: a stochastic backbone's rows draw from evaluation stream
+        ``-1 - seed`` (disjoint from training's; the next training step reseeds), a deterministic one keeps the σ
+        it was trained with."""
+        self._reseed(-1 - seed)
+        return self.hf
 
     def features(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
                  lengths: torch.Tensor | None = None) -> torch.Tensor:

@@ -9,8 +9,9 @@ left padding, ``logits_to_keep``, ``labels``) into ``features``' keywords.
 through transformers' ``DynamicCache``:
 
 - **Prefill** (the first call, empty cache) runs the variant. SA draws sigma per input from
-  (``sa_seed``, layer, the row's own tokens), exactly as ``SALM`` evaluation does; padding (left, as
-  ``generate`` pads, or right) is never attended and never changes a row's sigma.
+  (``sa_seed``, layer, the row's own tokens, the draw index ``sa_sample``), as every evaluation and the patcher
+  do (``attention.draws``); padding (left, as ``generate`` pads, or right) is never attended and never changes a
+  row's sigma. ``eval.lm.SALM`` evaluates a checkpoint through this class.
 - **Decoding** (every later call) attends the cache as ``decode`` says. ``dense`` (the default, the
   paper's choice for training-free inference): every path reads every cached key. ``window``: the
   local-window paths (``swa``, and gated ``sa_swa``'s SWA path) read only the last ``w`` keys.
@@ -67,9 +68,10 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
         return self.model.lm_head
 
     # ---- sigma and padding ---------------------------------------------------------------------
-    def draws(self, rows: list[list[int]], n: int) -> list[torch.Tensor] | None:
-        """Per layer, the draw (σ, a key table) for right-padded ``rows``, as ``SALM`` draws it."""
-        return self.model.row_draws(rows, n, seed=self.config.sa_seed, mode=self.config.sa_mode, device=self.device)
+    def draws(self, rows: list[list[int]], n: int, sample: int = 0) -> list[torch.Tensor] | None:
+        """Per layer, draw number ``sample`` (σ, a key table) for right-padded ``rows``, from each row's tokens."""
+        return self.model.row_draws(rows, n, seed=self.config.sa_seed, mode=self.config.sa_mode, sample=sample,
+                                    device=self.device)
 
     @staticmethod
     def _shifts(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -89,10 +91,11 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
                 cache: Cache | None = None, use_cache: bool | None = None,
                 permutations: list[torch.Tensor] | None = None, logits_to_keep: int = 0,
                 labels: torch.LongTensor | None = None, past_key_values: Cache | None = None,
-                **kwargs) -> CausalLMOutputWithPast:
+                sa_sample: int = 0, **kwargs) -> CausalLMOutputWithPast:
         """Logits for ``input_ids``. With an empty cache this is a prefill through the variant's kernel;
         with a filled one, the new tokens decode against it (``config.decode``). ``permutations`` (per
-        layer, (B, n), right-padded rows) replaces the drawn sigma in a prefill. The KV cache comes as
+        layer, (B, n), right-padded rows) replaces the drawn sigma in a prefill; ``sa_sample`` picks which of a
+        row's draws it runs (``eval_samples`` averages several). The KV cache comes as
         ``cache`` (transformers >= 5.24) or ``past_key_values`` (older versions), and goes back under the
         name the installed transformers reads (``hf_cache.CACHE``)."""
         if past_key_values is not None:
@@ -117,7 +120,7 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
             raise ValueError(f"sequence length {int(positions.max()) + 1} exceeds the model's "
                              f"max_seq_len={self.config.max_position_embeddings}.")
         if past == 0:  # the prompt, through the variant
-            idx, inputs, back = self._prompt(input_ids, attention_mask, cache, permutations)
+            idx, inputs, back = self._prompt(input_ids, attention_mask, cache, permutations, sa_sample)
         else:  # new tokens against the cache, at their positions in their rows
             idx, back = input_ids, None
             window = self.config.decode == "window"
@@ -134,7 +137,7 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
         return CausalLMOutputWithPast(loss=loss, logits=logits, **{CACHE: cache if use_cache else None})
 
-    def _prompt(self, input_ids, attention_mask, cache, permutations) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    def _prompt(self, input_ids, attention_mask, cache, permutations, sample) -> tuple[torch.Tensor, dict, torch.Tensor]:
         """The prompt's rows rolled to right padding (what the kernels take), ``features``' keywords for them (each
         row's own draw, its length, the cache to fill in the caller's layout), and the index that rolls them back."""
         B, n = input_ids.shape
@@ -145,7 +148,7 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
         idx = input_ids.gather(1, cols)
         if permutations is None:
             rows = [idx[b, :int(lengths[b])].tolist() for b in range(B)]
-            permutations = self.draws(rows, n)
+            permutations = self.draws(rows, n, sample)
         inputs = dict(perms=permutations, lengths=lengths if bool((lengths < n).any()) else None,
                       cache=None if cache is None else _CallerLayout(cache, back))
         return idx, inputs, back

@@ -13,9 +13,11 @@ padding mask (B, kv_len) instead of an n x n one.
 - RoPE has already been applied by the model on its own positions; GQA heads go to the kernels
   unrepeated (query head h reads kv head h // num_key_value_groups).
 - SA is stochastic by default, as in the paper (§3.3): each row draws its own sigma per layer from
-  (seed, layer, the row's own tokens), through ``attention.draws.layer_draws``, the same
-  function ``SALM`` and the model use (the random control draws its key table the same way). A forward pre-hook on the base model reads ``input_ids`` and the padding mask
-  once per forward; a rerun reproduces every sigma, and batching or padding never changes it.
+  (seed, layer, the row's own tokens, the draw index), through ``attention.draws.layer_draws``, the same
+  function the Transformer++ uses (the random control draws its key table the same way). A forward pre-hook on the
+  base model reads ``input_ids``, the padding mask and the draw index ``sa_sample`` (a keyword of the model's
+  forward, 0 by default, that transformers hands down; ``eval_samples`` averages several) once per forward; a rerun
+  reproduces every sigma, and batching or padding never changes it.
   ``sa_mode="deterministic"`` fixes one sigma per (seed, layer, length) instead.
 - ``sink=k`` (beyond the paper; 0 by default) also shows every query the first k tokens of its row in the
   swa, sa and sa_swa modes, as StreamingLLM's attention sinks; positions count the row's valid tokens.
@@ -226,7 +228,8 @@ def _count(spec: PatchSpec, n: int, perm, lengths, batch: int) -> None:
 # ---- each row's identity, read once per forward --------------------------------------------------
 def _keys_hook(state: _Patched, module, args, kwargs):
     """Forward pre-hook of the patched model's base model: every row's ``row_key`` from its own tokens
-    (the positions its padding mask keeps, in order), so sigma never depends on padding or batch."""
+    (the positions its padding mask keeps, in order) and the draw index ``sa_sample``, so sigma never depends on
+    padding or batch."""
     spec = state.spec
     if not spec.draws or spec.sa_mode != "stochastic":
         return None  # no sigma, or one per length: nothing to hash on this forward
@@ -237,15 +240,16 @@ def _keys_hook(state: _Patched, module, args, kwargs):
         state.row_keys = None
         return None
     source = ids if ids is not None else embeds
+    sample = int(kwargs.get("sa_sample", 0))
     if mask is not None and mask.dim() != 2:
         mask = None  # a 4-D mask is refused by the attention itself, in one sentence
     keys = []
     for b in range(source.shape[0]):
         row = source[b] if mask is None else source[b][mask[b, -source.shape[1]:].to(torch.bool)]
         if ids is not None:
-            keys.append(row_key(row.tolist()))
+            keys.append(row_key(row.tolist(), sample))
         else:  # embeddings: their bytes identify the input (same input, same sigma)
-            keys.append((0, hashlib.blake2b(row.detach().float().cpu().numpy().tobytes(), digest_size=16).digest()))
+            keys.append((sample, hashlib.blake2b(row.detach().float().cpu().numpy().tobytes(), digest_size=16).digest()))
     state.row_keys = keys
     return None
 
