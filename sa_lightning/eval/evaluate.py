@@ -76,12 +76,12 @@ def evaluate(args: argparse.Namespace) -> dict:
     means, stds = {}, {}
     for (model, info), label in zip(loaded, labels):
         per_seed = []
-        for seed in args.seeds:
+        for sigma_seed in args.seeds:
             start = time.perf_counter()
             lm = SALM(model, tokenizer=args.tokenizer or info["tokenizer"], batch_size=args.batch_size,
-                      device=args.device, eval_samples=args.eval_samples, sa_mode=args.sa_mode, seed=seed)
-            per_seed.append(run_tasks(lm, tasks, limit=args.limit, bootstrap_iters=args.bootstrap_iters, seed=seed))
-            print(f"[{label}] seed {seed}: done in {time.perf_counter() - start:.1f}s", flush=True)
+                      device=args.device, eval_samples=args.eval_samples, sa_mode=args.sa_mode, seed=sigma_seed)
+            per_seed.append(run_tasks(lm, tasks, limit=args.limit, bootstrap_iters=args.bootstrap_iters, seed=sigma_seed))
+            print(f"[{label}] seed {sigma_seed}: done in {time.perf_counter() - start:.1f}s", flush=True)
         means[label], stds[label] = summarize(per_seed)
         report["models"][label] = {"checkpoint": info["path"], "step": info["step"], "arch": info["arch"],
                                    "per_seed": per_seed, "mean": means[label], "std": stds[label]}
