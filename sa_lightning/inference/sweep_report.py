@@ -285,7 +285,8 @@ def regime_plot(cfg: SweepConfig, regime: list[dict], out: Path) -> Path | None:
         for ((mode, sink), rs), dodge in zip(groups, _dodges(len(groups))):
             style = _style(mode or rs[0]["a"], sink)
             if mode is None:
-                style.update(color="black", marker="o", label=f"sink {sink}" if sink else "no sink")
+                style.update(color="black", marker="o", markerfacecolor="none" if sink else "black",
+                             label=f"sink {sink}" if sink else "no sink")
             xs = [r["ratio"] * dodge for r in rs]
             ys = [r["mean"] for r in rs]
             err = [[r["mean"] - r["lo"] if r["lo"] is not None else 0 for r in rs],
