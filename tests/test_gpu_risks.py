@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sa_lightning.attention import get_variant, variant_names
 from sa_lightning.lit.cli import run
 from sa_lightning.lit import LitLM, TokenThroughput
 from sa_lightning.models.flops import matmul_params
@@ -105,8 +106,9 @@ def test_compiled_flex_forward_serves_every_permutation_with_one_kernel(monkeypa
     backward): 4 layers x 4 passes draw 16 distinct permutations, twice Dynamo's recompile limit of 8. They
     must all run one compiled kernel: a permutation baked into the graph would recompile per draw, and past
     the limit flex_attention runs eagerly, materializing every score (its "called without torch.compile"
-    warning). Then the same with the whole model compiled (``model.compile: true``): 16 more draws, and
-    still the one FlexAttention kernel, which the model's graph calls rather than retraces."""
+    warning). Then the same with the model compiled (``model.compile: true``): 16 more draws run one graph of
+    the whole block stack with FlexAttention inside it (Inductor's CPU template), with no break and no
+    recompile: σ is drawn before the compiled region and passed in as data."""
     import torch.nn.attention.flex_attention as flex_module
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
     from torch._dynamo.utils import counters
@@ -140,9 +142,40 @@ def test_compiled_flex_forward_serves_every_permutation_with_one_kernel(monkeypa
     graphs = counters["stats"]["unique_graphs"]
     assert len(passes(range(4))) == 16
     assert (kernels(), counters["stats"]["unique_graphs"] - graphs) == (1, 1)
+    counters.clear()
     model.compile()
     assert len(passes(range(4, 8))) == 16
-    assert kernels() == 1 and not warned, warned
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    assert not counters["graph_break"] and not counters["recompiles"], (dict(counters["graph_break"]),
+                                                                        dict(counters["recompiles"]))
+    assert not warned, warned
+
+
+@pytest.mark.parametrize("variant", [name for name in variant_names()
+                                     if "flex" in get_variant(name).backends and get_variant(name).cpu_graph])
+def test_a_compiled_model_on_flex_is_one_graph_with_the_draws_passed_in(variant):
+    """``model.compile: true`` on the flex backend: the block stack, attention included, traces as one graph
+    (``fullgraph=True`` raises at any break) for every variant that runs on FlexAttention, and two passes with
+    different draws reuse it and equal the eager model. Dynamo's own trace (``backend="eager"``): Inductor's
+    build of the same graph is the slow test above."""
+    from torch._dynamo.utils import counters
+
+    from sa_lightning.attention import AttentionSpec
+    from sa_lightning.models import ModelConfig, build_model
+
+    cfg = ModelConfig(vocab_size=128, n_layer=2, n_head=2, d_model=32, max_seq_len=256,
+                      attention=AttentionSpec(variant, window=32, block_size=32, top_k=2, backend="flex"))
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    idx = torch.randint(0, 128, (2, 200), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        eager = [model(idx, perm_stream=stream) for stream in (0, 1)]
+        torch._dynamo.reset()
+        counters.clear()
+        model.compile(fullgraph=True, backend="eager")
+        for stream, expected in zip((0, 1), eager):
+            torch.testing.assert_close(model(idx, perm_stream=stream), expected, atol=1e-5, rtol=0)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["recompiles"], dict(counters["stats"])
 
 
 # ---- B2. model.compile: true ------------------------------------------------------------------------
@@ -159,7 +192,7 @@ def test_model_compile_trains_the_tiny_config_on_cpu(tmp_path):
                "--model.compile", "true", "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path)])
     assert cli.trainer.global_step == 2 and torch.isfinite(cli.trainer.callback_metrics["train/loss"])
     assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
-    assert cli.model.net._compiled_call_impl is not None and counters["stats"]["unique_graphs"] > graphs
+    assert cli.model.net._compiled_stack is not None and counters["stats"]["unique_graphs"] > graphs
     # compiled in place: the checkpoint's names are those of an uncompiled model, so it loads into one
     last = next(tmp_path.rglob("last.ckpt"))
     names = set(torch.load(last, map_location="cpu", weights_only=True)["state_dict"])

@@ -47,7 +47,7 @@ def _inputs_of(module: torch.nn.Module, model: Transformer, idx: torch.Tensor) -
     handle = module.register_forward_pre_hook(grab)
     try:
         with torch.no_grad():
-            model.features(idx, perms=model.draws(idx.shape[1], 0, idx.device))
+            model.features(idx, perms=model.draws(idx.shape[1], 0, idx.device), compiled=False)  # hooks run eagerly
     except _Stop:
         pass
     finally:

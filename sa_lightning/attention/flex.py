@@ -12,7 +12,6 @@ the true length as a tensor, never as a constant of the graph.
 """
 from __future__ import annotations
 
-import copy
 import functools
 
 import torch
@@ -87,28 +86,33 @@ def _band_blocks(n: int, before: int, after: int, circular: bool, block: int, de
 
 
 @functools.lru_cache(maxsize=64)
-def band_block_mask(n: int, before: int, after: int, circular: bool, block: int = BLOCK, device: str = "cuda",
-                    size: int | None = None):
-    """The cached BlockMask of a band over ``size`` positions (n by default). Every visited block is partial,
-    since the mask_mod that each call supplies may add a data-dependent test (SA's causality on original
-    positions, the true length of a padded call)."""
-    size = n if size is None else size
+def _band_tables(n: int, before: int, after: int, circular: bool, block: int, device: str, size: int):
+    """(kv_num_blocks, kv_indices) of a band over ``size`` positions: which key blocks each query block visits."""
     hit = _band_blocks(n, before, after, circular, block, device, size)
     num = hit.sum(-1, dtype=torch.int32)
     order = torch.argsort((~hit).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-    return _flex().BlockMask.from_kv_blocks(num, order, BLOCK_SIZE=block, mask_mod=masks.causal,
+    return num, order
+
+
+def band_block_mask(n: int, before: int, after: int, circular: bool, block: int = BLOCK, device: str = "cuda",
+                    size: int | None = None, mask_mod=masks.causal):
+    """The BlockMask of a band over ``size`` positions (n by default) with ``mask_mod``. Its block tables are
+    built once per shape and cached; every visited block is partial, since the mask_mod may add a data-dependent
+    test (SA's causality on original positions, the true length of a padded call). Inside a compiled graph the
+    cache is skipped and the tables are traced: they depend on Python ints only, so they fold to constants."""
+    size = n if size is None else size
+    if torch.compiler.is_compiling():
+        num, order = _band_tables.__wrapped__(n, before, after, circular, block, device, size)
+    else:
+        num, order = _band_tables(n, before, after, circular, block, device, size)
+    return _flex().BlockMask.from_kv_blocks(num, order, BLOCK_SIZE=block, mask_mod=mask_mod,
                                             seq_lengths=(size, size))
 
 
-def with_mask_mod(block_mask, mask_mod):
-    """A shallow copy of a cached BlockMask with another mask_mod; its tensors are shared."""
-    swapped = copy.copy(block_mask)
-    swapped.mask_mod = mask_mod
-    return swapped
-
-
 def flex_attention(q, k, v, block_mask, *, scale: float, compiled: bool = True) -> torch.Tensor:
-    fn = _compiled() if compiled else _flex().flex_attention
+    """FlexAttention, compiled on its own when called eagerly; inside a compiled graph (a model compiled with
+    ``model.compile: true``) the graph's compiler takes it as one of its ops."""
+    fn = _compiled() if compiled and not torch.compiler.is_compiling() else _flex().flex_attention
     enable_gqa = q.shape[1] != k.shape[1]
     return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 
@@ -125,8 +129,8 @@ def _padded(fn, q, k, v, *tables):
 
 def swa_flex(q, k, v, window: int, *, scale: float, compiled: bool = True):
     def run(q, k, v, size):
-        bm = band_block_mask(size, window - 1, 0, False, BLOCK, str(q.device))
-        return flex_attention(q, k, v, with_mask_mod(bm, masks.sliding_window(window)), scale=scale, compiled=compiled)
+        bm = band_block_mask(size, window - 1, 0, False, BLOCK, str(q.device), mask_mod=masks.sliding_window(window))
+        return flex_attention(q, k, v, bm, scale=scale, compiled=compiled)
 
     return _padded(run, q, k, v)
 
@@ -136,15 +140,21 @@ def sa_flex_slots(qs, ks, vs, pos: torch.Tensor, window: int, *, scale: float, c
     n = qs.shape[2]
     half = masks.sa_half_width(window)
 
-    def run(qs, ks, vs, pos, size):
+    def run(qs, ks, vs, size):
+        if torch.compiler.is_compiling():
+            # inside a compiled model, specialized on n anyway: the drawn table as it came in (a padded copy would
+            # be a buffer the graph computes, which Inductor's CPU template cannot capture, torch 2.13)
+            table, length = pos, n
+        else:  # the standalone kernel compiles once per bucket: every captured shape is the bucket's
+            table, length = _pad(pos, size), _length(n, str(qs.device))
+        mod = masks.stochastic_in_slots(table, window, length)
         if 2 * half + 1 >= n:  # the band covers every slot
-            bm = band_block_mask(n, size, size, False, BLOCK, str(qs.device), size)
+            bm = band_block_mask(n, size, size, False, BLOCK, str(qs.device), size, mask_mod=mod)
         else:
-            bm = band_block_mask(n, half, half, True, BLOCK, str(qs.device), size)
-        mod = masks.stochastic_in_slots(pos, window, _length(n, str(qs.device)))
-        return flex_attention(qs, ks, vs, with_mask_mod(bm, mod), scale=scale, compiled=compiled)
+            bm = band_block_mask(n, half, half, True, BLOCK, str(qs.device), size, mask_mod=mod)
+        return flex_attention(qs, ks, vs, bm, scale=scale, compiled=compiled)
 
-    return _padded(run, qs, ks, vs, (pos, n))  # a padded slot's position n is past every real one
+    return _padded(run, qs, ks, vs)  # the mask reads no slot past n
 
 
 def moba_block_mask(picks: torch.Tensor, block_size: int, block: int = BLOCK):

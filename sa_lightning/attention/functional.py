@@ -127,7 +127,7 @@ def _sa(q, k, v, window: int, perm, inv, lengths, scale: float, backend: str):
         from .flex import sa_flex_slots
 
         qs, ks, vs = (gather_tokens(t, perm) for t in (q, k, v))
-        ys = sa_flex_slots(qs, ks, vs, pos.expand(B, n), window, scale=scale)
+        ys = sa_flex_slots(qs, ks, vs, pos, window, scale=scale)
         return gather_tokens(ys, invert_permutation(perm) if inv is None else inv)
     half = masks.sa_half_width(window)
     return banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale, inv=inv)

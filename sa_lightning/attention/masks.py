@@ -62,22 +62,32 @@ def stochastic(slot: torch.Tensor, window: int, lengths: torch.Tensor | None = N
     return mask
 
 
-def stochastic_in_slots(pos: torch.Tensor, window: int, length: "torch.Tensor | None" = None) -> MaskMod:
+def stochastic_in_slots(pos: torch.Tensor, window: int, length: "torch.Tensor | int | None" = None) -> MaskMod:
     """SA in permuted (slot) space: slots within the circular band, causal on original positions.
 
-    ``pos`` is (B, n): ``pos[b, s]`` is the original position of the token in slot ``s`` (the perm).
-    ``length`` (a 0-d tensor) is where the band wraps when ``pos`` is padded past the real slots; the
-    padded slots must then hold a position past every real one, which causality keeps from every query.
+    ``pos`` is (B or 1, n): ``pos[b, s]`` is the original position of the token in slot ``s`` (the perm).
+    ``length`` (a 0-d tensor, or an int) marks a call padded past the real slots: the band wraps at it, no slot
+    at or past it is read, and ``pos`` may stop at it (indices past its end are clamped; FlexAttention inside a
+    compiled model captures the drawn table unpadded).
     """
     half, row = sa_half_width(window), _row(pos)
-    n = pos.shape[-1] if length is None else length
+    if length is None:
+        n = pos.shape[-1]
 
-    def mask(b, h, q_idx, kv_idx):
+        def mask(b, h, q_idx, kv_idx):
+            r = row(b)
+            near = circular_distance(q_idx, kv_idx, n) <= half
+            return near & (pos[r, kv_idx] <= pos[r, q_idx])
+
+        return mask
+    last = pos.shape[-1] - 1
+
+    def padded(b, h, q_idx, kv_idx):
         r = row(b)
-        near = circular_distance(q_idx, kv_idx, n) <= half
-        return near & (pos[r, kv_idx] <= pos[r, q_idx])
+        near = (circular_distance(q_idx, kv_idx, length) <= half) & (kv_idx < length)
+        return near & (pos[r, torch.clamp(kv_idx, max=last)] <= pos[r, torch.clamp(q_idx, max=last)])
 
-    return mask
+    return padded
 
 
 def strided(window: int, n: int, lengths: torch.Tensor | None = None) -> MaskMod:

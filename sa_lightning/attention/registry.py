@@ -136,6 +136,11 @@ class Variant:
     gated: bool = False
     #: a gated variant's training-free counterpart (one softmax over the paths' masks), for a pretrained model
     training_free_twin: str | None = None
+    #: its FlexAttention masks capture only tensors that come into a compiled model (the draws), so Inductor's CPU
+    #: template builds them inside the model's graph; False where a mask captures a table the graph computes
+    #: (MoBA's picks), which that template cannot take (torch 2.13): a compiled model on the CPU then runs the
+    #: kernel eagerly between its graphs
+    cpu_graph: bool = True
     #: the paths that read only the last ``window`` keys, so decoding may keep only that much cache
     local_paths: tuple[str, ...] = ()
     description: str = ""
@@ -174,6 +179,13 @@ class Variant:
         if backend != "auto":
             return backend
         return "flex" if q.is_cuda and "flex" in self.backends and not sink else "banded"
+
+    def traceable(self, spec: AttentionSpec, q: torch.Tensor, lengths: torch.Tensor | None = None) -> bool:
+        """Its kernel can run inside a ``torch.compile`` graph for this call: FlexAttention (a compiler op) on
+        rows without padding or sinks (on the CPU, where ``cpu_graph``). Every other path holds custom autograd
+        functions or reads a ragged length, so a compiled model runs it eagerly between its graphs."""
+        return (lengths is None and self.resolve_backend(spec.backend, q, spec.sink) == "flex"
+                and (q.is_cuda or self.cpu_graph))
 
     def __call__(self, q, k, v, spec: AttentionSpec, perm: torch.Tensor | None = None,
                  lengths: torch.Tensor | None = None, inv: torch.Tensor | None = None, *,

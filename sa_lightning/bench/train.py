@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import statistics
 import tempfile
 import time
@@ -52,7 +53,7 @@ COMPILE_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 COMPILED_DEVICES = ("cuda",)  # where compiled training is timed; elsewhere its rows carry CPU_COMPILE_NOTE
 # Measured on this project's 2-core CPU with torch 2.13: Inductor took 10-30 s per variant to compile a
 # training step, longer than the whole benchmark. (Its C++ for the banded kernels' masks also failed to build
-# until the model kept its attention kernels out of the compiled graph: ``models.transformer._attend``.)
+# until the model kept its banded kernels out of the compiled graph: ``models.transformer._attend_eagerly``.)
 CPU_COMPILE_NOTE = ("skipped: compiled training is timed on CUDA only (on the CPU, Inductor's compile of a "
                     "training step outlasts the benchmark)")
 
@@ -72,11 +73,13 @@ class StepCase:
         self.device, self.dtype, self.step_index = device, getattr(torch, args.dtype), 0
 
     def compiled_twin(self) -> "StepCase":
-        """The same model, weights and optimizer, stepped through ``torch.compile`` (the graph LitLM's in-place
-        ``net.compile()`` builds); sharing them keeps one copy per variant in memory."""
+        """The same model, weights and optimizer, stepped through what LitLM's in-place ``net.compile()`` builds
+        (``Transformer.compile``); a shallow copy shares the modules and parameters, so one copy per variant
+        stays in memory and the eager case stays uncompiled."""
         twin = object.__new__(StepCase)
         twin.__dict__.update(self.__dict__)
-        twin.forward = torch.compile(self.model)
+        twin.forward = copy.copy(self.model)
+        twin.forward.compile()
         return twin
 
     def state_bytes(self) -> int:

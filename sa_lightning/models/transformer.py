@@ -38,16 +38,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (x * cos + rotated * sin).to(x.dtype)
 
 
-@torch.compiler.disable
 def _attend(variant, q, k, v, spec, perm, lengths) -> tuple:
-    """The variant's kernel, kept out of a ``torch.compile`` graph (``model.compile: true``): it runs as it runs
-    uncompiled, and the projections, RoPE, gates, norms and MLP around it compile. The kernels check their
-    inputs on the host (``.item()``) and hold custom autograd functions, so Dynamo would break the graph here
-    anyway; traced, the banded CPU kernel's mask fails Inductor's C++ build (torch 2.13); FlexAttention
-    compiles itself (``attention/flex.py``), and SDPA is the same fused kernel either way.
+    """The variant's kernel. ``perm`` and ``lengths`` were drawn valid or checked once by ``Transformer.features``,
+    so no layer reads their values back (``validate=False``: no host sync per layer).
 
-    ``perm`` and ``lengths`` were drawn valid or checked once by ``Transformer.features``, so no layer reads
-    their values back (``validate=False``: no host sync per layer)."""
+    In a compiled model (``model.compile: true``) a kernel that the compiler can trace (``Variant.traceable``:
+    FlexAttention) is part of the model's graph; any other runs eagerly between graphs (``_attend_eagerly``)."""
+    if torch.compiler.is_compiling() and variant.traceable(spec, q, lengths):
+        return variant(q, k, v, spec, perm, lengths, validate=False)
+    return _attend_eagerly(variant, q, k, v, spec, perm, lengths)
+
+
+@torch.compiler.disable
+def _attend_eagerly(variant, q, k, v, spec, perm, lengths) -> tuple:
+    """The variant's kernel, kept out of a compiled graph: the banded O(n*w) kernels hold custom autograd
+    functions, and traced, their masks fail Inductor's C++ build (torch 2.13); SDPA (the dense path) is the same
+    fused kernel either way. The projections, RoPE, gates, norms and MLP around it still compile."""
     return variant(q, k, v, spec, perm, lengths, validate=False)
 
 
@@ -125,6 +131,7 @@ class Transformer(nn.Module):
         self.lm_head.weight = self.embed.weight  # tied
         self.variant = get_variant(cfg.attention.variant)
         self._eval_calls = 0
+        self._compiled_stack = None  # ``compile``
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -187,7 +194,7 @@ class Transformer(nn.Module):
 
     def features(self, idx: torch.Tensor, *, perm_stream: int | None = None, perms=None,
                  lengths: torch.Tensor | None = None, positions: torch.Tensor | None = None, cache=None,
-                 decode: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+                 decode: tuple[torch.Tensor, ...] | None = None, compiled: bool = True) -> torch.Tensor:
         """The final normed hidden states (B, n, d_model): ``forward`` without the LM head, for callers
         that need logits at a few positions only (scoring continuations). ``perms`` overrides the per-layer
         draws (σ, key tables).
@@ -199,18 +206,35 @@ class Transformer(nn.Module):
         Generation: ``positions`` (B, n) are the tokens' RoPE positions (default 0..n-1); ``cache`` is a
         transformers KV cache (``update(k, v, layer)``), filled by a prefill; ``decode`` (``decode_masks``)
         makes the tokens decode against it instead of running the variant (nothing is drawn).
+
+        ``compiled=False`` runs the eager stack of a compiled model (``compile``), for forward hooks, which a
+        compiled graph does not run.
         """
         n = idx.shape[1]
         if n > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {n} exceeds the model's max_seq_len={self.cfg.max_seq_len}.")
         if positions is None:
             positions = torch.arange(n, device=idx.device)[None]
-        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
         if lengths is not None or perms is not None:  # a caller's: checked here once, never per layer
             perms, lengths = checked_inputs(self.variant, perms, lengths, idx.shape[0], n, idx.device)
         if perms is None:  # valid by construction
             perms = [None] * len(self.blocks) if decode is not None else self.draws(n, perm_stream, idx.device, lengths)
+        stack = self._compiled_stack if compiled and self._compiled_stack is not None else self.stack
+        return stack(idx, positions, perms, lengths, cache=cache, decode=decode)
+
+    def stack(self, idx: torch.Tensor, positions: torch.Tensor, perms: list, lengths: torch.Tensor | None = None, *,
+              cache=None, decode=None) -> torch.Tensor:
+        """The embedding, the blocks and the final norm on inputs already drawn and checked (``features``): a
+        function of tensors only, which ``compile`` compiles."""
+        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
         x = self.embed(idx)
         for layer, (block, perm) in enumerate(zip(self.blocks, perms)):
             x = block(x, cos, sin, perm, lengths, cache=cache, layer=layer, decode=decode)
         return self.norm(x)
+
+    def compile(self, *args, **kwargs) -> None:
+        """Compile ``stack`` in place (``model.compile: true``; ``torch.compile``'s arguments). The draws and the
+        checks of ``features`` stay eager before it (seeded generators cannot be traced), so a compiled forward is
+        one graph per call where every layer's kernel is traceable (``Variant.traceable``: FlexAttention), with
+        the draws passed in as tensors; parameter names and checkpoints stay as without compile."""
+        self._compiled_stack = torch.compile(self.stack, *args, **kwargs)

@@ -24,7 +24,7 @@ def keys_attended_row(spec, length, row):
 
 MOBA = register_variant(Variant(
     name="moba", label="MoBA", color="#F39C12", marker="v", paths=("moba",),
-    kernel=kernel, backends=("banded", "flex", "dense"),
+    kernel=kernel, backends=("banded", "flex", "dense"), cpu_graph=False,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.moba_mask(q, k, spec.block_size, spec.top_k),
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(n / 2, spec.block_size * spec.top_k),
