@@ -264,14 +264,38 @@ def test_table_marks_best_bold_and_second_underlined():
 def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     from sa_lightning.eval.evaluate import main
 
+    from sa_lightning.utils.atomic import read_records
+    from sa_lightning.utils.stats import TIED
+
     report = main(["--ckpt", str(checkpoint), str(checkpoint), "--label", "a", "b", "--limit", "4",
-                   "--seeds", "0", "1", "--out", str(tmp_path)])
+                   "--seeds", "0", "1", "--out", str(tmp_path), "--baseline", "a"])
     assert set(report["models"]) == {"a", "b"}
     assert len(report["models"]["a"]["per_seed"]) == 2
     table = (tmp_path / "table.md").read_text()
     assert "| a |" in table and "| b |" in table and "Shk. ppl" in table and "Standard deviation" in table
     assert json.loads((tmp_path / "results.json").read_text())["tasks"] == list(offline.TASK_NAMES)
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    # per-item records of every (row, seed), and the table's numbers again with their intervals
+    for label in "ab":
+        assert sorted(p.name for p in (tmp_path / "items" / label).iterdir()) == ["seed0.jsonl.gz", "seed1.jsonl.gz"]
+    records = read_records(tmp_path / "items" / "a" / "seed1.jsonl.gz")
+    lastword = [r for r in records if r["task"] == "shakespeare_lastword"]
+    assert len(lastword) == 4 and all("acc" in r["scores"] and len(r["ll"]) == 1 for r in lastword)
+    model = report["models"]["a"]
+    intervals = model["intervals"]
+    assert set(intervals) == {"LW ppl", "LW", "MC"}  # the rolling perplexity is not a mean over documents
+    for column, task, metric, scale in (("LW", "shakespeare_lastword", "acc", 100),
+                                        ("MC", "shakespeare_choice", "acc_norm", 100),
+                                        ("LW ppl", "shakespeare_lastword", "perplexity", 1)):
+        ci = intervals[column]
+        assert ci["items"] == 4 and ci["seeds"] == 2 and ci["lo"] <= ci["mean"] <= ci["hi"]
+        assert ci["mean"] == pytest.approx(scale * model["mean"][task][metric], rel=1e-4)
+    assert "With intervals" in table and "[" in table.split("With intervals")[1]
+    # b is the same checkpoint at the same seeds: every paired difference is exactly 0, and not separable
+    rows = report["comparisons"]
+    assert {r["column"] for r in rows} == {"LW ppl: NLL (nats)", "LW", "MC"}
+    assert all(r["a"] == "b" and r["mean"] == 0 and r["verdict"] == TIED for r in rows)
+    assert "Each row minus a" in table
 
 
 @pytest.mark.slow

@@ -1,22 +1,33 @@
 """``cli.py evaluate``: zero-shot results for one or more checkpoints, as JSON, a markdown table in the
-paper's layout and TensorBoard scalars.
+paper's layout with a 95% interval on every number, and TensorBoard scalars.
 
     python cli.py evaluate --ckpt runs/tiny/tb/version_0/checkpoints/last.ckpt --tasks offline
-    python cli.py evaluate --ckpt full.ckpt swa.ckpt sa.ckpt sa_swa.ckpt --tasks table1   # Table 1
+    python cli.py evaluate --ckpt full.ckpt swa.ckpt sa.ckpt sa_swa.ckpt --tasks table1 --baseline SWA  # Table 1
     python cli.py evaluate --ckpt sa.ckpt --seeds 0 1 2 3 4 --eval_samples 4   # permutation variance
+
+Every (checkpoint, σ seed) keeps its per-item records (``items/<label>/seed<k>.jsonl.gz``: each document's
+scores and log-likelihoods, as the sweeps keep them), so any two rows can be compared item by item. The
+intervals are a percentile bootstrap over the documents, two-level (documents, then seeds within each
+document) with several ``--seeds``; ``--baseline`` adds each other row minus that one, paired on the same
+documents, with a verdict worded from its interval.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 from pathlib import Path
 
-from .harness import layout_for, run_tasks
+import numpy as np
+
+from .harness import Column, layout_for, run_tasks_with_items
 from .table import markdown_table
 from ..utils.argtypes import non_negative_int, positive_int, seed
-from ..utils.atomic import output_folder, replacing_files, write_text
+from ..utils.atomic import output_folder, replacing_files, write_records, write_text
+from ..utils.report import head, row
+from ..utils.stats import LEVEL, RESAMPLES, Interval, derived_seed, paired_difference, two_level_bootstrap, verdict
 from ..attention import variant_label
 
 
@@ -48,6 +59,87 @@ def summarize(per_seed: list[dict[str, dict[str, float]]]) -> tuple[dict, dict]:
     return mean, std
 
 
+def slug(label: str) -> str:
+    """A row label as a folder name."""
+    return label.replace(" ", "_").replace("/", "_")
+
+
+def item_matrix(per_seed_items: list[dict[str, list[dict]]], task: str, metric: str) -> tuple[list, np.ndarray] | None:
+    """(document ids, (seeds, documents) scores) of ``metric`` on ``task`` over the seeds, on the documents every
+    seed scored, in the first seed's order; None where a record lacks it (a corpus-level perplexity)."""
+    runs = [items.get(task) or [] for items in per_seed_items]
+    if not all(runs) or any(metric not in r.get("scores", {}) for run in runs for r in run):
+        return None
+    common = set.intersection(*({r["doc_id"] for r in run} for run in runs))
+    ids = [r["doc_id"] for r in runs[0] if r["doc_id"] in common]
+    at = [{r["doc_id"]: r["scores"][metric] for r in run} for run in runs]
+    return ids, np.array([[scores[i] for i in ids] for scores in at], dtype=np.float64)
+
+
+def _per_item(col: Column, scores: np.ndarray) -> np.ndarray:
+    """A column's per-item values in the unit a mean is taken in: accuracies in points; for lm-eval's per-item
+    ``perplexity`` (the document's log-likelihood, aggregated as exp(-mean)), the negative log-likelihood."""
+    if col.metric == "perplexity":
+        return -scores
+    return scores * (100.0 if col.is_accuracy else 1.0)
+
+
+def intervals_of(per_seed_items: list[dict[str, list[dict]]], columns: tuple[Column, ...], label: str
+                 ) -> dict[str, Interval]:
+    """Each column's mean and 95% interval, in the table's unit, from one row's per-item records (a perplexity
+    column's interval is its mean NLL's, mapped through exp)."""
+    out = {}
+    for col in columns:
+        found = item_matrix(per_seed_items, col.task, col.metric)
+        if found is not None:
+            ci = two_level_bootstrap(_per_item(col, found[1]), seed=derived_seed(0, label, col.task))
+            out[col.label] = ci.map(math.exp) if col.metric == "perplexity" else ci
+    return out
+
+
+def comparisons_of(items: dict[str, list[dict]], columns: tuple[Column, ...], baseline: str) -> list[dict]:
+    """Each other row minus ``baseline``, per column, paired on the documents both scored."""
+    rows = []
+    for label in items:
+        if label == baseline:
+            continue
+        for col in columns:
+            a, b = item_matrix(items[label], col.task, col.metric), item_matrix(items[baseline], col.task, col.metric)
+            if a is None or b is None:
+                continue
+            common = [i for i in a[0] if i in set(b[0])]
+            if not common:
+                continue
+            ia, ib = ({i: j for j, i in enumerate(ids)} for ids in (a[0], b[0]))
+            diff = paired_difference(_per_item(col, a[1][:, [ia[i] for i in common]]),
+                                     _per_item(col, b[1][:, [ib[i] for i in common]]),
+                                     seed=derived_seed(0, label, baseline, col.task))
+            name = f"{col.label}: NLL (nats)" if col.metric == "perplexity" else col.label
+            rows.append({"a": label, "b": baseline, "column": name, **diff.as_dict(),
+                         "verdict": verdict(diff.lo, diff.hi, col.lower_is_better)})
+    return rows
+
+
+def interval_markdown(intervals: dict[str, dict[str, Interval]], columns: tuple[Column, ...]) -> str:
+    """The table's numbers as ``mean [lo, hi]``; ``–`` where the metric is not a mean over documents."""
+    lines = head(["Model", *(c.label for c in columns)])
+    for label, cells in intervals.items():
+        lines.append(row([label, *(cells[c.label].text(".2f" if not c.is_accuracy else ".1f") if c.label in cells
+                                   else "–" for c in columns)]))
+    return "\n".join(lines) + "\n"
+
+
+def comparison_markdown(rows: list[dict]) -> str:
+    lines = head(["A − B", "Column", "Δ [95% interval]", "Verdict", "Documents", "Seeds A/B"])
+    for r in rows:
+        cell = Interval(r["mean"], r["lo"] if r["lo"] is not None else math.nan,
+                        r["hi"] if r["hi"] is not None else math.nan, r["items"]).text("+.1f" if "NLL" not in r["column"]
+                                                                                       else "+.3f")
+        lines.append(row([f"{r['a']} − {r['b']}", r["column"], cell, r["verdict"], r["items"],
+                          f"{r['seeds']}/{r['seeds_b']}"]))
+    return "\n".join(lines) + "\n"
+
+
 def log_tensorboard(folder: Path, metrics: dict[str, dict[str, float]], step: int = 0) -> None:
     from torch.utils.tensorboard import SummaryWriter
 
@@ -69,35 +161,59 @@ def evaluate(args: argparse.Namespace) -> dict:
     labels = _unique(args.label or [label_of(info) for _, info in loaded])
     if len(labels) != len(loaded):
         raise ValueError(f"--label got {len(labels)} names for {len(loaded)} checkpoints; give one per --ckpt.")
+    if args.baseline is not None and args.baseline not in labels:
+        raise ValueError(f"--baseline {args.baseline!r} is none of the rows: {', '.join(labels)}.")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"tasks": tasks, "limit": args.limit, "eval_samples": args.eval_samples, "sa_mode": args.sa_mode,
               "seeds": args.seeds, "models": {}}
-    means, stds = {}, {}
+    means, stds, items = {}, {}, {}
     for (model, info), label in zip(loaded, labels):
-        per_seed = []
+        per_seed, items[label] = [], []
         for sigma_seed in args.seeds:
             start = time.perf_counter()
             lm = SALM(model, tokenizer=args.tokenizer or info["tokenizer"], batch_size=args.batch_size,
                       device=args.device, eval_samples=args.eval_samples, sa_mode=args.sa_mode, seed=sigma_seed)
-            per_seed.append(run_tasks(lm, tasks, limit=args.limit, bootstrap_iters=args.bootstrap_iters, seed=sigma_seed))
+            metrics, records = run_tasks_with_items(lm, tasks, limit=args.limit, bootstrap_iters=args.bootstrap_iters,
+                                                    seed=sigma_seed)
+            per_seed.append(metrics)
+            items[label].append(records)
+            write_records(out / "items" / slug(label) / f"seed{sigma_seed}.jsonl.gz",
+                          [{"task": task, **r} for task, task_records in records.items() for r in task_records],
+                          "item records")
             print(f"[{label}] seed {sigma_seed}: done in {time.perf_counter() - start:.1f}s", flush=True)
         means[label], stds[label] = summarize(per_seed)
         report["models"][label] = {"checkpoint": info["path"], "step": info["step"], "arch": info["arch"],
-                                   "per_seed": per_seed, "mean": means[label], "std": stds[label]}
-        log_tensorboard(out / "tb" / label.replace(" ", "_").replace("/", "_"), means[label], step=info["step"] or 0)
+                                   "per_seed": per_seed, "mean": means[label], "std": stds[label],
+                                   "items": f"items/{slug(label)}"}
+        log_tensorboard(out / "tb" / slug(label), means[label], step=info["step"] or 0)
     columns = layout_for(next(iter(means.values())))
-    table = markdown_table(means, columns)
+    intervals = {label: intervals_of(items[label], columns, label) for label in labels}
+    for label in labels:
+        report["models"][label]["intervals"] = {k: ci.as_dict() for k, ci in intervals[label].items()}
+    method = (f"{LEVEL:.0%} intervals: a percentile bootstrap ({RESAMPLES} resamples) over the documents"
+              + (f", then over the {len(args.seeds)} σ seeds within each document" if len(args.seeds) > 1 else "")
+              + "; a perplexity column's is exp of its mean NLL's over documents and seeds (the table above "
+              "averages each seed's perplexity); \"–\": not a mean over documents (a rolling perplexity). "
+              "Per-item records: "
+              f"{out / 'items'}.")
     text = f"Zero-shot, tasks: {', '.join(tasks)}; limit={args.limit}; eval_samples={args.eval_samples}; " \
-           f"sa_mode={args.sa_mode}; seeds={args.seeds}\n\n{table}"
+           f"sa_mode={args.sa_mode}; seeds={args.seeds}\n\n{markdown_table(means, columns)}\n" \
+           f"With intervals ({method})\n\n{interval_markdown(intervals, columns)}"
     if len(args.seeds) > 1:
         text += f"\nStandard deviation over the {len(args.seeds)} permutation seeds:\n\n" + \
             markdown_table(stds, columns).replace("**", "").replace("<u>", "").replace("</u>", "")
+    if args.baseline is not None:
+        report["comparisons"] = comparisons_of(items, columns, args.baseline)
+        text += (f"\nEach row minus {args.baseline}, paired on the same documents (a paired bootstrap that draws "
+                 f"them once for both sides), with a verdict worded from the interval:\n\n"
+                 f"{comparison_markdown(report['comparisons'])}")
     with replacing_files(out, "evaluation") as tmp:  # both, or the previous two whole
         write_text(tmp / "results.json", json.dumps(report, indent=2))
         write_text(tmp / "table.md", text)
     print(text)
-    print(f"wrote {out / 'results.json'}, {out / 'table.md'} and TensorBoard logs in {out / 'tb'}")
+    print(f"wrote {out / 'results.json'}, {out / 'table.md'}, per-item records in {out / 'items'} and TensorBoard "
+          f"logs in {out / 'tb'}")
     return report
 
 
@@ -128,7 +244,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer")
     p.add_argument("--device", default=None)
     p.add_argument("--bootstrap_iters", type=non_negative_int, default=0,
-                   help="lm-eval's stderr bootstrap (0: off, fast)")
+                   help="lm-eval's stderr bootstrap (0: off, fast); the table's intervals are computed either way")
+    p.add_argument("--baseline", default=None,
+                   help="a row label: add each other row minus it, paired on the same documents, with a verdict")
     p.add_argument("--out", type=output_folder, default="outputs/eval")
     return p
 

@@ -164,10 +164,12 @@ def run_tasks(lm, tasks: list[str], *, limit: int | float | None = None, bootstr
 
 def run_tasks_with_items(lm, tasks: list[str], *, limit: int | float | None = None, seed: int = 1234,
                          num_fewshot: int | None = None, confirm_run_unsafe_code: bool = False,
-                         metadata: dict | None = None) -> tuple[dict[str, dict[str, float]], dict[str, list[dict]]]:
+                         metadata: dict | None = None, bootstrap_iters: int = 0
+                         ) -> tuple[dict[str, dict[str, float]], dict[str, list[dict]]]:
     """``run_tasks`` and each task's per-item records (``item_records``), from lm-eval's own ``log_samples``:
     ``({task: {metric: value}}, {task: [record, ...]})``; a group's records are its subtasks' together."""
-    raw = _evaluate(lm, tasks, limit, 0, seed, num_fewshot, confirm_run_unsafe_code, metadata, log_samples=True)
+    raw = _evaluate(lm, tasks, limit, bootstrap_iters, seed, num_fewshot, confirm_run_unsafe_code, metadata,
+                    log_samples=True)
     samples = raw.get("samples") or {}
     subtasks = raw.get("group_subtasks") or {}
     items = {}

@@ -4,7 +4,6 @@ module alone; ``sweep.py`` runs the cells and ``sweep_report.py`` turns them int
 """
 from __future__ import annotations
 
-import gzip
 import json
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -14,7 +13,7 @@ from ..attention import get_variant, variant_names
 from ..attention.variants import FULL, MOBA, SA, SWA
 from ..eval.position import context_length, is_position_task
 from ..models.patcher import PatchSpec
-from ..utils.atomic import replacing
+from ..utils.atomic import read_records, write_records
 from ..utils.report import task_label
 
 #: task names that run model-written code (refused without confirm_run_unsafe_code)
@@ -203,20 +202,14 @@ def items_path(out: Path, cell: Cell) -> Path:
 
 
 def write_items(path: Path, items: list[dict]) -> None:
-    """The per-item records, gzipped and written atomically (no timestamp in the header: a rerun writes the same
-    bytes)."""
-    with replacing(path, "item records") as tmp, open(tmp, "wb") as raw, \
-            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
-        f.write("".join(json.dumps(item, separators=(",", ":")) + "\n" for item in items).encode())
+    """The per-item records, gzipped and written atomically (``utils.atomic.write_records``)."""
+    write_records(path, items, "item records")
 
 
 def read_items(out: Path, cell: Cell) -> list[dict] | None:
     """A cell's per-item records, or None where it has none (a cell written before sweeps kept them)."""
     path = items_path(out, cell)
-    if not path.exists():
-        return None
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return read_records(path) if path.exists() else None
 
 
 def made_by(cfg: "SweepConfig", cell: Cell) -> dict:

@@ -16,6 +16,8 @@ whole folder that one command owns (an exported model) is built beside it and sw
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import os
 from pathlib import Path
 from typing import Iterator
@@ -262,6 +264,19 @@ def write_text(path: str | os.PathLike, text: str, what: str = "file") -> None:
     """``Path(path).write_text(text)``, atomically."""
     with replacing(path, what) as tmp:
         tmp.write_text(text)
+
+
+def write_records(path: str | os.PathLike, records: list[dict], what: str = "records") -> None:
+    """One JSON line per record, gzipped, atomically; no timestamp in the gzip header, so a rerun that holds the
+    same records writes the same bytes (per-item records of a sweep cell or an evaluation)."""
+    with replacing(path, what) as tmp, open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        f.write("".join(json.dumps(record, separators=(",", ":")) + "\n" for record in records).encode())
+
+
+def read_records(path: str | os.PathLike) -> list[dict]:
+    """The records ``write_records`` wrote."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def savefig(fig, path: str | os.PathLike, **kwargs) -> None:
