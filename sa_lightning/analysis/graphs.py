@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee, shortest_path
 from scipy.sparse.linalg import svds
 
-from ..attention import get_variant, layer_generator
+from ..attention import get_variant, layer_generator, masks
 from ..attention.variants import SA, SA_SWA, SWA
 from .mechanism import LayerSampler
 
@@ -130,7 +130,7 @@ def operator_eigenvalues(op: sp.spmatrix) -> np.ndarray:
 def circulant_lambda2(n: int, window: int) -> float:
     """Second eigenvalue of Appendix A's circular SWA operator A_w / m, m = 2*ceil(w/2) - 1 slots:
     sin(pi m / n) / (m sin(pi / n)), whose gap is about pi^2 (m^2 - 1) / (6 n^2) = O(w^2 / n^2)."""
-    m = min(n, 2 * math.ceil(window / 2) - 1)
+    m = min(n, masks.sa_band_others(window) + 1)
     if m >= n:
         return 0.0
     return math.sin(math.pi * m / n) / (m * math.sin(math.pi / n))

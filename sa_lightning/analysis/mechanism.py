@@ -6,8 +6,6 @@ Two conventions:
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ..attention import VARIANTS, AttentionSpec, get_variant, masks, sample_permutation, stochastic_attention
@@ -104,7 +102,7 @@ def connection_probability(n: int, window: int, *, trials: int = 200, seed: int 
         m = sampler.draw(gen)
         near_hits += m[tokens, (tokens + 1) % n].double().mean().item()
         far_hits += m[tokens, (tokens + n // 2) % n].double().mean().item()
-    slots = min(n, 2 * math.ceil(window / 2) - 1)
+    slots = min(n, masks.sa_band_others(window) + 1)
     return {
         "n": n,
         "window": window,
@@ -132,7 +130,7 @@ def uniform_attention_moments(n: int, window: int, *, trials: int = 256, d: int 
     ]).double()
     target = v[0, 0].double().mean(0)
     spread = ((v[0, 0].double() - target) ** 2).sum(1).mean().item()  # sigma_V^2
-    others = min(n, 2 * math.ceil(window / 2) - 1) - 1  # the window holds the token itself + others
+    others = min(n, masks.sa_band_others(window) + 1) - 1  # the window holds the token itself + others
     return {
         "n": n,
         "window": window,

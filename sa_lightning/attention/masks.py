@@ -19,6 +19,13 @@ def sa_half_width(window: int) -> int:
     return math.ceil(window / 2) - 1
 
 
+def sa_band_others(window: int) -> int:
+    """2⌈w/2⌉ − 2: the other slots in SA's band of a query (the band holds 2 * ``sa_half_width`` + 1 slots, its
+    own included). About half of them hold earlier tokens, which the query reads. The random and strided
+    controls are sized to read as many keys (their budget); SA's band is the one place this number is defined."""
+    return 2 * sa_half_width(window)
+
+
 def circular_distance(a: torch.Tensor, b: torch.Tensor, n: int) -> torch.Tensor:
     diff = (a - b).abs()
     return torch.minimum(diff, n - diff)
@@ -93,7 +100,7 @@ def stochastic_in_slots(pos: torch.Tensor, window: int, length: "torch.Tensor | 
 def strided(window: int, n: int, lengths: torch.Tensor | None = None) -> MaskMod:
     """The strided control: j <= i and (i - j) mod s = 0, s = ceil((L - 1) / (2 * ceil(w/2) - 2)) for a row of
     L valid tokens (n without ``lengths``; w >= 3)."""
-    per = 2 * math.ceil(window / 2) - 2
+    per = sa_band_others(window)
     fixed = max(1, math.ceil((n - 1) / per))
 
     def mask(b, h, q_idx, kv_idx):

@@ -25,6 +25,8 @@ import math
 
 import torch
 
+from .masks import sa_band_others
+
 #: gathered elements (queries x keys x head dim x kv heads x batch) per chunk of queries
 _CHUNK_ELEMENTS = 1 << 24
 #: up to this many scores (batch x query heads x n x n), the n x n masked path runs instead of the gather
@@ -42,7 +44,7 @@ def budget(window: int) -> int:
     if window < 3:
         raise ValueError(f"the random-keys control needs a window >= 3 (it reads 2*ceil(w/2) - 2 keys at SA's "
                          f"rate), got {window}.")
-    return 2 * math.ceil(window / 2) - 2
+    return sa_band_others(window)
 
 
 def probability(length: int, window: int) -> float:

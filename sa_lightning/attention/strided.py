@@ -14,20 +14,21 @@ import math
 import torch
 
 from ._checks import check_lengths
+from .masks import sa_band_others
 
 
 def stride(n: int, window: int) -> int:
     """s for a row of n valid tokens at window w (w >= 3: SA's band then reads at least one other key)."""
     if window < 3:
         raise ValueError(f"the strided pattern needs a window >= 3 (it reads 2*ceil(w/2) - 2 keys), got {window}.")
-    return max(1, math.ceil((n - 1) / (2 * math.ceil(window / 2) - 2)))
+    return max(1, math.ceil((n - 1) / sa_band_others(window)))
 
 
 def strides(lengths: torch.Tensor, window: int) -> torch.Tensor:
     """``stride`` of each row, as a tensor (what the masks read)."""
     if window < 3:
         stride(1, window)  # the one sentence
-    per = 2 * math.ceil(window / 2) - 2
+    per = sa_band_others(window)
     return torch.clamp(torch.div(lengths - 1 + per - 1, per, rounding_mode="floor"), min=1)
 
 
