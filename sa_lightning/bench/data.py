@@ -20,6 +20,7 @@ import time
 from datetime import date
 
 from ..utils.atomic import write_text
+from ..utils.cache import data_cache
 from ..utils.report import head, row
 from .machine import describe, positive_int
 
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.mistral_format:
         from ..data.standin import write_mistral_format_tokenizer
 
-        cache_root = os.path.expanduser(os.environ.get("SA_LIGHTNING_CACHE", "~/.cache/sa_lightning/data"))
+        cache_root = os.path.expanduser(data_cache())
         tokenizer = str(write_mistral_format_tokenizer(os.path.join(cache_root, "mistral_format", "tokenizer.json")))
     if tokenizer:
         overrides += ["--data.tokenizer", tokenizer]

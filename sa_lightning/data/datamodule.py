@@ -31,8 +31,9 @@ from .sampler import BlockSampler, fit_position
 from .stats import unigram_perplexity
 from .stream import SplitPlan, StreamLoader, TokenStream, peek_tokens
 from .tokenizer import load_tokenizer
+from ..utils.cache import data_cache
 
-DEFAULT_CACHE = os.environ.get("SA_LIGHTNING_CACHE", "~/.cache/sa_lightning/data")
+DEFAULT_CACHE = data_cache()
 MODES = ("auto", "stream", "cache")
 UNIGRAM_SAMPLE_TOKENS = 2_000_000  # stream mode: the unigram baseline's statistics come from the stream's head
 log = logging.getLogger(__name__)
