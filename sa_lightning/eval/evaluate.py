@@ -2,7 +2,8 @@
 paper's layout with a 95% interval on every number, and TensorBoard scalars.
 
     python cli.py evaluate --ckpt runs/tiny/tb/version_0/checkpoints/last.ckpt --tasks offline
-    python cli.py evaluate --ckpt full.ckpt swa.ckpt sa.ckpt sa_swa.ckpt --tasks table1 --baseline SWA  # Table 1
+    python cli.py evaluate --ckpt full.ckpt swa.ckpt sa.ckpt sa_swa.ckpt --tasks table1 \
+        --label Full SWA SA SA+SWA --baseline SWA   # Table 1, each row against SWA
     python cli.py evaluate --ckpt sa.ckpt --seeds 0 1 2 3 4 --eval_samples 4   # permutation variance
 
 Every (checkpoint, σ seed) keeps its per-item records (``items/<label>/seed<k>.jsonl.gz``: each document's
@@ -107,7 +108,8 @@ def comparisons_of(items: dict[str, list[dict]], columns: tuple[Column, ...], ba
             a, b = item_matrix(items[label], col.task, col.metric), item_matrix(items[baseline], col.task, col.metric)
             if a is None or b is None:
                 continue
-            common = [i for i in a[0] if i in set(b[0])]
+            in_b = set(b[0])
+            common = [i for i in a[0] if i in in_b]
             if not common:
                 continue
             ia, ib = ({i: j for j, i in enumerate(ids)} for ids in (a[0], b[0]))
