@@ -293,7 +293,7 @@ def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     assert "With intervals" in table and "[" in table.split("With intervals")[1]
     # b is the same checkpoint at the same seeds: every paired difference is exactly 0, and not separable
     rows = report["comparisons"]
-    assert {r["column"] for r in rows} == {"LW ppl: NLL (nats)", "LW", "MC"}
+    assert {(r["column"], r["unit"]) for r in rows} == {("LW ppl: NLL", "nats"), ("LW", "points"), ("MC", "points")}
     assert all(r["a"] == "b" and r["mean"] == 0 and r["verdict"] == TIED for r in rows)
     assert "Each row minus a" in table
 

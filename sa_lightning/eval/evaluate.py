@@ -116,8 +116,9 @@ def comparisons_of(items: dict[str, list[dict]], columns: tuple[Column, ...], ba
             diff = paired_difference(_per_item(col, a[1][:, [ia[i] for i in common]]),
                                      _per_item(col, b[1][:, [ib[i] for i in common]]),
                                      seed=derived_seed(0, label, baseline, col.task))
-            name = f"{col.label}: NLL (nats)" if col.metric == "perplexity" else col.label
-            rows.append({"a": label, "b": baseline, "column": name, **diff.as_dict(),
+            nll = col.metric == "perplexity"
+            rows.append({"a": label, "b": baseline, "column": f"{col.label}: NLL" if nll else col.label,
+                         "unit": "nats" if nll else ("points" if col.is_accuracy else "value"), **diff.as_dict(),
                          "verdict": verdict(diff.lo, diff.hi, col.lower_is_better)})
     return rows
 
@@ -132,12 +133,12 @@ def interval_markdown(intervals: dict[str, dict[str, Interval]], columns: tuple[
 
 
 def comparison_markdown(rows: list[dict]) -> str:
-    lines = head(["A − B", "Column", "Δ [95% interval]", "Verdict", "Documents", "Seeds A/B"])
+    """The paired rows as a table; a difference in nats gets three decimals, one in points one."""
+    lines = head(["A − B", "Column", "Δ [95% interval]", "Unit", "Verdict", "Documents", "Seeds A/B"])
     for r in rows:
-        cell = Interval(r["mean"], r["lo"] if r["lo"] is not None else math.nan,
-                        r["hi"] if r["hi"] is not None else math.nan, r["items"]).text("+.1f" if "NLL" not in r["column"]
-                                                                                       else "+.3f")
-        lines.append(row([f"{r['a']} − {r['b']}", r["column"], cell, r["verdict"], r["items"],
+        missing = (math.nan if r[side] is None else r[side] for side in ("lo", "hi"))
+        cell = Interval(r["mean"], *missing, r["items"]).text("+.1f" if r["unit"] == "points" else "+.3f")
+        lines.append(row([f"{r['a']} − {r['b']}", r["column"], cell, r["unit"], r["verdict"], r["items"],
                           f"{r['seeds']}/{r['seeds_b']}"]))
     return "\n".join(lines) + "\n"
 
