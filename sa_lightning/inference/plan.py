@@ -84,8 +84,8 @@ class SweepConfig:
         tokenizer: defaults to the model's.
         dtype: auto | bfloat16 | float16 | float32. device_map: e.g. auto, cuda, cpu.
         tasks: lm-eval task names (the offline ones work without a network).
-        modes: attention variants, any of full, swa, sa, sa_swa_union (training-free SA+SWA), moba; ``full`` is
-            the one baseline row.
+        modes: attention variants the patcher can swap in at prefill (every registry variant without learned
+            gates: the training-free unions stand in for the gated pairs); ``full`` is the one baseline row.
         windows: w for swa, sa and sa_swa_union. moba_block_sizes, moba_top_k: MoBA rows at w_eff = c * k.
         sinks: attention sinks for swa, sa and sa_swa_union rows (0: the paper's masks; k: the first k tokens of a row
             stay visible to every query, StreamingLLM's sinks).
