@@ -124,6 +124,28 @@ def test_a_clear_difference_gets_its_verdict_and_a_tie_does_not():
         assert row["verdict"] == want
 
 
+def test_a_row_without_headroom_says_so_and_the_summary_counts_only_the_rows_with_it():
+    """The positive control per row: where full attention does not beat SWA at B's window, task and sink, the row
+    cannot rank long-range variants, and compare.md and the printed summary keep those rows apart."""
+    cfg = SweepConfig(model="m", tasks=["t"], modes=["full", "swa", "sa"], windows=[8, 16], comparisons=[
+        {"a": "full", "b": "swa"}, {"a": "sa", "b": "swa", "match": "equal_w"}])
+    ids, n = list(range(40)), 40
+    right, wrong = np.full((1, n), 100.0), np.zeros((1, n))
+    loaded = compare.Loaded({(("full", None, 0), "t"): compare.TaskScores(ids, right, [0], 50.0),
+                             (("swa", 8, 0), "t"): compare.TaskScores(ids, wrong, [0], 8.0),  # full beats it
+                             (("swa", 16, 0), "t"): compare.TaskScores(ids, right, [0], 16.0),  # no headroom
+                             (("sa", 8, 0), "t"): compare.TaskScores(ids, wrong, [0, 1], 4.0),
+                             (("sa", 16, 0), "t"): compare.TaskScores(ids, wrong.repeat(2, 0), [0, 1], 8.0)}, [])
+    rows = compare.comparison_rows(cfg, loaded)
+    assert [(r["a"], r["b_w_eff"], r["headroom"]) for r in rows] == [
+        ("full", 8, None), ("full", 16, None), ("sa", 8, True), ("sa", 16, False)]
+    assert rows[3]["verdict"] == WORSE  # a verdict the setting cannot back: compare.md shows "no" beside it
+    text = compare.markdown(cfg, rows, [], None)
+    assert "| Headroom |" in text and f"| {WORSE} | no | 40 | 2/1 |" in text and f"| {TIED} | yes |" in text
+    assert compare.summary(rows, None).splitlines()[1] == (
+        f"compare: SA − SWA (equal w): 1 {TIED}, 1 {WORSE}; where full attention beats SWA (1 of 2): 1 {TIED}")
+
+
 def test_lm_eval_samples_become_compact_records_keyed_for_pairing():
     from sa_lightning.eval.harness import item_records
 

@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from ..attention import get_variant, variant_label
-from ..attention.variants import FULL
+from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.report import head, row
-from ..utils.stats import (LEVEL, RESAMPLES, Interval, derived_seed, paired_difference, percentile_interval, replicates,
-                           seed_spread, verdict)
+from ..utils.stats import (BETTER, LEVEL, RESAMPLES, Interval, derived_seed, paired_difference, percentile_interval,
+                           replicates, seed_spread, verdict)
 from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
                    metric_of, read_items)
 
@@ -180,9 +180,23 @@ def _paired(a: TaskScores, b: TaskScores, seed: int) -> Interval | None:
     return paired_difference(a.select(ids).matrix, b.select(ids).matrix, seed=seed) if ids else None
 
 
+def headroom(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool | None:
+    """The positive control at one setting: does full attention beat SWA at ``w_eff`` (same task and sink) by more
+    than the interval? None where either cell is missing (or no window is given). A comparison where it does not
+    cannot rank long-range variants: every one of them would tie or lose there for want of anything to gain."""
+    full = next((s for s, t in loaded.scores if t == task and s[0] == FULL.name), None)
+    swa = (SWA.name, w_eff, sink)
+    if full is None or w_eff is None or (swa, task) not in loaded.scores:
+        return None
+    diff = _paired(loaded.scores[(full, task)], loaded.scores[(swa, task)], derived_seed(0, task, *full, *swa))
+    return None if diff is None else verdict(diff.lo, diff.hi, lower_is_better(task)) == BETTER
+
+
 def comparison_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
-    """One row per (comparison, A's setting, task): A − B on the items both scored, its interval and verdict."""
-    rows = []
+    """One row per (comparison, A's setting, task): A − B on the items both scored, its interval and verdict, and
+    whether the setting has headroom (``headroom`` at B's window and sink; None on the positive control's own
+    rows, Full against SWA)."""
+    rows, controls = [], {}
     for comp in comparisons_of(cfg):
         for task in cfg.tasks:
             for a in _settings(loaded, comp.a, task):
@@ -193,10 +207,15 @@ def comparison_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
                     diff = _paired(sa, sb, derived_seed(0, task, *a, *b))
                     if diff is None:
                         continue
+                    control = FULL.name in (comp.a, comp.b)  # the positive control itself
+                    at = (task, b[1] or a[1], b[2])
+                    if not control and at not in controls:
+                        controls[at] = headroom(loaded, *at)
                     rows.append({"a": comp.a, "b": comp.b, "match": comp.match, "task": task, "a_sink": a[2],
                                  "b_sink": b[2], "a_w_eff": a[1], "b_w_eff": b[1], "a_kpq": sa.kpq, "b_kpq": sb.kpq,
                                  "unit": "nats/token" if lower_is_better(task) else "points",
-                                 **diff.as_dict(), "verdict": verdict(diff.lo, diff.hi, lower_is_better(task))})
+                                 **diff.as_dict(), "verdict": verdict(diff.lo, diff.hi, lower_is_better(task)),
+                                 "headroom": None if control else controls[at]})
     return rows
 
 
@@ -299,6 +318,10 @@ def _match_label(r: dict) -> str:
     return "each w" if r["a_w_eff"] is None or r["b_w_eff"] is None else r["match"].replace("_", " ")
 
 
+def _headroom_label(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "no")
+
+
 def _setting_label(w_eff, kpq) -> str:
     return f"{w_eff or 'all'} ({kpq:.1f})" if kpq is not None else f"{w_eff or 'all'}"
 
@@ -323,7 +346,10 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: st
              "draws its seeds within each drawn item (two-level). The verdict is worded from the interval: better or "
              "worse when it "
              "excludes 0, else not separable at this size. w_eff (keys/q): the setting's window and the keys per "
-             "query it attended on that task, measured. \"[–]\": fewer than 2 items, no interval.", ""]
+             "query it attended on that task, measured. \"[–]\": fewer than 2 items, no interval. Headroom: the "
+             "positive control at B's window, task and sink; yes where full attention beats SWA there, no where it "
+             "does not: such a row cannot rank long-range variants (each would tie or lose for want of anything to "
+             "gain), whatever its verdict; – where the sweep lacks that Full or SWA cell.", ""]
     if lacking:
         lines += [f"**{lacking}**", ""]
     skipped = [_comparison_label(c.a, c.b, c.match) for c in unpaired(cfg, rows)]
@@ -332,13 +358,14 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: st
                   f"{', '.join(skipped)}.", ""]
     if rows:
         lines += head(["A", "B", "Match", "Task", "A w_eff (keys/q)", "B w_eff (keys/q)", "A − B [95%]", "Verdict",
-                       "Items", "Seeds A/B"], ["---"] * 4 + ["---:"] * 2 + ["---"] * 2 + ["---:"] * 2)
+                       "Headroom", "Items", "Seeds A/B"], ["---"] * 4 + ["---:"] * 2 + ["---"] * 3 + ["---:"] * 2)
         for r in rows:
             spec = "+.3f" if r["unit"] == "nats/token" else "+.1f"
             lines.append(row([variant_label(r["a"], sink=r["a_sink"]), variant_label(r["b"], sink=r["b_sink"]),
                               _match_label(r), column_label(r["task"]),
                               _setting_label(r["a_w_eff"], r["a_kpq"]), _setting_label(r["b_w_eff"], r["b_kpq"]),
-                              _interval_cell(r, spec), r["verdict"], r["items"], f"{r['seeds']}/{r['seeds_b']}"]))
+                              _interval_cell(r, spec), r["verdict"], _headroom_label(r.get("headroom")), r["items"],
+                              f"{r['seeds']}/{r['seeds_b']}"]))
     else:
         lines.append("No comparison: the config lists none (`comparisons:`), or their cells hold no per-item records.")
     for task in dict.fromkeys(d["task"] for d in deltas):
@@ -373,6 +400,10 @@ def summary(rows: list[dict], lacking: str | None) -> str:
         mine = [r for r in rows if (r["a"], r["b"], r["match"]) == key]
         verdicts = [r["verdict"] for r in mine]
         counts = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+        decided = [r["verdict"] for r in mine if r.get("headroom")]
+        if any(r.get("headroom") is not None for r in mine):
+            counts += (f"; where full attention beats SWA ({len(decided)} of {len(mine)}): "
+                       + (", ".join(f"{decided.count(v)} {v}" for v in dict.fromkeys(decided)) or "none"))
         lines.append(f"compare: {_comparison_label(key[0], key[1], _match_label(mine[0]).replace(' ', '_'))}: "
                      f"{counts}")
     return "\n".join(lines + ([lacking] if lacking else [])) or "compare: no comparison configured"
