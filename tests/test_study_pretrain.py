@@ -54,8 +54,15 @@ def test_intervals_come_from_items_and_seeds_and_verdicts_from_paired_difference
     assert verdicts[("swa@32", "val_ppl")] == WORSE and verdicts[("random@32", "val_ppl")] == TIED
     assert verdicts[("swa@32", "shakespeare_lastword")] == TIED and "SA (w=32)" in text
     assert BETTER not in verdicts.values()
+    assert {c["headroom"] for c in compared} == {None}  # no full-attention model here: the control is unknown
     text, _ = pretrain.compare(results, [{"a": "full", "b": "swa@32"}])
     assert "Not compared (a model this run leaves out): Full − SWA (w=32)" in text
+    # with full attention better than SWA on the validation blocks only, only those rows have headroom
+    results += [_result("full", s, base - 0.3 + 0.01 * s, lw, mc) for s in range(3)]
+    text, compared = pretrain.compare(results, [{"a": "full", "b": "swa@32"}, {"a": "sa@32", "b": "random@32"}])
+    room = {(c["a"], c["column"]): c["headroom"] for c in compared}
+    assert room[("full", "val_ppl")] is None and room[("sa@32", "val_ppl")] is True
+    assert room[("sa@32", "shakespeare_lastword")] is False and f"| {TIED} | no |" in text
     table = pretrain.table(rows, {"seeds": [0, 1, 2]})
     assert "two-level percentile bootstrap" in table and "Seed-to-seed spread" in table
 

@@ -34,6 +34,13 @@ def test_compare_words_each_verdict_from_the_paired_interval():
     text = compare(cells, [{"a": "sa", "b": "random"}, {"a": "sa", "b": "swa"}, {"a": "full", "b": "swa"}])
     rows = [line for line in text.splitlines() if line.startswith("| passkey")]
     assert len(rows) == 2
-    assert "| sa | random |" in rows[0] and rows[0].rstrip(" |").split("|")[-2].strip() == "better"
-    assert "| sa | swa |" in rows[1] and "not separable at this size" in rows[1]
+    verdicts = [[c.strip() for c in r.strip(" |").split("|")][-3:-1] for r in rows]  # verdict, headroom
+    assert "| sa | random |" in rows[0] and verdicts[0] == ["better", "–"]  # full kept no answers: control unknown
+    assert "| sa | swa |" in rows[1] and verdicts[1] == ["not separable at this size", "–"]
     assert "Not compared" in text and "full against swa" in text  # no answers kept: said, not guessed
+    # the positive control per cell: where full attention beats SWA beyond its field the row has headroom
+    for swa_rate, room in ((0.2, "yes"), (0.95, "no")):
+        cells = [_cell("sa", 0.9), _cell("random", 0.3), _cell("swa", swa_rate), _cell("full", 0.97)]
+        text = compare(cells, [{"a": "sa", "b": "random"}])
+        (line,) = [r for r in text.splitlines() if r.startswith("| passkey")]
+        assert [c.strip() for c in line.strip(" |").split("|")][-2] == room, line

@@ -31,9 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from ..attention import get_variant, variant_label
+from ..attention.variants import FULL, SWA
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, pyplot, row
-from ..utils.stats import RESAMPLES, derived_seed, paired_difference, two_level_bootstrap, verdict
+from ..utils.stats import BETTER, RESAMPLES, derived_seed, paired_difference, two_level_bootstrap, verdict
 from ..utils.tables import write_csv
 from . import grid
 
@@ -185,28 +186,52 @@ def table(table_rows: list[dict], settings: dict) -> str:
                               *spread]) + "\n"
 
 
+def _difference(results: list[dict], a: str, b: str, column: str):
+    """A − B on ``column``, paired on the items both scored, each side's seeds drawn within each drawn item."""
+    ma, mb = matrix(results, a, column), matrix(results, b, column)
+    width = min(ma.shape[1], mb.shape[1])
+    return paired_difference(ma[:, :width], mb[:, :width], seed=derived_seed(0, column, a, b))
+
+
+def _headroom(results: list[dict], column: str, lower: bool, window: int | None) -> bool | None:
+    """The positive control: does full attention beat SWA at ``window`` on ``column``? None where the run has no
+    full-attention model or no SWA at that window."""
+    models = {parse_model(r["model"]): r["model"] for r in results}
+    full, swa = models.get((FULL.name, None)), models.get((SWA.name, window))
+    if full is None or swa is None:
+        return None
+    diff = _difference(results, full, swa, column)
+    return verdict(diff.lo, diff.hi, lower_is_better=lower) == BETTER
+
+
 def compare(results: list[dict], comparisons: list[dict]) -> tuple[str, list[dict]]:
     """A − B per configured comparison and column, paired on the same items; the seeds of each side are drawn
-    within each drawn item (different training runs are not paired seed by seed)."""
+    within each drawn item (different training runs are not paired seed by seed). Each row but the positive
+    control's own also says whether full attention beats SWA at B's window (or A's) on that column: the headroom
+    without which no long-range variant can win."""
     out, unpaired = [], []
-    lines = head(["A", "B", "Column", "A − B [95%]", "Verdict", "Items", "Seeds A/B"],
-                 ["---", "---", "---", "---:", "---", "---:", "---:"])
+    lines = head(["A", "B", "Column", "A − B [95%]", "Verdict", "Headroom", "Items", "Seeds A/B"],
+                 ["---", "---", "---", "---:", "---", "---", "---:", "---:"])
     for c in comparisons:
         if not {c["a"], c["b"]} <= {r["model"] for r in results}:
             unpaired.append(f"{label(c['a'])} − {label(c['b'])}")
             continue
+        (va, wa), (vb, wb) = parse_model(c["a"]), parse_model(c["b"])
         for column, name, lower in COLUMNS:
-            a, b = matrix(results, c["a"], column), matrix(results, c["b"], column)
-            width = min(a.shape[1], b.shape[1])
-            diff = paired_difference(a[:, :width], b[:, :width], seed=derived_seed(0, column, c["a"], c["b"]))
+            diff = _difference(results, c["a"], c["b"], column)
             said = verdict(diff.lo, diff.hi, lower_is_better=lower)
+            room = None if FULL.name in (va, vb) else _headroom(results, column, lower, wb or wa)
             unit = "+.3f" if column == "val_ppl" else "+.1f"
-            out.append({"a": c["a"], "b": c["b"], "column": column, **diff.as_dict(), "verdict": said})
+            out.append({"a": c["a"], "b": c["b"], "column": column, **diff.as_dict(), "verdict": said,
+                        "headroom": room})
             lines.append(row([label(c["a"]), label(c["b"]), name.replace("PPL", "NLL/token"), diff.text(unit), said,
-                              diff.items, f"{diff.seeds}/{diff.seeds_b}"]))
+                              "–" if room is None else ("yes" if room else "no"), diff.items,
+                              f"{diff.seeds}/{diff.seeds_b}"]))
     note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points). "
             f"95% interval: a paired percentile bootstrap ({RESAMPLES} resamples) that draws the items once for both "
-            "sides and each side's training seeds within each drawn item. The verdict is worded from the interval.")
+            "sides and each side's training seeds within each drawn item. The verdict is worded from the interval. "
+            "Headroom: yes where full attention beats SWA at B's window on that column; where it does not, the row "
+            "cannot rank long-range variants, whatever its verdict; – where the run lacks either model.")
     if unpaired:
         note += f" Not compared (a model this run leaves out): {', '.join(unpaired)}."
     return "\n".join(lines + ["", note]) + "\n", out
