@@ -244,7 +244,7 @@ def test_an_unknown_preset_names_the_ones_there_are(tmp_path):
     assert cfg.out == "outputs/sweep/smollm2_135m_quick"
     cfg = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "quick",
                        "--task_limits.passkey_512", "7"])  # a nested flag updates the preset's dict
-    assert cfg.task_limits == {"passkey_512": 7, "position_ppl_1k": 1, "shakespeare_choice": 4}
+    assert cfg.task_limits == {"passkey_512": 7, "position_ppl_1k": 1, "shakespeare_lastword": 4}
 
 
 # ---- the real file ------------------------------------------------------------------------------------
