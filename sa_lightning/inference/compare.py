@@ -27,8 +27,9 @@ from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.report import head, row
-from ..utils.stats import (BETTER, LEVEL, RESAMPLES, Interval, derived_seed, paired_difference, percentile_interval,
-                           replicates, seed_spread, verdict)
+from ..utils.stats import (HEADROOM_NOTE, LEVEL, RESAMPLES, Interval, derived_seed, headroom_label, paired_difference,
+                           percentile_interval, replicates, seed_spread, verdict)
+from ..utils.stats import headroom as control_holds
 from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
                    metric_of, read_items)
 
@@ -182,14 +183,13 @@ def _paired(a: TaskScores, b: TaskScores, seed: int) -> Interval | None:
 
 def headroom(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool | None:
     """The positive control at one setting: does full attention beat SWA at ``w_eff`` (same task and sink) by more
-    than the interval? None where either cell is missing (or no window is given). A comparison where it does not
-    cannot rank long-range variants: every one of them would tie or lose there for want of anything to gain."""
+    than the interval? None where either cell is missing (or no window is given)."""
     full = next((s for s, t in loaded.scores if t == task and s[0] == FULL.name), None)
     swa = (SWA.name, w_eff, sink)
     if full is None or w_eff is None or (swa, task) not in loaded.scores:
         return None
     diff = _paired(loaded.scores[(full, task)], loaded.scores[(swa, task)], derived_seed(0, task, *full, *swa))
-    return None if diff is None else verdict(diff.lo, diff.hi, lower_is_better(task)) == BETTER
+    return control_holds(diff, lower_is_better(task))
 
 
 def comparison_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
@@ -318,10 +318,6 @@ def _match_label(r: dict) -> str:
     return "each w" if r["a_w_eff"] is None or r["b_w_eff"] is None else r["match"].replace("_", " ")
 
 
-def _headroom_label(value: bool | None) -> str:
-    return "–" if value is None else ("yes" if value else "no")
-
-
 def _setting_label(w_eff, kpq) -> str:
     return f"{w_eff or 'all'} ({kpq:.1f})" if kpq is not None else f"{w_eff or 'all'}"
 
@@ -346,10 +342,8 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: st
              "draws its seeds within each drawn item (two-level). The verdict is worded from the interval: better or "
              "worse when it "
              "excludes 0, else not separable at this size. w_eff (keys/q): the setting's window and the keys per "
-             "query it attended on that task, measured. \"[–]\": fewer than 2 items, no interval. Headroom: the "
-             "positive control at B's window, task and sink; yes where full attention beats SWA there, no where it "
-             "does not: such a row cannot rank long-range variants (each would tie or lose for want of anything to "
-             "gain), whatever its verdict; – where the sweep lacks that Full or SWA cell.", ""]
+             "query it attended on that task, measured. \"[–]\": fewer than 2 items, no interval. " + HEADROOM_NOTE,
+             ""]
     if lacking:
         lines += [f"**{lacking}**", ""]
     skipped = [_comparison_label(c.a, c.b, c.match) for c in unpaired(cfg, rows)]
@@ -364,7 +358,7 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: st
             lines.append(row([variant_label(r["a"], sink=r["a_sink"]), variant_label(r["b"], sink=r["b_sink"]),
                               _match_label(r), column_label(r["task"]),
                               _setting_label(r["a_w_eff"], r["a_kpq"]), _setting_label(r["b_w_eff"], r["b_kpq"]),
-                              _interval_cell(r, spec), r["verdict"], _headroom_label(r.get("headroom")), r["items"],
+                              _interval_cell(r, spec), r["verdict"], headroom_label(r.get("headroom")), r["items"],
                               f"{r['seeds']}/{r['seeds_b']}"]))
     else:
         lines.append("No comparison: the config lists none (`comparisons:`), or their cells hold no per-item records.")

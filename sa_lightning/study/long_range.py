@@ -225,21 +225,20 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
     (B at the same K, or at K = 1 if it draws nothing). The two models were validated on one set (the data seed
     is the cell's seed), so answer j of A and of B is the same question; the interval is a paired percentile
     bootstrap over those answers (``utils.stats.paired_difference``), and the verdict is worded from it."""
-    from ..utils.stats import BETTER, paired_difference, verdict
+    from ..utils.stats import HEADROOM_NOTE, headroom, headroom_label, paired_difference, verdict
 
     lines = head(["task", "L", "w", "K", "A", "B", "A beyond L·(w−1)", "B", "A − B [95% CI]", "verdict", "headroom",
                   "answers"], ["---", "---", "---", "---", "---", "---", "---:", "---:", "---:", "---", "---", "---:"])
     by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
     missing = []
 
-    def headroom(task, depth, window, seed) -> str:
+    def control(task, depth, window, seed) -> bool | None:
         """The positive control of the cell: does full attention beat SWA beyond SWA's field (K = 1)?"""
         full, swa = (by.get((task, v, depth, window, seed)) for v in (FULL.name, SWA.name))
         a, b = (beyond_items(r, 1) if r is not None else None for r in (full, swa))
         if a is None or b is None or len(a) != len(b):
-            return "–"
-        diff = paired_difference(a, b, seed=derived_seed(full, 1))
-        return "yes" if verdict(diff.lo, diff.hi) == BETTER else "no"
+            return None
+        return headroom(paired_difference(a, b, seed=derived_seed(full, 1)))
 
     for c in comparisons:
         for (task, variant, depth, window, seed), ra in sorted(by.items()):
@@ -255,17 +254,16 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
                     missing.append(f"{task} L={depth} w={window} K={k}: {c['a']} against {c['b']}")
                     continue
                 diff = paired_difference(a, b, seed=derived_seed(ra, k))
-                control = FULL.name in (c["a"], c["b"])
+                own = FULL.name in (c["a"], c["b"])  # the positive control's own row
                 lines.append(row([task, depth, window, k, c["a"], c["b"], f"{100 * sum(a) / len(a):.1f}",
                                   f"{100 * sum(b) / len(b):.1f}",
                                   f"{100 * diff.mean:+.1f} [{100 * diff.lo:+.1f}, {100 * diff.hi:+.1f}]",
-                                  verdict(diff.lo, diff.hi), "–" if control else headroom(task, depth, window, seed),
-                                  len(a)]))
+                                  verdict(diff.lo, diff.hi),
+                                  headroom_label(None if own else control(task, depth, window, seed)), len(a)]))
     notes = ["", "A − B in percentage points of accuracy beyond SWA's receptive field L·(w−1), on the same validation "
              "answers; 95% interval: a paired percentile bootstrap over those answers (2000 resamples). One trained "
-             "model per cell: the interval holds the validation set's noise, not the training seed's. Headroom: yes "
-             "where full attention beats SWA beyond SWA's field in that cell (the positive control); where it does "
-             "not, the row cannot rank long-range variants; – where the cell lacks either model."]
+             "model per cell: the interval holds the validation set's noise, not the training seed's. Here the "
+             "setting is the cell (task, L, w, seed), on the answers beyond SWA's field at K = 1. " + HEADROOM_NOTE]
     if missing:
         notes += ["", "Not compared (a cell saved without its answers, or validated on other data; run it again): "
                   + "; ".join(missing) + "."]

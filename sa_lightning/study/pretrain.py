@@ -34,7 +34,8 @@ from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, pyplot, row
-from ..utils.stats import BETTER, RESAMPLES, derived_seed, paired_difference, two_level_bootstrap, verdict
+from ..utils.stats import (HEADROOM_NOTE, RESAMPLES, derived_seed, headroom, headroom_label, paired_difference,
+                           two_level_bootstrap, verdict)
 from ..utils.tables import write_csv
 from . import grid
 
@@ -198,10 +199,7 @@ def _headroom(results: list[dict], column: str, lower: bool, window: int | None)
     full-attention model or no SWA at that window."""
     models = {parse_model(r["model"]): r["model"] for r in results}
     full, swa = models.get((FULL.name, None)), models.get((SWA.name, window))
-    if full is None or swa is None:
-        return None
-    diff = _difference(results, full, swa, column)
-    return verdict(diff.lo, diff.hi, lower_is_better=lower) == BETTER
+    return None if full is None or swa is None else headroom(_difference(results, full, swa, column), lower)
 
 
 def compare(results: list[dict], comparisons: list[dict]) -> tuple[str, list[dict]]:
@@ -225,13 +223,12 @@ def compare(results: list[dict], comparisons: list[dict]) -> tuple[str, list[dic
             out.append({"a": c["a"], "b": c["b"], "column": column, **diff.as_dict(), "verdict": said,
                         "headroom": room})
             lines.append(row([label(c["a"]), label(c["b"]), name.replace("PPL", "NLL/token"), diff.text(unit), said,
-                              "–" if room is None else ("yes" if room else "no"), diff.items,
+                              headroom_label(room), diff.items,
                               f"{diff.seeds}/{diff.seeds_b}"]))
     note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points). "
             f"95% interval: a paired percentile bootstrap ({RESAMPLES} resamples) that draws the items once for both "
             "sides and each side's training seeds within each drawn item. The verdict is worded from the interval. "
-            "Headroom: yes where full attention beats SWA at B's window on that column; where it does not, the row "
-            "cannot rank long-range variants, whatever its verdict; – where the run lacks either model.")
+            + HEADROOM_NOTE)
     if unpaired:
         note += f" Not compared (a model this run leaves out): {', '.join(unpaired)}."
     return "\n".join(lines + ["", note]) + "\n", out

@@ -161,6 +161,25 @@ def paired_difference(a, b, *, resamples: int = RESAMPLES, seed: int = 0, level:
                                seeds_b=b.shape[0])
 
 
+#: what a Headroom column means, in every table that has one
+HEADROOM_NOTE = ("Headroom: the positive control, full attention against SWA on the row's own items at B's window "
+                 "(and sink); yes where full attention is better, no where it is not: such a row cannot rank long-range "
+                 "variants (each would tie or lose for want of anything to gain), whatever its verdict; – where the "
+                 "run lacks the full-attention or the SWA result.")
+
+
+def headroom(full_minus_swa: "Interval | None", lower_is_better: bool = False) -> bool | None:
+    """The positive control from its paired interval, full attention − SWA: True where full attention is better,
+    False where not, None where there is no such interval (a side missing)."""
+    if full_minus_swa is None:
+        return None
+    return verdict(full_minus_swa.lo, full_minus_swa.hi, lower_is_better) == BETTER
+
+
+def headroom_label(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "no")
+
+
 def verdict(lo: float | None, hi: float | None, lower_is_better: bool = False) -> str:
     """A − B worded from its interval: "better" when the whole interval lies on the good side of 0, "worse" when
     it lies on the bad side, else (0 inside, or no interval) "not separable at this size"."""
