@@ -27,9 +27,8 @@ from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.report import head, row
-from ..utils.stats import (HEADROOM_NOTE, LEVEL, RESAMPLES, Interval, derived_seed, headroom_label, paired_difference,
-                           percentile_interval, replicates, seed_spread, verdict)
-from ..utils.stats import headroom as control_holds
+from ..utils.stats import (HEADROOM_NOTE, LEVEL, RESAMPLES, Interval, derived_seed, headroom, headroom_label,
+                           paired_difference, percentile_interval, replicates, seed_spread, verdict)
 from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
                    metric_of, read_items)
 
@@ -181,7 +180,7 @@ def _paired(a: TaskScores, b: TaskScores, seed: int) -> Interval | None:
     return paired_difference(a.select(ids).matrix, b.select(ids).matrix, seed=seed) if ids else None
 
 
-def headroom(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool | None:
+def headroom_at(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool | None:
     """The positive control at one setting: does full attention beat SWA at ``w_eff`` (same task and sink) by more
     than the interval? None where either cell is missing (or no window is given)."""
     full = next((s for s, t in loaded.scores if t == task and s[0] == FULL.name), None)
@@ -189,12 +188,12 @@ def headroom(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool | 
     if full is None or w_eff is None or (swa, task) not in loaded.scores:
         return None
     diff = _paired(loaded.scores[(full, task)], loaded.scores[(swa, task)], derived_seed(0, task, *full, *swa))
-    return control_holds(diff, lower_is_better(task))
+    return headroom(diff, lower_is_better(task))
 
 
 def comparison_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
     """One row per (comparison, A's setting, task): A − B on the items both scored, its interval and verdict, and
-    whether the setting has headroom (``headroom`` at B's window and sink; None on the positive control's own
+    whether the setting has headroom (``headroom_at`` B's window and sink; None on the positive control's own
     rows, Full against SWA)."""
     rows, controls = [], {}
     for comp in comparisons_of(cfg):
@@ -210,7 +209,7 @@ def comparison_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
                     control = FULL.name in (comp.a, comp.b)  # the positive control itself
                     at = (task, b[1] or a[1], b[2])
                     if not control and at not in controls:
-                        controls[at] = headroom(loaded, *at)
+                        controls[at] = headroom_at(loaded, *at)
                     rows.append({"a": comp.a, "b": comp.b, "match": comp.match, "task": task, "a_sink": a[2],
                                  "b_sink": b[2], "a_w_eff": a[1], "b_w_eff": b[1], "a_kpq": sa.kpq, "b_kpq": sb.kpq,
                                  "unit": "nats/token" if lower_is_better(task) else "points",

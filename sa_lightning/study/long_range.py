@@ -231,14 +231,17 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
                   "answers"], ["---", "---", "---", "---", "---", "---", "---:", "---:", "---:", "---", "---", "---:"])
     by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
     missing = []
+    controls: dict[tuple, bool | None] = {}  # per cell: one bootstrap, whatever the comparisons and K
 
-    def control(task, depth, window, seed) -> bool | None:
-        """The positive control of the cell: does full attention beat SWA beyond SWA's field (K = 1)?"""
-        full, swa = (by.get((task, v, depth, window, seed)) for v in (FULL.name, SWA.name))
-        a, b = (beyond_items(r, 1) if r is not None else None for r in (full, swa))
-        if a is None or b is None or len(a) != len(b):
-            return None
-        return headroom(paired_difference(a, b, seed=derived_seed(full, 1)))
+    def control(cell: tuple) -> bool | None:
+        """The positive control of the cell (task, L, w, seed): does full attention beat SWA beyond SWA's field
+        (K = 1)?"""
+        if cell not in controls:
+            full, swa = (by.get((cell[0], v, *cell[1:])) for v in (FULL.name, SWA.name))
+            a, b = (beyond_items(r, 1) if r is not None else None for r in (full, swa))
+            controls[cell] = None if a is None or b is None or len(a) != len(b) else \
+                headroom(paired_difference(a, b, seed=derived_seed(full, 1)))
+        return controls[cell]
 
     for c in comparisons:
         for (task, variant, depth, window, seed), ra in sorted(by.items()):
@@ -259,7 +262,7 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
                                   f"{100 * sum(b) / len(b):.1f}",
                                   f"{100 * diff.mean:+.1f} [{100 * diff.lo:+.1f}, {100 * diff.hi:+.1f}]",
                                   verdict(diff.lo, diff.hi),
-                                  headroom_label(None if own else control(task, depth, window, seed)), len(a)]))
+                                  headroom_label(None if own else control((task, depth, window, seed))), len(a)]))
     notes = ["", "A − B in percentage points of accuracy beyond SWA's receptive field L·(w−1), on the same validation "
              "answers; 95% interval: a paired percentile bootstrap over those answers (2000 resamples). One trained "
              "model per cell: the interval holds the validation set's noise, not the training seed's. Here the "

@@ -207,7 +207,7 @@ def compare(results: list[dict], comparisons: list[dict]) -> tuple[str, list[dic
     within each drawn item (different training runs are not paired seed by seed). Each row but the positive
     control's own also says whether full attention beats SWA at B's window (or A's) on that column: the headroom
     without which no long-range variant can win."""
-    out, unpaired = [], []
+    out, unpaired, controls = [], [], {}  # controls: one bootstrap per (column, window), whatever the comparisons
     lines = head(["A", "B", "Column", "A − B [95%]", "Verdict", "Headroom", "Items", "Seeds A/B"],
                  ["---", "---", "---", "---:", "---", "---", "---:", "---:"])
     for c in comparisons:
@@ -218,7 +218,10 @@ def compare(results: list[dict], comparisons: list[dict]) -> tuple[str, list[dic
         for column, name, lower in COLUMNS:
             diff = _difference(results, c["a"], c["b"], column)
             said = verdict(diff.lo, diff.hi, lower_is_better=lower)
-            room = None if FULL.name in (va, vb) else _headroom(results, column, lower, wb or wa)
+            own, at = FULL.name in (va, vb), (column, wb or wa)  # own: the positive control's own row
+            if not own and at not in controls:
+                controls[at] = _headroom(results, column, lower, at[1])
+            room = None if own else controls[at]
             unit = "+.3f" if column == "val_ppl" else "+.1f"
             out.append({"a": c["a"], "b": c["b"], "column": column, **diff.as_dict(), "verdict": said,
                         "headroom": room})
