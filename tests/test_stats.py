@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from sa_lightning.utils.stats import (BETTER, TIED, WORSE, Interval, bootstrap_mean, paired_difference, replicates,
-                                      two_level_bootstrap, verdict)
+from sa_lightning.utils.stats import (BETTER, TIED, WORSE, Interval, bootstrap_mean, paired_difference,
+                                      pooled_paired_difference, replicates, two_level_bootstrap, verdict)
 
 
 def _coverage(draw, truth: float, trials: int, interval) -> float:
@@ -61,6 +61,30 @@ def test_a_paired_difference_is_narrower_than_an_unpaired_one_on_correlated_item
     assert paired.hi - paired.lo < 0.25 * (unpaired[1] - unpaired[0])
     assert paired.lo > 0 and unpaired[0] < 0  # only the paired interval separates the two
     assert paired.mean == pytest.approx(a.mean() - b.mean()) and (paired.seeds, paired.seeds_b) == (3, 1)
+
+
+def test_the_pooled_difference_holds_the_training_seeds_noise_and_not_only_the_items():
+    # three training seeds, each with its own 200 items; the seeds' true differences spread widely (+0.1 to +0.5)
+    rng = np.random.default_rng(4)
+    groups = []
+    for effect in (0.1, 0.3, 0.5):
+        b = rng.normal(0, 1, 200)
+        groups.append((b + effect + rng.normal(0, 0.2, 200), b))
+    got = pooled_paired_difference(groups, seed=0)
+    means = [float((a - b).mean()) for a, b in groups]
+    assert got.seeds == 3 and got.items == 600 and got.mean == pytest.approx(np.mean(means))
+    assert got.seed_sd == pytest.approx(np.std(means, ddof=1))
+    # the items alone (every answer pooled in one paired bootstrap) give a far narrower interval
+    items_only = paired_difference(np.concatenate([a for a, _ in groups]), np.concatenate([b for _, b in groups]))
+    assert got.hi - got.lo > 5 * (items_only.hi - items_only.lo)
+    assert got.lo <= min(means) + 0.05 and got.hi >= max(means) - 0.05 and got.lo > 0  # every seed better: better
+    # seeds that disagree in sign: not separable, however many items each has
+    split = [(np.full(500, x), np.zeros(500)) for x in (0.4, -0.3, 0.2)]
+    assert verdict(*(lambda i: (i.lo, i.hi))(pooled_paired_difference(split))) == TIED
+    # a group holding equal items in both sides contributes a difference of exactly 0
+    assert pooled_paired_difference([(np.ones(4), np.ones(4)), (np.zeros(3), np.zeros(3))]).text() == "0.0 [0.0, 0.0]"
+    with pytest.raises(ValueError, match="group 1 needs the same non-empty items"):
+        pooled_paired_difference([(np.ones(3), np.ones(3)), (np.ones(3), np.ones(2))])
 
 
 def test_the_verdict_is_worded_from_the_interval():

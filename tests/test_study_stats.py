@@ -8,8 +8,9 @@ BUCKETS = ["2-15", "16-31", "32-63", "64-127", "128-255"]
 
 
 def _cell(variant: str, rate: float, seed: int = 0, items: bool = True, n: int = 500) -> dict:
-    rng = random.Random(f"{variant}{rate}")
-    distances = [random.Random(i).randint(2, 255) for i in range(n)]  # the same validation set for every variant
+    rng = random.Random(f"{variant}{rate}" + (f"s{seed}" if seed else ""))
+    # the same validation set for every variant of one seed; each training seed draws its own
+    distances = [random.Random(i + 1000 * seed).randint(2, 255) for i in range(n)]
     answers = [[d, int(rng.random() < (rate if d > 30 else 1.0))] for d in distances]
     buckets = {b: 0.5 for b in BUCKETS}
     scores = {1: {"acc": 0.5, "loss": 1.0, "buckets": buckets, **({"items": answers} if items else {})}}
@@ -44,3 +45,21 @@ def test_compare_words_each_verdict_from_the_paired_interval():
         text = compare(cells, [{"a": "sa", "b": "random"}])
         (line,) = [r for r in text.splitlines() if r.startswith("| passkey")]
         assert [c.strip() for c in line.strip(" |").split("|")][-2] == room, line
+
+
+def test_compare_pools_the_training_seeds_with_each_seeds_own_difference():
+    # SA ahead of Random by about 60 points at every seed; SA against SWA ahead at one seed, behind at another
+    rates = {"sa": (0.9, 0.9, 0.9), "random": (0.3, 0.35, 0.25), "swa": (0.6, 0.95, 0.8), "full": (1.0, 1.0, 1.0)}
+    cells = [_cell(v, r[s], seed=s) for v, r in rates.items() for s in range(3)]
+    text = compare(cells, [{"a": "sa", "b": "random"}, {"a": "sa", "b": "swa"}])
+    head, pooled = text.split("## Pooled over training seeds")
+    assert sum(line.startswith("| passkey") for line in head.splitlines()) == 6  # one row per seed and comparison
+    rows = {tuple(c.strip() for c in line.strip(" |").split("|"))[5]: [c.strip() for c in line.strip(" |").split("|")]
+            for line in pooled.splitlines() if line.startswith("| passkey")}
+    assert set(rows) == {"random", "swa"}
+    sa_random, sa_swa = rows["random"], rows["swa"]
+    assert sa_random[6] == "3" and len(sa_random[9].split(", ")) == 3  # three seeds, each one's own difference
+    assert sa_random[12] == "better" and sa_random[13] == "yes"  # full beats SWA at every seed: headroom
+    assert sa_swa[12] == "not separable at this size"  # the seeds disagree
+    assert "nested percentile bootstrap" in pooled
+    assert "Pooled over training seeds" not in compare(cells[::3], [{"a": "sa", "b": "random"}])  # one seed: none

@@ -270,7 +270,71 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
     if missing:
         notes += ["", "Not compared (a cell saved without its answers, or validated on other data; run it again): "
                   + "; ".join(missing) + "."]
-    return "\n".join(lines + notes) + "\n"
+    return "\n".join(lines + notes + pooled(results, comparisons)) + "\n"
+
+
+def _pairs(by: dict, a: str, b: str, task: str, depth: int, window: int, k: int) -> dict[int, tuple]:
+    """Per training seed where both were trained: (A's, B's) answers beyond SWA's field, A at K and B at K (or 1
+    if it draws nothing), when both answered the same questions."""
+    out = {}
+    for (t, variant, d, w, seed), ra in by.items():
+        rb = by.get((t, b, d, w, seed))
+        if (t, variant, d, w) != (task, a, depth, window) or rb is None or k not in ra["scores"]:
+            continue
+        kb = k if k in rb["scores"] else 1
+        ia, ib = beyond_items(ra, k), beyond_items(rb, kb)
+        if ia and ib and [x for x, _ in ra["scores"][k]["items"]] == [x for x, _ in rb["scores"][kb]["items"]]:
+            out[seed] = (ia, ib)
+    return out
+
+
+def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
+    """The configured comparisons pooled over training seeds, where two or more seeds trained both sides: each
+    seed's difference on its own validation answers, and their mean with a nested bootstrap interval (seeds, then
+    answers; ``utils.stats.pooled_paired_difference``), the verdict worded from it. The per-seed rows above hold
+    one trained model each; these are the rows that speak for the variants. Empty with one seed."""
+    from ..utils.stats import HEADROOM_NOTE, derived_seed, headroom, headroom_label, pooled_paired_difference, verdict
+
+    by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
+    settings = sorted({(r["task"], r["depth"], r["window"]) for r in results})
+    lines = []
+    for c in comparisons:
+        for task, depth, window in settings:
+            ks = sorted({k for (t, v, d, w, _), r in by.items() if (t, v, d, w) == (task, c["a"], depth, window)
+                         for k in r["scores"]})
+            for k in ks:
+                pairs = _pairs(by, c["a"], c["b"], task, depth, window, k)
+                if len(pairs) < 2:
+                    continue
+                seeds = sorted(pairs)
+                diff = pooled_paired_difference([pairs[s] for s in seeds],
+                                                seed=derived_seed(0, "pooled", task, c["a"], c["b"], depth, window, k))
+                own = FULL.name in (c["a"], c["b"])
+                control = _pairs(by, FULL.name, SWA.name, task, depth, window, 1)
+                room = None if own or not set(seeds) <= set(control) else headroom(pooled_paired_difference(
+                    [control[s] for s in seeds], seed=derived_seed(0, "pooled", task, depth, window)))
+                each = ", ".join(f"{100 * (sum(pairs[s][0]) / len(pairs[s][0]) - sum(pairs[s][1]) / len(pairs[s][1])):+.1f}"
+                                 for s in seeds)
+                mean_a, mean_b = (sum(sum(pairs[s][i]) / len(pairs[s][i]) for s in seeds) / len(seeds) for i in (0, 1))
+                lines.append(row([task, depth, window, k, c["a"], c["b"], len(seeds), f"{100 * mean_a:.1f}",
+                                  f"{100 * mean_b:.1f}", each,
+                                  f"{100 * diff.mean:+.1f} [{100 * diff.lo:+.1f}, {100 * diff.hi:+.1f}]",
+                                  f"{100 * diff.seed_sd:.1f}", verdict(diff.lo, diff.hi),
+                                  headroom_label(None if own else room), diff.items]))
+    if not lines:
+        return []
+    return ["", "## Pooled over training seeds", "",
+            *head(["task", "L", "w", "K", "A", "B", "seeds", "A beyond L·(w−1)", "B", "A − B per seed", "A − B [95% CI]",
+                   "seed SD", "verdict", "headroom", "answers"],
+                  ["---", "---", "---", "---", "---", "---", "---:", "---:", "---:", "---", "---:", "---:", "---", "---",
+                   "---:"]),
+            *lines, "",
+            "Means over the training seeds (each seed's model answered its own validation set, drawn from that seed), "
+            "in percentage points beyond SWA's receptive field. 95% interval: a nested percentile bootstrap, the "
+            "seeds drawn with replacement and then each drawn seed's answers, once for both sides (2000 resamples); "
+            "with three seeds it is coarse, so each seed's own difference is listed. seed SD: the standard deviation "
+            "of the per-seed differences. Headroom here is the same control pooled over the same seeds. "
+            + HEADROOM_NOTE]
 
 
 def reach(results: list[dict]) -> str:
@@ -304,6 +368,22 @@ def nudges() -> dict[str, float]:
     return {name: 0.3 * (i / max(1, len(names) - 1) - 0.5) for i, name in enumerate(names)}
 
 
+def _seed_means(results: list[dict]) -> tuple[list[dict], dict[tuple, int]]:
+    """One result per (task, L, w, variant): each K's bucket accuracies averaged over the training seeds that
+    have it; and the most seeds of any variant per (task, L, w), for the panel's title."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["task"], r["depth"], r["window"], r["variant"]), []).append(r)
+    merged, seeds = [], {}
+    for (task, depth, window, _), group in groups.items():
+        seeds[(task, depth, window)] = max(seeds.get((task, depth, window), 0), len(group))
+        ks = set.intersection(*(set(r["scores"]) for r in group))
+        scores = {k: {"buckets": {name: sum(r["scores"][k]["buckets"][name] for r in group) / len(group)
+                                  for name in group[0]["scores"][k]["buckets"]}} for k in ks}
+        merged.append({**group[0], "scores": scores})
+    return merged, seeds
+
+
 def plot(results: list[dict], path: Path) -> None:
     """One panel per (task, L, w): accuracy by distance per variant, SWA's receptive field L * (w - 1) as a
     dashed line named at the top of the panel, and one legend for all panels below them, covering no curve.
@@ -313,6 +393,7 @@ def plot(results: list[dict], path: Path) -> None:
     nudged a little along x so that equal accuracies in one bucket show side by side; the same model averaged
     over K permutations is dotted, its markers larger, hollow and on top (the K = 1 marker shows inside)."""
     plt = pyplot()
+    results, seeds = _seed_means(results)
     panels = sorted({(r["task"], r["depth"], r["window"]) for r in results})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     legend: dict[str, object] = {}  # label -> handle, over all panels (a panel may lack a variant)
@@ -344,7 +425,8 @@ def plot(results: list[dict], path: Path) -> None:
         ax.text(rf, 1.01, f"L·(w−1)={rf}", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
                 color=SWA.color, fontsize=7)
         ax.set(xscale="log", ylim=(-0.03, 1.05), xlabel="key–query distance", ylabel="accuracy")
-        ax.set_title(f"{task}, L={depth}, w={window}", pad=14)
+        n_seeds = seeds[(task, depth, window)]
+        ax.set_title(f"{task}, L={depth}, w={window}" + (f", mean of {n_seeds} seeds" if n_seeds > 1 else ""), pad=14)
         ax.grid(alpha=0.3, which="both")
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)

@@ -17,6 +17,10 @@ Every interval the project reports is made one of these ways (the reports quote 
   drawn once for both, each side's seeds are drawn within each drawn item as above, and a replicate is the mean of
   the per-item differences. Pairing removes what the items share (an easy item is easy for both), so the
   interval is narrower than that of two independent bootstraps.
+- **A paired difference pooled over groups** (``pooled_paired_difference``): where each training seed's models
+  answered their own items (the long-range study draws its validation set from the cell's seed), the seeds are
+  drawn with replacement, then each drawn seed's items, once for both sides: the interval holds the training
+  seed's noise too, and each seed's own difference is reported beside it.
 
 An interval needs at least 2 items: with one (a single long document) its bounds are NaN, and ``verdict`` says
 "not separable at this size". A fixed ``seed`` makes every interval reproducible.
@@ -159,6 +163,37 @@ def paired_difference(a, b, *, resamples: int = RESAMPLES, seed: int = 0, level:
     reps_a, reps_b = _replicates([a, b], resamples, np.random.default_rng(seed))
     return percentile_interval(a.mean() - b.mean(), reps_a - reps_b, a.shape[1], level, seeds=a.shape[0],
                                seeds_b=b.shape[0])
+
+
+def pooled_paired_difference(groups, *, resamples: int = RESAMPLES, seed: int = 0,
+                             level: float = LEVEL) -> Interval:
+    """A − B pooled over independent groups, each with its own paired items: ``groups`` is ``[(a, b), ...]``, one
+    pair of (items,) arrays per group (a training seed, whose model answered its own validation set), item j of
+    ``a`` and ``b`` the same item. The mean gives every group the same weight. A replicate draws the groups with
+    replacement, then within each drawn group its items with replacement (once for both sides), and averages
+    the drawn groups' mean differences: a nested (cluster) bootstrap, so the interval holds the group-to-group
+    noise (the training seed's) as well as the items'. With few groups it is coarse (three groups give ten
+    distinct draws of groups), so the reports show each group's difference beside it. ``seed_sd`` is the
+    standard deviation over groups of each group's mean difference."""
+    diffs = []
+    for i, (a, b) in enumerate(groups):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        if a.ndim != 1 or a.shape != b.shape or a.size == 0:
+            raise ValueError(f"group {i} needs the same non-empty items on both sides, got shapes {a.shape} and "
+                             f"{b.shape}.")
+        diffs.append(_matrix(a - b, f"group {i}")[0])
+    if not diffs:
+        raise ValueError("a pooled difference needs at least one group.")
+    rng = np.random.default_rng(seed)
+    n = len(diffs)
+    drawn = rng.integers(n, size=(resamples, n))
+    # each group's item-level replicate means, one independent draw per (replicate, slot), so that a group drawn
+    # twice in one replicate brings two independent resamples of its items
+    per = np.stack([d[rng.integers(d.size, size=(resamples, n, d.size))].mean(axis=2) for d in diffs])
+    reps = per[drawn, np.arange(resamples)[:, None], np.arange(n)[None, :]].mean(axis=1)
+    means = np.array([d.mean() for d in diffs])
+    sd = float(means.std(ddof=1)) if n > 1 else None
+    return percentile_interval(means.mean(), reps, sum(d.size for d in diffs), level, seeds=n, seed_sd=sd)
 
 
 #: what a Headroom column means, in every table that has one
