@@ -63,3 +63,10 @@ def test_compare_pools_the_training_seeds_with_each_seeds_own_difference():
     assert sa_swa[12] == "not separable at this size"  # the seeds disagree
     assert "nested percentile bootstrap" in pooled
     assert "Pooled over training seeds" not in compare(cells[::3], [{"a": "sa", "b": "random"}])  # one seed: none
+
+
+def test_the_table_names_the_seed_where_several_were_trained():
+    one = table([_cell("sa", 0.9)])
+    assert "| seed |" not in one
+    several = table([_cell("sa", 0.9, seed=s) for s in range(2)])
+    assert "| variant | seed | K |" in several and "| sa | 1 | 1 |" in several

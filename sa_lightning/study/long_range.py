@@ -190,8 +190,10 @@ def table(results: list[dict]) -> str:
         return ""
     buckets = [c for c in flat[0] if c.startswith("acc@")]
     cols = ["acc", "acc_beyond_rf", *buckets]
-    names = ["task", "L", "w", "L·(w−1)", "variant", "K", "all", "beyond L·(w−1)", *(c[4:] for c in buckets)]
-    lines = head(names, ["---"] * 6 + ["---:"] * (len(names) - 6))
+    seeded = len({r["seed"] for r in flat}) > 1  # a seed column where the study trained several
+    names = ["task", "L", "w", "L·(w−1)", "variant", *(["seed"] if seeded else []), "K", "all", "beyond L·(w−1)",
+             *(c[4:] for c in buckets)]
+    lines = head(names, ["---"] * (7 if seeded else 6) + ["---:"] * (len(names) - (7 if seeded else 6)))
     groups: dict[tuple, list[dict]] = {}
     for r in flat:
         groups.setdefault((r["task"], r["depth"], r["window"]), []).append(r)
@@ -199,8 +201,8 @@ def table(results: list[dict]) -> str:
         marked = [ranked_cells([r[c] for r in group], [_percent(r, c) for r in group], top=1, rank_alone=True)
                   for c in cols]
         for i, r in enumerate(group):
-            lines.append(row([task, depth, window, r["receptive_field"], r["variant"], r["eval_samples"],
-                              *(column[i] for column in marked)]))
+            lines.append(row([task, depth, window, r["receptive_field"], r["variant"], *([r["seed"]] if seeded else []),
+                              r["eval_samples"], *(column[i] for column in marked)]))
     if any(r.get("acc_beyond_rf_lo") is not None for r in flat):
         lines += ["", TABLE_NOTE]
     return "\n".join(lines) + "\n"
