@@ -162,6 +162,13 @@ def main_with_clean_errors() -> None:
 
     try:
         main()
+    except ModuleNotFoundError as err:  # a dependency missing here: the wrong Python, or an install not made
+        top = (err.name or "").partition(".")[0]
+        if not top or top == "sa_lightning" or os.environ.get("SA_LIGHTNING_TRACEBACK") == "1":
+            raise
+        raise SystemExit(f"error: the package {top!r} is not installed for this Python ({sys.executable}); "
+                         "activate the environment sa_lightning was installed in, or install it as the README's "
+                         "'Set up on a fresh machine' says.") from None
     except (ValueError, OSError, ConnectionError, KeyError, _misconfiguration()) as err:
         if os.environ.get("SA_LIGHTNING_TRACEBACK") == "1":
             raise

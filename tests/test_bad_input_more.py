@@ -166,3 +166,27 @@ def test_evaluate_refuses_a_bad_count_while_parsing(flag, values, expected, tmp_
     res = run_cli_here("evaluate", "--ckpt", str(tmp_path / "none.ckpt"), flag, *values, "--out", str(tmp_path / "e"))
     assert res.returncode == 2 and _line(res) == f"cli.py evaluate: error: {expected}"  # before the checkpoint is read
     assert not (tmp_path / "e").exists()
+
+
+# ---- 91: a dependency missing from this Python --------------------------------------------------------------
+def test_a_missing_dependency_is_one_sentence_naming_the_python(monkeypatch):
+    """The venv not activated: the command's module imports a package this Python lacks. One sentence names the
+    package and the interpreter; a module of sa_lightning itself missing stays a traceback (a broken checkout)."""
+    import sys
+
+    from sa_lightning import main as entry
+
+    def lacking(name):
+        def run():
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return run
+
+    monkeypatch.setattr(entry, "main", lacking("torch._dynamo"))
+    with pytest.raises(SystemExit) as err:
+        entry.main_with_clean_errors()
+    assert str(err.value) == (f"error: the package 'torch' is not installed for this Python ({sys.executable}); "
+                              "activate the environment sa_lightning was installed in, or install it as the README's "
+                              "'Set up on a fresh machine' says.")
+    monkeypatch.setattr(entry, "main", lacking("sa_lightning.nothing"))
+    with pytest.raises(ModuleNotFoundError):
+        entry.main_with_clean_errors()
