@@ -1,6 +1,7 @@
 """Statistics in the sweep (issue 35): every cell keeps per-item records that pair across cells, every table number
 carries a 95% interval, and the compare step writes paired differences with verdicts and the ΔNLL against full."""
 import gzip
+from dataclasses import replace
 import json
 
 import numpy as np
@@ -215,3 +216,19 @@ def test_position_documents_score_the_same_alone_or_batched(tiny_model):
         batched = position_records(model, tokenizer, 64, limit=5, batch_tokens=256)
         for a, b in zip(alone[1], batched[1]):
             np.testing.assert_allclose(a["nll"], b["nll"], atol=2e-4)
+
+
+def test_a_drawing_mode_run_at_one_seed_is_named_in_the_tables_notes():
+    """Random and SA+SWA (the union) draw at random; where the config runs them at one seed (seed_modes: [sa]), the notes of
+    table.md and compare.md say that their intervals lack the draw-to-draw spread; where every drawing mode runs
+    several seeds, nothing is said."""
+    from sa_lightning.inference.compare import markdown, method_note, one_draw_note
+
+    cfg = SweepConfig(model="m", tasks=["t"], modes=["full", "swa", "sa", "random", "sa_swa_union"], windows=[8],
+                      seeds=[0, 1, 2, 3, 4], seed_modes=["sa"])
+    note = one_draw_note(cfg)
+    assert note.startswith("Random, SA+SWA draw at random but ran one seed here (seed 0; the config's seed_modes)")
+    assert "SA," not in note and note in method_note(cfg) and note in markdown(cfg, [], [], None)
+    assert one_draw_note(replace(cfg, seed_modes=["sa", "random", "sa_swa_union"])) == ""
+    assert one_draw_note(replace(cfg, seeds=[3])).startswith("SA, Random, SA+SWA draw at random but ran one seed here "
+                                                              "(seed 3")

@@ -147,8 +147,22 @@ def method_note(cfg: SweepConfig) -> str:
     ppl = ("PPL: the interval of the mean NLL per document, as a perplexity. "
            if any(lower_is_better(t) for t in cfg.tasks) else "")
     return (f"Each score is mean [95% interval], {RESAMPLES} resamples. Modes run at one seed: a percentile bootstrap "
-            f"over the task's items (documents). {stochastic}{ppl}Avg.: the mean of the tasks' replicates. \"[–]\": "
-            "fewer than 2 items (no interval).")
+            f"over the task's items (documents). {stochastic}{one_draw_note(cfg)}{ppl}Avg.: the mean of the tasks' "
+            "replicates. \"[–]\": fewer than 2 items (no interval).")
+
+
+def one_draw_note(cfg: SweepConfig) -> str:
+    """A sentence naming the modes that draw (σ, a key table) but ran one seed here: their intervals hold the
+    documents' noise and one draw's, not the draw-to-draw spread, so they are narrower than a several-seed mode's
+    would be. Empty where every drawing mode ran several seeds."""
+    several = len(cfg.seeds) > 1
+    single = [variant_label(m) for m in cfg.modes if get_variant(m).draws and not (several and m in cfg.seed_modes)]
+    if not single:
+        return ""
+    return (f"{', '.join(single)} draw{'s' if len(single) == 1 else ''} at random but ran one seed here "
+            f"(seed {cfg.seeds[0]}; the config's seed_modes): {'its' if len(single) == 1 else 'their'} intervals and "
+            "comparisons hold the documents' noise within that one draw, not the draw-to-draw spread, so they are "
+            "narrower than they would be over several seeds. ")
 
 
 # ---- paired comparisons ----------------------------------------------------------------------------
@@ -341,8 +355,8 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: st
              "draws its seeds within each drawn item (two-level). The verdict is worded from the interval: better or "
              "worse when it "
              "excludes 0, else not separable at this size. w_eff (keys/q): the setting's window and the keys per "
-             "query it attended on that task, measured. \"[–]\": fewer than 2 items, no interval. " + HEADROOM_NOTE,
-             ""]
+             "query it attended on that task, measured. \"[–]\": fewer than 2 items, no interval. " + one_draw_note(cfg)
+             + HEADROOM_NOTE, ""]
     if lacking:
         lines += [f"**{lacking}**", ""]
     skipped = [_comparison_label(c.a, c.b, c.match) for c in unpaired(cfg, rows)]
