@@ -54,6 +54,7 @@ def test_compare_pools_the_training_seeds_with_each_seeds_own_difference():
     text = compare(cells, [{"a": "sa", "b": "random"}, {"a": "sa", "b": "swa"}])
     head, pooled = text.split("## Pooled over training seeds")
     assert sum(line.startswith("| passkey") for line in head.splitlines()) == 6  # one row per seed and comparison
+    assert "| task | L | w | seed | K | A | B |" in head and "| passkey | 2 | 16 | 2 | 1 | sa | random |" in head
     rows = {tuple(c.strip() for c in line.strip(" |").split("|"))[5]: [c.strip() for c in line.strip(" |").split("|")]
             for line in pooled.splitlines() if line.startswith("| passkey")}
     assert set(rows) == {"random", "swa"}

@@ -229,8 +229,10 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
     bootstrap over those answers (``utils.stats.paired_difference``), and the verdict is worded from it."""
     from ..utils.stats import HEADROOM_NOTE, headroom, headroom_label, paired_difference, verdict
 
-    lines = head(["task", "L", "w", "K", "A", "B", "A beyond L·(w−1)", "B", "A − B [95% CI]", "verdict", "headroom",
-                  "answers"], ["---", "---", "---", "---", "---", "---", "---:", "---:", "---:", "---", "---", "---:"])
+    seeded = len({r["seed"] for r in results}) > 1  # a seed column where the study trained several
+    lines = head(["task", "L", "w", *(["seed"] if seeded else []), "K", "A", "B", "A beyond L·(w−1)", "B",
+                  "A − B [95% CI]", "verdict", "headroom", "answers"],
+                 ["---"] * (7 if seeded else 6) + ["---:", "---:", "---:", "---", "---", "---:"])
     by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
     missing = []
     controls: dict[tuple, bool | None] = {}  # per cell: one bootstrap, whatever the comparisons and K
@@ -260,7 +262,8 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
                     continue
                 diff = paired_difference(a, b, seed=derived_seed(ra, k))
                 own = FULL.name in (c["a"], c["b"])  # the positive control's own row
-                lines.append(row([task, depth, window, k, c["a"], c["b"], f"{100 * sum(a) / len(a):.1f}",
+                lines.append(row([task, depth, window, *([seed] if seeded else []), k, c["a"], c["b"],
+                                  f"{100 * sum(a) / len(a):.1f}",
                                   f"{100 * sum(b) / len(b):.1f}",
                                   f"{100 * diff.mean:+.1f} [{100 * diff.lo:+.1f}, {100 * diff.hi:+.1f}]",
                                   verdict(diff.lo, diff.hi),
@@ -344,8 +347,10 @@ def reach(results: list[dict]) -> str:
     the coverage analysis's prediction for that depth (``cli.py analyze coverage``, causal convention)."""
     from ..analysis.mechanism import coverage_curve
 
-    lines = head(["task", "variant", "w", "K", "depth reaching 90% beyond L·(w−1)", "beyond-RF accuracy by depth",
-                  "coverage by depth (`analyze coverage`, causal)"], ["---", "---", "---:", "---:", "---", "---", "---"])
+    seeded = len({r["seed"] for r in results}) > 1
+    lines = head(["task", "variant", "w", *(["seed"] if seeded else []), "K", "depth reaching 90% beyond L·(w−1)",
+                  "beyond-RF accuracy by depth", "coverage by depth (`analyze coverage`, causal)"],
+                 ["---", "---", "---:", *(["---:"] if seeded else []), "---:", "---", "---", "---"])
     keyed: dict[tuple, dict[int, dict]] = {}
     for r in results:
         keyed.setdefault((r["task"], r["variant"], r["window"], r["seed"]), {})[r["depth"]] = r
@@ -359,7 +364,8 @@ def reach(results: list[dict]) -> str:
             first = next((d for d in depths if acc.get(d, 0) >= TARGET), None)
             acc_text = ", ".join(f"L={d}: {100 * a:.0f}%" for d, a in acc.items())
             cov_text = ", ".join(f"L={d}: {100 * float(cover[d]):.0f}%" for d in depths) if cover is not None else "–"
-            lines.append(row([task, variant, window, k, first or f"not within {max(depths)}", acc_text, cov_text]))
+            lines.append(row([task, variant, window, *([seed] if seeded else []), k,
+                              first or f"not within {max(depths)}", acc_text, cov_text]))
     return "\n".join(lines) + "\n"
 
 
