@@ -303,6 +303,16 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
     by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
     settings = sorted({(r["task"], r["depth"], r["window"]) for r in results})
     lines = []
+    controls: dict[tuple, bool | None] = {}  # the pooled positive control, once per (task, L, w, seeds)
+
+    def control(task: str, depth: int, window: int, seeds: tuple) -> bool | None:
+        key = (task, depth, window, seeds)
+        if key not in controls:
+            pairs = _pairs(by, FULL.name, SWA.name, task, depth, window, 1)
+            controls[key] = None if not set(seeds) <= set(pairs) else headroom(pooled_paired_difference(
+                [pairs[s] for s in seeds], seed=derived_seed(0, "pooled", task, depth, window)))
+        return controls[key]
+
     for c in comparisons:
         for task, depth, window in settings:
             ks = sorted({k for (t, v, d, w, _), r in by.items() if (t, v, d, w) == (task, c["a"], depth, window)
@@ -315,9 +325,7 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
                 diff = pooled_paired_difference([pairs[s] for s in seeds],
                                                 seed=derived_seed(0, "pooled", task, c["a"], c["b"], depth, window, k))
                 own = FULL.name in (c["a"], c["b"])
-                control = _pairs(by, FULL.name, SWA.name, task, depth, window, 1)
-                room = None if own or not set(seeds) <= set(control) else headroom(pooled_paired_difference(
-                    [control[s] for s in seeds], seed=derived_seed(0, "pooled", task, depth, window)))
+                room = None if own else control(task, depth, window, tuple(seeds))
                 each = ", ".join(f"{100 * (sum(pairs[s][0]) / len(pairs[s][0]) - sum(pairs[s][1]) / len(pairs[s][1])):+.1f}"
                                  for s in seeds)
                 mean_a, mean_b = (sum(sum(pairs[s][i]) / len(pairs[s][i]) for s in seeds) / len(seeds) for i in (0, 1))
