@@ -227,7 +227,7 @@ def test_a_drawing_mode_run_at_one_seed_is_named_in_the_tables_notes():
     cfg = SweepConfig(model="m", tasks=["t"], modes=["full", "swa", "sa", "random", "sa_swa_union"], windows=[8],
                       seeds=[0, 1, 2, 3, 4], seed_modes=["sa"])
     note = one_draw_note(cfg)
-    assert note.startswith("Random, SA+SWA draw at random but ran one seed here (seed 0; the config's seed_modes)")
+    assert note.startswith("Random, SA+SWA draw at random but ran one seed here (seed 0; the config's seeds and seed_modes)")
     assert "SA," not in note and note in method_note(cfg) and note in markdown(cfg, [], [], None)
     assert one_draw_note(replace(cfg, seed_modes=["sa", "random", "sa_swa_union"])) == ""
     assert one_draw_note(replace(cfg, seeds=[3])).startswith("SA, Random, SA+SWA draw at random but ran one seed here "

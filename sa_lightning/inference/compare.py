@@ -160,7 +160,7 @@ def one_draw_note(cfg: SweepConfig) -> str:
     if not single:
         return ""
     return (f"{', '.join(single)} draw{'s' if len(single) == 1 else ''} at random but ran one seed here "
-            f"(seed {cfg.seeds[0]}; the config's seed_modes): {'its' if len(single) == 1 else 'their'} intervals and "
+            f"(seed {cfg.seeds[0]}; the config's seeds and seed_modes): {'its' if len(single) == 1 else 'their'} intervals and "
             "comparisons hold the documents' noise within that one draw, not the draw-to-draw spread, so they are "
             "narrower than they would be over several seeds. ")
 
