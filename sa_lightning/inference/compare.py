@@ -159,10 +159,11 @@ def one_draw_note(cfg: SweepConfig) -> str:
     single = [variant_label(m) for m in cfg.modes if get_variant(m).draws and not (several and m in cfg.seed_modes)]
     if not single:
         return ""
-    return (f"{', '.join(single)} draw{'s' if len(single) == 1 else ''} at random but ran one seed here "
-            f"(seed {cfg.seeds[0]}; the config's seeds and seed_modes): {'its' if len(single) == 1 else 'their'} intervals and "
-            "comparisons hold the documents' noise within that one draw, not the draw-to-draw spread, so they are "
-            "narrower than they would be over several seeds. ")
+    one = len(single) == 1
+    return (f"{', '.join(single)} draw{'s' if one else ''} at random but ran one seed here (seed {cfg.seeds[0]}; "
+            f"the config's seeds and seed_modes): {'its' if one else 'their'} intervals and comparisons hold the "
+            "documents' noise within that one draw, not the draw-to-draw spread, so they are narrower than they would "
+            "be over several seeds. ")
 
 
 # ---- paired comparisons ----------------------------------------------------------------------------

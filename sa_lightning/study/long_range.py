@@ -183,6 +183,11 @@ def rows(results: list[dict]) -> list[dict]:
     return out
 
 
+def several_seeds(results: list[dict]) -> bool:
+    """Whether the study trained more than one seed: then its tables name each row's seed."""
+    return len({r["seed"] for r in results}) > 1
+
+
 def table(results: list[dict]) -> str:
     """Accuracy (%) per distance bucket; rows (task, L, w, variant, K); best **bold** per group and column."""
     flat = rows(results)
@@ -190,7 +195,7 @@ def table(results: list[dict]) -> str:
         return ""
     buckets = [c for c in flat[0] if c.startswith("acc@")]
     cols = ["acc", "acc_beyond_rf", *buckets]
-    seeded = len({r["seed"] for r in flat}) > 1  # a seed column where the study trained several
+    seeded = several_seeds(results)
     names = ["task", "L", "w", "L·(w−1)", "variant", *(["seed"] if seeded else []), "K", "all", "beyond L·(w−1)",
              *(c[4:] for c in buckets)]
     lines = head(names, ["---"] * (7 if seeded else 6) + ["---:"] * (len(names) - (7 if seeded else 6)))
@@ -229,7 +234,7 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
     bootstrap over those answers (``utils.stats.paired_difference``), and the verdict is worded from it."""
     from ..utils.stats import HEADROOM_NOTE, headroom, headroom_label, paired_difference, verdict
 
-    seeded = len({r["seed"] for r in results}) > 1  # a seed column where the study trained several
+    seeded = several_seeds(results)
     lines = head(["task", "L", "w", *(["seed"] if seeded else []), "K", "A", "B", "A beyond L·(w−1)", "B",
                   "A − B [95% CI]", "verdict", "headroom", "answers"],
                  ["---"] * (7 if seeded else 6) + ["---:", "---:", "---:", "---", "---", "---:"])
@@ -253,13 +258,11 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
             if variant != c["a"] or rb is None:
                 continue
             for k in sorted(ra["scores"]):
-                kb = k if k in rb["scores"] else 1
-                a, b = beyond_items(ra, k), beyond_items(rb, kb)
-                same = a is not None and b is not None and [d for d, _ in ra["scores"][k]["items"]] == \
-                    [d for d, _ in rb["scores"][kb]["items"]]
-                if not same:
+                paired = paired_answers(ra, rb, k)
+                if paired is None:
                     missing.append(f"{task} L={depth} w={window} K={k}: {c['a']} against {c['b']}")
                     continue
+                a, b = paired
                 diff = paired_difference(a, b, seed=derived_seed(ra, k))
                 own = FULL.name in (c["a"], c["b"])  # the positive control's own row
                 lines.append(row([task, depth, window, *([seed] if seeded else []), k, c["a"], c["b"],
@@ -278,18 +281,27 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
     return "\n".join(lines + notes + pooled(results, comparisons)) + "\n"
 
 
+def paired_answers(ra: dict, rb: dict, k: int) -> tuple[list[int], list[int]] | None:
+    """A's answers beyond SWA's field at K and B's at K (or at 1 if B draws nothing), when both cells kept their
+    answers and answered the same questions in the same order; else None."""
+    kb = k if k in rb["scores"] else 1
+    a, b = beyond_items(ra, k), beyond_items(rb, kb)
+    if a is None or b is None:
+        return None
+    same = [d for d, _ in ra["scores"][k]["items"]] == [d for d, _ in rb["scores"][kb]["items"]]
+    return (a, b) if same else None
+
+
 def _pairs(by: dict, a: str, b: str, task: str, depth: int, window: int, k: int) -> dict[int, tuple]:
-    """Per training seed where both were trained: (A's, B's) answers beyond SWA's field, A at K and B at K (or 1
-    if it draws nothing), when both answered the same questions."""
+    """Per training seed where both were trained: ``paired_answers`` of A's and B's cells at K."""
     out = {}
     for (t, variant, d, w, seed), ra in by.items():
         rb = by.get((t, b, d, w, seed))
         if (t, variant, d, w) != (task, a, depth, window) or rb is None or k not in ra["scores"]:
             continue
-        kb = k if k in rb["scores"] else 1
-        ia, ib = beyond_items(ra, k), beyond_items(rb, kb)
-        if ia and ib and [x for x, _ in ra["scores"][k]["items"]] == [x for x, _ in rb["scores"][kb]["items"]]:
-            out[seed] = (ia, ib)
+        paired = paired_answers(ra, rb, k)
+        if paired is not None and paired[0]:
+            out[seed] = paired
     return out
 
 
@@ -298,7 +310,8 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
     seed's difference on its own validation answers, and their mean with a nested bootstrap interval (seeds, then
     answers; ``utils.stats.pooled_paired_difference``), the verdict worded from it. The per-seed rows above hold
     one trained model each; these are the rows that speak for the variants. Empty with one seed."""
-    from ..utils.stats import HEADROOM_NOTE, derived_seed, headroom, headroom_label, pooled_paired_difference, verdict
+    from ..utils.stats import HEADROOM_NOTE, headroom, headroom_label, pooled_paired_difference, verdict
+    from ..utils.stats import derived_seed as mix
 
     by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
     settings = sorted({(r["task"], r["depth"], r["window"]) for r in results})
@@ -310,7 +323,7 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
         if key not in controls:
             pairs = _pairs(by, FULL.name, SWA.name, task, depth, window, 1)
             controls[key] = None if not set(seeds) <= set(pairs) else headroom(pooled_paired_difference(
-                [pairs[s] for s in seeds], seed=derived_seed(0, "pooled", task, depth, window)))
+                [pairs[s] for s in seeds], seed=mix(0, "pooled", task, depth, window)))
         return controls[key]
 
     for c in comparisons:
@@ -323,12 +336,12 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
                     continue
                 seeds = sorted(pairs)
                 diff = pooled_paired_difference([pairs[s] for s in seeds],
-                                                seed=derived_seed(0, "pooled", task, c["a"], c["b"], depth, window, k))
+                                                seed=mix(0, "pooled", task, c["a"], c["b"], depth, window, k))
                 own = FULL.name in (c["a"], c["b"])
                 room = None if own else control(task, depth, window, tuple(seeds))
-                each = ", ".join(f"{100 * (sum(pairs[s][0]) / len(pairs[s][0]) - sum(pairs[s][1]) / len(pairs[s][1])):+.1f}"
-                                 for s in seeds)
-                mean_a, mean_b = (sum(sum(pairs[s][i]) / len(pairs[s][i]) for s in seeds) / len(seeds) for i in (0, 1))
+                rates = [(sum(a) / len(a), sum(b) / len(b)) for a, b in (pairs[s] for s in seeds)]
+                each = ", ".join(f"{100 * (ra - rb):+.1f}" for ra, rb in rates)
+                mean_a, mean_b = (sum(r[i] for r in rates) / len(rates) for i in (0, 1))
                 lines.append(row([task, depth, window, k, c["a"], c["b"], len(seeds), f"{100 * mean_a:.1f}",
                                   f"{100 * mean_b:.1f}", each,
                                   f"{100 * diff.mean:+.1f} [{100 * diff.lo:+.1f}, {100 * diff.hi:+.1f}]",
@@ -355,7 +368,7 @@ def reach(results: list[dict]) -> str:
     the coverage analysis's prediction for that depth (``cli.py analyze coverage``, causal convention)."""
     from ..analysis.mechanism import coverage_curve
 
-    seeded = len({r["seed"] for r in results}) > 1
+    seeded = several_seeds(results)
     lines = head(["task", "variant", "w", *(["seed"] if seeded else []), "K", "depth reaching 90% beyond L·(w−1)",
                   "beyond-RF accuracy by depth", "coverage by depth (`analyze coverage`, causal)"],
                  ["---", "---", "---:", *(["---:"] if seeded else []), "---:", "---", "---", "---"])

@@ -184,12 +184,12 @@ def pooled_paired_difference(groups, *, resamples: int = RESAMPLES, seed: int = 
         diffs.append(_matrix(a - b, f"group {i}")[0])
     if not diffs:
         raise ValueError("a pooled difference needs at least one group.")
-    rng = np.random.default_rng(seed)
     n = len(diffs)
-    drawn = rng.integers(n, size=(resamples, n))
-    # each group's item-level replicate means, one independent draw per (replicate, slot), so that a group drawn
-    # twice in one replicate brings two independent resamples of its items
-    per = np.stack([d[rng.integers(d.size, size=(resamples, n, d.size))].mean(axis=2) for d in diffs])
+    drawn = np.random.default_rng(seed).integers(n, size=(resamples, n))
+    # each group's item-level replicate means (``replicates``, drawn in bounded chunks), one independent draw per
+    # (replicate, slot), so that a group drawn twice in one replicate brings two independent resamples of its items
+    per = np.stack([replicates(d, resamples=resamples * n, seed=derived_seed(seed, "group", i)).reshape(resamples, n)
+                    for i, d in enumerate(diffs)])
     reps = per[drawn, np.arange(resamples)[:, None], np.arange(n)[None, :]].mean(axis=1)
     means = np.array([d.mean() for d in diffs])
     sd = float(means.std(ddof=1)) if n > 1 else None
