@@ -14,7 +14,7 @@ import pytest
 from sa_lightning.attention.registry import VARIANTS
 from sa_lightning.lit.callbacks import LineProgress
 from sa_lightning.lit.cli import wants_line_progress
-from sa_lightning.main import quiet_lightning
+from sa_lightning.utils.quiet import quiet_lightning
 from tests.helpers import run_cli, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -139,6 +139,21 @@ def test_the_gather_kernel_matches_the_oracle_where_it_runs_instead_of_the_dense
             torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0)
 
 
+def test_inference_gathers_a_long_row_where_training_keeps_the_n_by_n_path():
+    """The n x n path has no backward to share its cost with in inference: there the gather runs once a row is
+    INFERENCE_RATIO times the keys a query reads (a 2048-token prefill at w = 32: 5x faster, docs/benchmarks.md),
+    while training keeps the n x n path wherever its scores fit."""
+    from sa_lightning.attention.random_keys import DENSE_ELEMENTS, INFERENCE_RATIO, dense_is_cheaper
+
+    long, short = torch.zeros(1, 9, 2048, 4), torch.zeros(1, 9, 128, 4)
+    with torch.no_grad():
+        assert not dense_is_cheaper(long, 32) and dense_is_cheaper(short, 32)
+        assert dense_is_cheaper(long, 2048 // INFERENCE_RATIO + 1)
+    assert dense_is_cheaper(long.requires_grad_(), 32)                 # training: the n x n path
+    huge = torch.zeros(1, DENSE_ELEMENTS // 2048 ** 2 + 1, 2048, 1, requires_grad=True)
+    assert not dense_is_cheaper(huge, 32)                              # scores that would not fit: the gather
+
+
 def test_a_short_padded_row_that_reads_every_key_draws_nothing_for_its_padding():
     """A row of 10 tokens at w = 32 reads all its earlier keys (p = 1); its padding queries draw no keys, so the
     table stays about w wide instead of growing with the batch's width n."""

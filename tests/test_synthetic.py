@@ -195,12 +195,12 @@ def test_each_preset_has_its_own_default_output_folder(monkeypatch):
 
     monkeypatch.chdir(ROOT)  # the config's relative fit_config
     config = "configs/study/long_range.yaml"
-    folders = {preset: load_settings(config, preset, {})["out"] for preset in (None, "quick", "paper-scale")}
+    folders = {preset: load_settings(config, preset, {})["out"] for preset in (None, "quick", "grid", "paper-scale")}
     assert folders == {None: "outputs/study/long_range", "quick": "outputs/study/long_range_quick",
-                       "paper-scale": "outputs/study/long_range_paper_scale"}
+                       "grid": "outputs/study/long_range_grid", "paper-scale": "outputs/study/long_range_paper_scale"}
     assert load_settings(config, "quick", {"out": "elsewhere"})["out"] == "elsewhere"
     help_text = " ".join(build_parser().format_help().split())
-    assert "long_range_quick" in help_text and "long_range_paper_scale" in help_text
+    assert all(f"long_range_{p}" in help_text for p in ("quick", "grid", "paper_scale"))
 
 
 def _fake_result(variant, depth, window, ks=(1,)):

@@ -15,9 +15,12 @@ O(n * K * d), K about w, chunked over queries. It returns its log-sum-exp, so si
 merge with it; ``skip_recent`` leaves out the keys SWA's window already reads. Gathered keys are memory-bound
 (each query copies its own K x d keys and values), where a masked n x n product reuses every key from cache:
 on the 2-core CPU an n x n masked SDPA trained faster at every size measured up to n = 2048 (forward and
-backward: n = 256, w = 16 at 57 ms against 291 ms; n = 2048, w = 64 at 671 against 809; 2026-11-25). So
-the variants run the dense path while its scores fit ``DENSE_ELEMENTS`` (:func:`dense_is_cheaper`) and
-the gather beyond, where the n x n scores would not fit in memory.
+backward: n = 256, w = 16 at 57 ms against 291 ms; n = 2048, w = 64 at 671 against 809; 2026-11-25). Without a
+backward pass the n x n work is all there is, and the gather wins once a row is about 16 times the keys a query
+reads (SmolLM2's 9 heads at w = 32, one thread: n = 512 at 68 ms dense against 80 gathered, n = 1024 at 527
+against 160, n = 2048 at 1880 against 368; 2026-11-26). So the variants run the dense path while its scores fit
+``DENSE_ELEMENTS`` and, in inference, while n < ``INFERENCE_RATIO`` x the keys per query
+(:func:`dense_is_cheaper`), and the gather beyond.
 """
 from __future__ import annotations
 
@@ -31,12 +34,20 @@ from .masks import sa_band_others
 _CHUNK_ELEMENTS = 1 << 24
 #: up to this many scores (batch x query heads x n x n), the n x n masked path runs instead of the gather
 DENSE_ELEMENTS = 1 << 26
+#: without a backward pass, the gather runs once n reaches this many times the keys a query reads
+INFERENCE_RATIO = 16
 
 
-def dense_is_cheaper(q: torch.Tensor) -> bool:
-    """Whether the n x n masked path is the faster exact route for q (B, Hq, n, d): while its scores fit."""
+def dense_is_cheaper(q: torch.Tensor, keys: int) -> bool:
+    """Whether the n x n masked path is the faster exact route for q (B, Hq, n, d) whose queries each read about
+    ``keys`` keys: while its scores fit, and in inference (no gradient to q) only while n < INFERENCE_RATIO x
+    keys (the module's docstring has the measurements)."""
     B, Hq, n, _ = q.shape
-    return B * Hq * n * n <= DENSE_ELEMENTS
+    if B * Hq * n * n > DENSE_ELEMENTS:
+        return False
+    if torch.is_grad_enabled() and q.requires_grad:
+        return True
+    return n < INFERENCE_RATIO * keys
 
 
 def budget(window: int) -> int:

@@ -1,13 +1,14 @@
 """``cli.py study long-range``: does a trained SA model use its long routes?
 
-    python cli.py study long-range [--config configs/study/long_range.yaml] [--preset quick|paper-scale]
+    python cli.py study long-range [--config configs/study/long_range.yaml] [--preset quick|grid|paper-scale]
                                    [--eval_samples 1 4 16] [--out DIR]
 
 Trains every cell of a grid, one (task, variant, depth, window, seed), with ``cli.py fit`` on the
 synthetic recall config (``configs/synthetic/<task>.yaml``, the variant swapped as for text), then
-validates it once per ``eval_samples`` K (SA averaged over K permutations). Each finished cell is
-written to ``<out>/cells/`` at once; a rerun skips it. ``<out>`` is the config's ``out``, one folder per
-preset (``outputs/study/long_range``, ``long_range_quick``, ``long_range_paper_scale``), so that a quick run
+validates it once per ``eval_samples`` K (SA averaged over K permutations). Cells train ``--jobs`` at a time
+(``auto``: one per core on a CPU, one thread each; ``study.grid``). Each finished cell is written to
+``<out>/cells/`` at once; a rerun skips it. ``<out>`` is the config's ``out``, one folder per preset
+(``outputs/study/long_range``, ``long_range_quick``, ``long_range_grid``, ``long_range_paper_scale``), so that a quick run
 never overwrites the full study's cells and tables. At the end: ``results.csv``, ``table.md``
 (accuracy per distance bucket, best **bold** within each (task, depth, window)), ``reach.md`` (the
 depth at which each variant first passes 90% beyond SWA's receptive field, beside the coverage
@@ -89,6 +90,11 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
 
 
 # ---- one cell -------------------------------------------------------------------------------------
+def run_spec(cell: dict, spec: dict) -> dict:
+    """``run_cell`` from a cell's spec (a module-level function: the worker processes of ``--jobs`` import it)."""
+    return run_cell(cell, spec["fit_args"], spec["eval_samples"])
+
+
 def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
     """Train the cell with the ``cli.py fit`` arguments ``args``, then validate it once per K in
     ``eval_samples`` (once if it has no permutation); returns what goes in ``cells/<id>.json``."""
@@ -470,8 +476,8 @@ def plot(results: list[dict], path: Path) -> None:
 # ---- the command ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = grid.parser("long-range", __doc__.split("\n\n")[0], "configs/study/long_range.yaml",
-                         "quick (<= 5 min on 2 CPU cores) or paper-scale (GPU)",
-                         "outputs/study/long_range, long_range_quick, long_range_paper_scale")
+                         "quick (<= 5 min on 2 CPU cores), grid (L x w, one seed) or paper-scale (GPU)",
+                         "outputs/study/long_range, long_range_quick, long_range_grid, long_range_paper_scale")
     parser.add_argument("--eval_samples", type=int, nargs="+", help="K permutations averaged at evaluation (SA)")
     for key in GRID_KEYS:
         parser.add_argument(f"--{key}", nargs="+", type=str if key in ("tasks", "variants") else int,
@@ -483,7 +489,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if not Path(args.config).is_file():
         raise SystemExit(f"error: study config {args.config} not found.")
-    overrides = {"eval_samples": args.eval_samples, "out": None if args.out is None else str(args.out),
+    overrides = {"eval_samples": args.eval_samples, "jobs": args.jobs, "out": None if args.out is None else str(args.out),
                  **{k: getattr(args, k) for k in GRID_KEYS}}
     settings = load_settings(args.config, args.preset, overrides)
     grid.add_sets(settings, args.set)
@@ -502,7 +508,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         todo, out, cell_id,
         spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
                               "eval_samples": eval_samples},
-        run=lambda cell, spec: run_cell(cell, spec["fit_args"], eval_samples), line=line,
+        run=run_spec, line=line, jobs=settings.get("jobs"),
         loaded=lambda saved: {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}})
     summary = {"table.md": table(results), "reach.md": reach(results),
                "compare.md": compare(results, settings.get("comparisons") or [])}

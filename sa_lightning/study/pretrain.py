@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if not Path(args.config).is_file():
         raise SystemExit(f"error: study config {args.config} not found.")
-    overrides = {"models": args.models, "seeds": args.seeds, "limit": args.limit,
+    overrides = {"models": args.models, "seeds": args.seeds, "limit": args.limit, "jobs": args.jobs,
                  "out": None if args.out is None else str(args.out)}
     settings = load_settings(args.config, args.preset, overrides)
     grid.add_sets(settings, args.set)
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         todo, out, cell_id,
         spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
                               "limit": settings.get("limit"), "eval_seed": settings.get("eval_seed", 0)},
-        run=run_cell, line=line)
+        run=run_cell, line=line, jobs=settings.get("jobs"))
     table_rows = rows(results, settings["models"])
     compared, comparison_rows = compare(results, settings.get("comparisons") or [])
     text = table(table_rows, settings)

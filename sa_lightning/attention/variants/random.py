@@ -25,9 +25,14 @@ def _dense_mask(call, table):
                        device=call.q.device)
 
 
+def _dense(call, table) -> bool:
+    """The n x n path: asked for, or the cheaper one for the table's keys (``dense_is_cheaper``)."""
+    return call.backend == "dense" or dense_is_cheaper(call.q, table.shape[-1] + 1)
+
+
 def kernel_with_lse(call):
     table = _table(call)
-    if call.backend == "dense" or dense_is_cheaper(call.q):
+    if _dense(call, table):
         return dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale,
                                       return_lse=True)
     return random_attention(call.q, call.k, call.v, table, scale=call.scale, validate=False)
@@ -35,7 +40,7 @@ def kernel_with_lse(call):
 
 def kernel(call):
     table = _table(call)
-    if call.backend == "dense" or dense_is_cheaper(call.q):
+    if _dense(call, table):
         return (dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale),)
     return (random_attention(call.q, call.k, call.v, table, scale=call.scale, validate=False)[0],)
 

@@ -18,15 +18,24 @@ def mask(spec, n, table, lengths=None):
     return masks.union(masks.random_keys(table), masks.sliding_window(spec.window))
 
 
-def _dense(call) -> bool:
-    """The n x n path: asked for, a row under two windows, or scores that fit (``dense_is_cheaper``)."""
-    return call.backend == "dense" or call.q.shape[2] < 2 * call.window or dense_is_cheaper(call.q)
+def _table(call):
+    return check_keys(call.perm, call.q.shape[0], call.q.shape[2], call.q.device, call.lengths, values=call.validate)
+
+
+def _dense(call, table) -> bool:
+    """The n x n path: asked for, a row under two windows, or the cheaper one for the window and the table's keys
+    (``dense_is_cheaper``)."""
+    return (call.backend == "dense" or call.q.shape[2] < 2 * call.window
+            or dense_is_cheaper(call.q, call.window + table.shape[-1]))
 
 
 def kernel_with_lse(call):
+    return _with_lse(call, _table(call))
+
+
+def _with_lse(call, table):
     q, w = call.q, call.window
-    table = check_keys(call.perm, q.shape[0], q.shape[2], q.device, call.lengths, values=call.validate)
-    if _dense(call):
+    if _dense(call, table):
         return dense_with_lse(call, mask(call.spec, q.shape[2], table, call.lengths))
     y_swa, lse_swa = banded_attention(q, call.k, call.v, before=w - 1, after=0, scale=call.scale, return_lse=True)
     y_far, lse_far = random_attention(q, call.k, call.v, table, scale=call.scale, skip_recent=w, validate=False)
@@ -35,11 +44,11 @@ def kernel_with_lse(call):
 
 def kernel(call):
     q = call.q
-    if _dense(call):
-        table = check_keys(call.perm, q.shape[0], q.shape[2], q.device, call.lengths, values=call.validate)
+    table = _table(call)
+    if _dense(call, table):
         full = masks.dense(mask(call.spec, q.shape[2], table), q.shape[2], batch=q.shape[0], device=q.device)
         return (dense_masked_attention(q, call.k, call.v, full, scale=call.scale),)
-    return (kernel_with_lse(call)[0],)
+    return (_with_lse(call, table)[0],)
 
 
 def keys_attended_row(spec, length, row):

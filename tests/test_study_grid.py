@@ -1,0 +1,74 @@
+"""The studies' cell loop: cells trained ``jobs`` at a time in worker processes, each written as it finishes."""
+import json
+import os
+
+import pytest
+
+from sa_lightning.study import grid
+
+
+def _cell_id(cell: dict) -> str:
+    return f"c{cell['n']}"
+
+
+def _run(cell: dict, spec: dict) -> dict:
+    """A stand-in for a study's ``run_cell``, at module level as the worker processes need."""
+    import torch
+
+    if cell["n"] == spec.get("fail"):
+        raise ValueError(f"cell {cell['n']} failed")
+    return {**cell, "pid": os.getpid(), "threads": torch.get_num_threads(), "seconds": 0.0,
+            "scores": {"x": [cell["n"]]}}
+
+
+def test_jobs_takes_a_count_or_auto_and_plans_threads_from_the_cores(monkeypatch):
+    assert grid.jobs_arg("auto") == "auto" and grid.jobs_arg("3") == 3 and grid.jobs_arg(2) == 2
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(Exception, match="count >= 1 or 'auto'"):
+            grid.jobs_arg(bad)
+    monkeypatch.setattr(grid, "cores", lambda: 8)
+    assert grid.plan_jobs(2, 10) == (2, 4)
+    assert grid.plan_jobs(4, 3) == (3, 2)          # never more processes than cells to train
+    assert grid.plan_jobs(1, 10) == (1, 8)
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert grid.plan_jobs("auto", 24) == (8, 1)   # a CPU machine: one cell per core, one thread each
+    assert grid.plan_jobs(None, 24) == (8, 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert grid.plan_jobs("auto", 24) == (1, 8)   # a GPU: the cells would share it
+
+
+def test_a_bad_jobs_value_in_a_config_is_refused_before_anything_trains(tmp_path):
+    config = tmp_path / "study.yaml"
+    config.write_text("models: [full]\njobs: many\n")
+    with pytest.raises(ValueError, match="jobs takes a count >= 1 or 'auto', got 'many'"):
+        grid.load_settings(config, None, {}, ("models",))
+
+
+def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(grid, "cores", lambda: 2)
+    cells = [{"n": n} for n in range(1, 5)]
+    out = tmp_path / "study"
+    results = grid.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run,
+                             line=lambda r: f"x={r['scores']['x'][0]}", jobs=2)
+    assert [r["n"] for r in results] == [1, 2, 3, 4]
+    assert os.getpid() not in {r["pid"] for r in results} and {r["threads"] for r in results} == {1}
+    printed = capsys.readouterr().out
+    assert "4 cell(s) to train, 2 at a time (1 thread(s) each)" in printed
+    assert all(f"/4] c{n}: x={n} (0 s;" in printed for n in range(1, 5))
+    assert json.loads((out / "cells" / "c3.json").read_text())["spec"] == {"v": 1}
+    again = grid.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run, line=lambda r: "", jobs=2)
+    assert [r["pid"] for r in again] == [r["pid"] for r in results]  # read back, none trained again
+    assert capsys.readouterr().out.count("done before") == 4
+
+
+def test_a_failed_cell_stops_the_study_and_keeps_the_cells_that_finished(tmp_path, monkeypatch):
+    monkeypatch.setattr(grid, "cores", lambda: 2)
+    cells = [{"n": n} for n in range(1, 4)]
+    with pytest.raises(ValueError, match="cell 1 failed"):
+        grid.run_cells(cells, tmp_path, _cell_id, lambda cell: {"fail": 1}, _run, line=lambda r: "", jobs=2)
+    # the cells already handed to a worker finish and are kept whole; the failed one is not written
+    assert not (tmp_path / "cells" / "c1.json").exists()
+    for path in (tmp_path / "cells").glob("*.json"):
+        assert json.loads(path.read_text())["spec"] == {"fail": 1}
