@@ -191,7 +191,7 @@ def test_the_regime_sweep_puts_every_mode_against_w_over_n(tiny_model, tmp_path)
     assert {r["a"] for r in deltas} == sparse and {r["n"] for r in deltas} == {64, 128}
     for r in deltas:
         assert r["ratio"] == r["w_eff"] / r["n"] and r["lo"] <= r["mean"] <= r["hi"]
-        assert r["seeds"] == (2 if r["a"] in ("sa", "random") else 1)
+        assert r["seeds"] == (2 if r["a"] in ("sa", "random", "sa_swa_union", "random_swa_union") else 1)  # all that draw
     paired = {(r["a"], r["b"], r["match"]) for r in regime if r["kind"] == "paired"}
     assert {("sa", "swa", "equal_w"), ("sa", "random", "equal_w"), ("sa", "strided", "equal_w"),
             ("sa_swa_union", "swa", "double_w"), ("sa_swa_union", "random_swa_union", "equal_w")} <= paired

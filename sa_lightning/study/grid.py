@@ -110,8 +110,8 @@ def cores() -> int:
 def plan_jobs(jobs: int | str | None, pending: int) -> tuple[int, int]:
     """(processes, threads each) for ``pending`` cells. ``auto`` (the default): one cell per core on a machine
     without a GPU, where a small model trains faster on one thread per process than on all of them in one (the
-    pretrain study: 24 cells in 55 min as two one-thread processes on 2 cores, against about 2 h in one); one
-    process where a GPU is, as its cells would share it."""
+    pretrain study: 24 cells in 55 min as two one-thread processes on 2 cores, where the cells' one-thread times
+    add up to about 2 h); one process where a GPU is, as its cells would share it."""
     jobs = jobs_arg(jobs if jobs is not None else "auto")
     if jobs == "auto":
         import torch
