@@ -261,6 +261,10 @@ def position_plot(cfg: SweepConfig, table: list[dict], out: Path) -> Path | None
     return _save(fig, out / "position.png")
 
 
+#: regime.png's y axis is linear within ±this many nats (symlog's linear part), and wholly linear for a panel inside it
+REGIME_LINEAR = 0.1
+
+
 def regime_plot(cfg: SweepConfig, regime: list[dict], out: Path) -> Path | None:
     """regime.png (a sweep over several prompt lengths): ΔNLL against full over all tokens against w_eff / n, one
     panel per sink, then one panel per windowed comparison (A − B, the sinks as line styles); each point a (n,
@@ -298,7 +302,12 @@ def regime_plot(cfg: SweepConfig, regime: list[dict], out: Path) -> Path | None:
             ax.plot([x * dodge for x in ratios], means, **{**style, "marker": None})
         ax.axhline(0, color="gray", linewidth=0.8)
         ax.set_xscale("log", base=2)
-        ax.set_yscale("symlog", linthresh=0.1)
+        # symlog where the panel spans orders of magnitude; a panel wholly within its linear part (two masks
+        # that tie, within ±0.1 nats) stays linear, where symlog would label its ticks as 2.89 x 10^-2
+        extent = max((abs(v) for _, rs in groups for r in rs for v in (r["lo"], r["mean"], r["hi"]) if v is not None),
+                     default=0.0)
+        if extent >= REGIME_LINEAR:
+            ax.set_yscale("symlog", linthresh=REGIME_LINEAR)
         ax.set(xlabel="window / prompt length ($w_{eff}/n$)", ylabel="nats per token", title=title)
         ax.grid(alpha=0.3, which="both")
     _legend(fig, axes)
