@@ -141,7 +141,7 @@ def test_the_gather_kernel_matches_the_oracle_where_it_runs_instead_of_the_dense
 
 def test_inference_gathers_a_long_row_where_training_keeps_the_n_by_n_path():
     """The n x n path has no backward to share its cost with in inference: there the gather runs once a row is
-    INFERENCE_RATIO times the keys a query reads (a 2048-token prefill at w = 32: 5x faster, docs/benchmarks.md),
+    INFERENCE_RATIO times the keys a query reads (a 2048-token prefill at w = 32: 5.5x faster, docs/benchmarks.md),
     while training keeps the n x n path wherever its scores fit."""
     from sa_lightning.attention.random_keys import DENSE_ELEMENTS, INFERENCE_RATIO, dense_is_cheaper
 

@@ -16,11 +16,12 @@ merge with it; ``skip_recent`` leaves out the keys SWA's window already reads. G
 (each query copies its own K x d keys and values), where a masked n x n product reuses every key from cache:
 on the 2-core CPU an n x n masked SDPA trained faster at every size measured up to n = 2048 (forward and
 backward: n = 256, w = 16 at 57 ms against 291 ms; n = 2048, w = 64 at 671 against 809; 2026-11-25). Without a
-backward pass the n x n work is all there is, and the gather wins once a row is about 16 times the keys a query
-reads (SmolLM2's 9 heads at w = 32, one thread: n = 512 at 68 ms dense against 80 gathered, n = 1024 at 527
-against 160, n = 2048 at 1880 against 368; 2026-11-26). So the variants run the dense path while its scores fit
-``DENSE_ELEMENTS`` and, in inference, while n < ``INFERENCE_RATIO`` x the keys per query
-(:func:`dense_is_cheaper`), and the gather beyond.
+backward pass the n x n work is all there is, and the gather wins once a row is about 12 times the keys a query
+can read (the table's width K): SmolLM2's 9 query and 3 kv heads, head dim 64, 2 threads, an idle machine,
+2026-11-26: n = 512, w = 32 at 24.7 ms dense against 35.0 gathered; n = 1024, w = 32 at 223 against 70;
+n = 2048, w = 32 at 874 against 158; n = 2048, w = 128 at 830 against 505; n = 512, w = 128 at 33 against 135
+(docs/benchmarks.md). So the variants run the dense path while its scores fit ``DENSE_ELEMENTS`` and, in
+inference, while n < ``INFERENCE_RATIO`` x K (:func:`dense_is_cheaper`), and the gather beyond.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ _CHUNK_ELEMENTS = 1 << 24
 #: up to this many scores (batch x query heads x n x n), the n x n masked path runs instead of the gather
 DENSE_ELEMENTS = 1 << 26
 #: without a backward pass, the gather runs once n reaches this many times the keys a query reads
-INFERENCE_RATIO = 16
+INFERENCE_RATIO = 12
 
 
 def dense_is_cheaper(q: torch.Tensor, keys: int) -> bool:
