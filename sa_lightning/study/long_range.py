@@ -8,8 +8,8 @@ synthetic recall config (``configs/synthetic/<task>.yaml``, the variant swapped 
 validates it once per ``eval_samples`` K (SA averaged over K permutations). Cells train ``--jobs`` at a time
 (``auto``: one per core on a CPU, one thread each; ``study.grid``). Each finished cell is written to
 ``<out>/cells/`` at once; a rerun skips it. ``<out>`` is the config's ``out``, one folder per preset
-(``outputs/study/long_range``, ``long_range_quick``, ``long_range_grid``, ``long_range_paper_scale``), so that a quick run
-never overwrites the full study's cells and tables. At the end: ``results.csv``, ``table.md``
+(``outputs/study/long_range``, ``long_range_quick``, ``long_range_grid``, ``long_range_paper_scale``), so
+that a quick run never overwrites the full study's cells and tables. At the end: ``results.csv``, ``table.md``
 (accuracy per distance bucket, best **bold** within each (task, depth, window)), ``reach.md`` (the
 depth at which each variant first passes 90% beyond SWA's receptive field, beside the coverage
 analysis's prediction), ``compare.md`` (the configured comparisons, A − B on the same validation answers
