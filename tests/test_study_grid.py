@@ -26,7 +26,7 @@ def test_jobs_takes_a_count_or_auto_and_plans_threads_from_the_cores(monkeypatch
     for bad in ("0", "-1", "two"):
         with pytest.raises(Exception, match="count >= 1 or 'auto'"):
             grid.jobs_arg(bad)
-    monkeypatch.setattr(grid, "cores", lambda: 8)
+    monkeypatch.setattr(grid, "cores_available", lambda: 8)
     assert grid.plan_jobs(2, 10) == (2, 4)
     assert grid.plan_jobs(4, 3) == (3, 2)          # never more processes than cells to train
     assert grid.plan_jobs(1, 10) == (1, 8)
@@ -47,7 +47,7 @@ def test_a_bad_jobs_value_in_a_config_is_refused_before_anything_trains(tmp_path
 
 
 def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(grid, "cores", lambda: 2)
+    monkeypatch.setattr(grid, "cores_available", lambda: 2)
     cells = [{"n": n} for n in range(1, 5)]
     out = tmp_path / "study"
     results = grid.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run,
@@ -64,7 +64,7 @@ def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, 
 
 
 def test_a_failed_cell_stops_the_study_and_keeps_the_cells_that_finished(tmp_path, monkeypatch):
-    monkeypatch.setattr(grid, "cores", lambda: 2)
+    monkeypatch.setattr(grid, "cores_available", lambda: 2)
     cells = [{"n": n} for n in range(1, 4)]
     with pytest.raises(ValueError, match="cell 1 failed"):
         grid.run_cells(cells, tmp_path, _cell_id, lambda cell: {"fail": 1}, _run, line=lambda r: "", jobs=2)

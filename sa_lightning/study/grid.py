@@ -17,6 +17,7 @@ from typing import Callable
 import yaml
 
 from ..utils.atomic import output_folder, write_text
+from ..utils.load import cores_available
 from ..utils.quiet import quiet_lightning
 
 
@@ -102,11 +103,6 @@ def jobs_arg(text: str) -> int | str:
     return int(text)
 
 
-def cores() -> int:
-    """The CPU cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def plan_jobs(jobs: int | str | None, pending: int) -> tuple[int, int]:
     """(processes, threads each) for ``pending`` cells. ``auto`` (the default): one cell per core on a machine
     without a GPU, where a small model trains faster on one thread per process than on all of them in one (the
@@ -116,9 +112,9 @@ def plan_jobs(jobs: int | str | None, pending: int) -> tuple[int, int]:
     if jobs == "auto":
         import torch
 
-        jobs = 1 if torch.cuda.is_available() else cores()
+        jobs = 1 if torch.cuda.is_available() else cores_available()
     jobs = max(1, min(jobs, pending))
-    return jobs, max(1, cores() // jobs)
+    return jobs, max(1, cores_available() // jobs)
 
 
 def _start_worker(threads: int) -> None:

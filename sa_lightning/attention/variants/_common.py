@@ -1,5 +1,6 @@
-"""What several variant files share: the permutation's slot table, the dense path of any mask, and the SA ∪ SWA
-mask with its key count (the training-free union and the gated pair read the same keys)."""
+"""What several variant files share: the permutation's slot table, the random keys' checked table, the dense path
+of any mask, and the SA ∪ SWA mask with its key count (the training-free union and the gated pair read the same
+keys)."""
 from __future__ import annotations
 
 import torch
@@ -8,6 +9,7 @@ from .. import masks
 from ..dense import dense_masked_attention
 from .._checks import check_padded_perm, check_perm
 from ..permutation import invert_permutation, prefix_permutations, sample_permutation
+from ..random_keys import check_keys
 from ..sinks import causal_keys
 
 
@@ -29,6 +31,11 @@ def check_permutation(perm, batch: int, n: int, device, lengths=None) -> torch.T
     perm = check_perm(perm, batch, n, device)
     check_padded_perm(perm, lengths)
     return perm
+
+
+def key_table(call) -> torch.Tensor:
+    """The random-keys call's table, checked (values too unless the caller vouches for it)."""
+    return check_keys(call.perm, call.q.shape[0], call.q.shape[2], call.q.device, call.lengths, values=call.validate)
 
 
 def dense_with_lse(call, mask_mod: masks.MaskMod):

@@ -9,15 +9,11 @@ from .. import masks, oracle
 from ..dense import dense_masked_attention
 from ..random_keys import budget, check_keys, dense_is_cheaper, draw_keys, random_attention
 from ..registry import Variant, register_variant
+from ._common import key_table
 
 
 def mask(spec, n, table, lengths=None):
     return masks.random_keys(table)
-
-
-def _table(call):
-    """The call's key table, checked (values too unless the caller vouches for it)."""
-    return check_keys(call.perm, call.q.shape[0], call.q.shape[2], call.q.device, call.lengths, values=call.validate)
 
 
 def _dense_mask(call, table):
@@ -31,7 +27,7 @@ def _dense(call, table) -> bool:
 
 
 def kernel_with_lse(call):
-    table = _table(call)
+    table = key_table(call)
     if _dense(call, table):
         return dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale,
                                       return_lse=True)
@@ -39,7 +35,7 @@ def kernel_with_lse(call):
 
 
 def kernel(call):
-    table = _table(call)
+    table = key_table(call)
     if _dense(call, table):
         return (dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale),)
     return (random_attention(call.q, call.k, call.v, table, scale=call.scale, validate=False)[0],)

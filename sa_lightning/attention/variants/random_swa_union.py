@@ -11,15 +11,11 @@ from ..dense import dense_masked_attention, merge_partials
 from ..random_keys import budget, check_keys, dense_is_cheaper, draw_keys, random_attention
 from ..registry import Variant, register_variant
 from ..sinks import causal_keys
-from ._common import dense_with_lse
+from ._common import dense_with_lse, key_table
 
 
 def mask(spec, n, table, lengths=None):
     return masks.union(masks.random_keys(table), masks.sliding_window(spec.window))
-
-
-def _table(call):
-    return check_keys(call.perm, call.q.shape[0], call.q.shape[2], call.q.device, call.lengths, values=call.validate)
 
 
 def _dense(call, table) -> bool:
@@ -30,7 +26,7 @@ def _dense(call, table) -> bool:
 
 
 def kernel_with_lse(call):
-    return _with_lse(call, _table(call))
+    return _with_lse(call, key_table(call))
 
 
 def _with_lse(call, table):
@@ -44,7 +40,7 @@ def _with_lse(call, table):
 
 def kernel(call):
     q = call.q
-    table = _table(call)
+    table = key_table(call)
     if _dense(call, table):
         full = masks.dense(mask(call.spec, q.shape[2], table), q.shape[2], batch=q.shape[0], device=q.device)
         return (dense_masked_attention(q, call.k, call.v, full, scale=call.scale),)
