@@ -118,10 +118,11 @@ def test_the_shipped_model_swap_trains(name, tmp_path):
 def test_the_gather_kernel_matches_the_oracle_where_it_runs_instead_of_the_dense_path(name, padded, monkeypatch):
     """The variants run the n x n path while it fits (``DENSE_ELEMENTS``) and the O(n*K) gather beyond: with the
     threshold at 0, the gather (and the union's window + far keys merge) must give the oracle's outputs and
-    gradients too."""
+    gradients too, with its queries in many chunks, each gathering only up to its own last key."""
     from sa_lightning.attention import oracle, random_keys
 
     monkeypatch.setattr(random_keys, "DENSE_ELEMENTS", 0)
+    monkeypatch.setattr(random_keys, "_CHUNK_ELEMENTS", 4096)  # a few queries per chunk, each its own width
     variant, n = get_variant(name), 96
     spec = AttentionSpec(name, window=16)
     g = torch.Generator().manual_seed(7)
@@ -139,19 +140,26 @@ def test_the_gather_kernel_matches_the_oracle_where_it_runs_instead_of_the_dense
             torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0)
 
 
-def test_inference_gathers_a_long_row_where_training_keeps_the_n_by_n_path():
+def test_the_route_follows_the_measured_crossover_with_and_without_a_backward_pass():
     """The n x n path has no backward to share its cost with in inference: there the gather runs once a row is
-    INFERENCE_RATIO times the keys a query reads (a 2048-token prefill at w = 32: 5.5x faster, docs/benchmarks.md),
-    while training keeps the n x n path wherever its scores fit."""
-    from sa_lightning.attention.random_keys import DENSE_ELEMENTS, INFERENCE_RATIO, dense_is_cheaper
+    INFERENCE_RATIO times the keys a query reads, in training once it is TRAINING_RATIO times (a 2048-token
+    prefill at w = 32: 15x faster gathered; a training step at n = 256, w = 16: 2.4x faster n x n;
+    docs/benchmarks.md), and always once the n x n scores would not fit."""
+    from sa_lightning.attention.random_keys import (DENSE_ELEMENTS, INFERENCE_RATIO, TRAINING_RATIO,
+                                                    dense_is_cheaper)
 
     long, short = torch.zeros(1, 9, 2048, 4), torch.zeros(1, 9, 128, 4)
     with torch.no_grad():
-        assert not dense_is_cheaper(long, 32) and dense_is_cheaper(short, 32)
+        assert not dense_is_cheaper(long, 32) and dense_is_cheaper(short, 64)
         assert dense_is_cheaper(long, 2048 // INFERENCE_RATIO + 1)
-    assert dense_is_cheaper(long.requires_grad_(), 32)                 # training: the n x n path
+    assert INFERENCE_RATIO < TRAINING_RATIO
+    row = torch.zeros(1, 2, 256, 4, requires_grad=True)
+    assert dense_is_cheaper(row, 26)                                   # training at n = 256, w = 16: n x n
+    with torch.no_grad():
+        assert not dense_is_cheaper(row, 26)                           # the same row in inference: the gather
+    assert not dense_is_cheaper(long.requires_grad_(), 32)             # a long row in training: the gather
     huge = torch.zeros(1, DENSE_ELEMENTS // 2048 ** 2 + 1, 2048, 1, requires_grad=True)
-    assert not dense_is_cheaper(huge, 32)                              # scores that would not fit: the gather
+    assert not dense_is_cheaper(huge, 2048)                            # scores that would not fit: the gather
 
 
 def test_a_short_padded_row_that_reads_every_key_draws_nothing_for_its_padding():

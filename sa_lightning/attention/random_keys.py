@@ -12,16 +12,16 @@ model) and then moved, so the kernels never read it back.
 
 **The kernel** gathers each query's keys (its own, then the table's) and runs one softmax over them:
 O(n * K * d), K about w, chunked over queries. It returns its log-sum-exp, so sinks and the union with SWA
-merge with it; ``skip_recent`` leaves out the keys SWA's window already reads. Gathered keys are memory-bound
-(each query copies its own K x d keys and values), where a masked n x n product reuses every key from cache:
-on the 2-core CPU an n x n masked SDPA trained faster at every size measured up to n = 2048 (forward and
-backward: n = 256, w = 16 at 57 ms against 291 ms; n = 2048, w = 64 at 671 against 809; 2026-11-25). Without a
-backward pass the n x n work is all there is, and the gather wins once a row is about 12 times the keys a query
-can read (the table's width K): SmolLM2's 9 query and 3 kv heads, head dim 64, 2 threads, an idle machine,
-2026-11-26: n = 512, w = 32 at 24.7 ms dense against 35.0 gathered; n = 1024, w = 32 at 223 against 70;
-n = 2048, w = 32 at 874 against 158; n = 2048, w = 128 at 830 against 505; n = 512, w = 128 at 33 against 135
-(docs/benchmarks.md). So the variants run the dense path while its scores fit ``DENSE_ELEMENTS`` and, in
-inference, while n < ``INFERENCE_RATIO`` x K (:func:`dense_is_cheaper`), and the gather beyond.
+merge with it; ``skip_recent`` leaves out the keys SWA's window already reads. Each kv head's keys are rows of
+one matrix, so a query's keys come in one row gather, and each chunk of queries gathers only up to its own
+last key (early queries read about p * i keys, not the table's width). Gathered keys are memory-bound, where a
+masked n x n product reuses every key from cache, so the n x n path wins on short rows. Measured side by side on
+the 2-core CPU (2026-11-26, docs/benchmarks.md): in inference (SmolLM2's 9 query and 3 kv heads, head dim 64)
+the gather wins from about 3 times the keys a query reads (n = 256, w = 64: n x n 7.6 ms against 10.9 gathered;
+n = 512, w = 128: 27.1 against 16.8; n = 2048, w = 32: 802 against 52); with a backward pass from about 12
+(n = 256, w = 16: 152 against 373 gathered; n = 1024, w = 64: 1528 against 1365). So the variants run the n x n
+path while its scores fit ``DENSE_ELEMENTS`` and n < ``INFERENCE_RATIO`` x K (``TRAINING_RATIO`` when q needs a
+gradient) (:func:`dense_is_cheaper`), and the gather beyond.
 """
 from __future__ import annotations
 
@@ -36,19 +36,20 @@ _CHUNK_ELEMENTS = 1 << 24
 #: up to this many scores (batch x query heads x n x n), the n x n masked path runs instead of the gather
 DENSE_ELEMENTS = 1 << 26
 #: without a backward pass, the gather runs once n reaches this many times the keys a query reads
-INFERENCE_RATIO = 12
+INFERENCE_RATIO = 3
+#: with one (a training step)
+TRAINING_RATIO = 12
 
 
 def dense_is_cheaper(q: torch.Tensor, keys: int) -> bool:
     """Whether the n x n masked path is the faster exact route for q (B, Hq, n, d) whose queries each read about
-    ``keys`` keys: while its scores fit, and in inference (no gradient to q) only while n < INFERENCE_RATIO x
-    keys (the module's docstring has the measurements)."""
+    ``keys`` keys: while its scores fit and n < INFERENCE_RATIO x keys, or TRAINING_RATIO x keys when q needs a
+    gradient (the module's docstring has the measurements)."""
     B, Hq, n, _ = q.shape
     if B * Hq * n * n > DENSE_ELEMENTS:
         return False
-    if torch.is_grad_enabled() and q.requires_grad:
-        return True
-    return n < INFERENCE_RATIO * keys
+    training = torch.is_grad_enabled() and q.requires_grad
+    return n < (TRAINING_RATIO if training else INFERENCE_RATIO) * keys
 
 
 def budget(window: int) -> int:
@@ -148,23 +149,43 @@ def random_attention(q, k, v, table: torch.Tensor, *, scale: float, skip_recent:
     table = table.expand(B, -1, -1)
     i = torch.arange(n, device=q.device).view(1, n, 1)
     idx = table if skip_recent else torch.cat([i.expand(B, n, 1), table], -1)
-    K = idx.shape[-1]
     valid = (idx >= 0) & (i - idx >= skip_recent)
-    idx = idx.clamp(min=0)
+    # each kv head's keys as rows of one (B * n, d) matrix: a query's keys are whole rows, gathered in one
+    # index_select and laid out (Hkv, B, queries, K, d) for a batched product with no further copy
+    rows = idx.clamp(min=0) + (torch.arange(B, device=q.device) * n).view(B, 1, 1)
+    kt = k.transpose(0, 1).reshape(Hkv, B * n, d)
+    vt = v.transpose(0, 1).reshape(Hkv, B * n, d)
     low = q.dtype in (torch.float16, torch.bfloat16)
-    chunk = max(1, _CHUNK_ELEMENTS // max(1, B * Hq * max(K, 1) * d))
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, B * Hq * max(idx.shape[-1], 1) * d))
+    starts = list(range(0, n, chunk))
+    widths = _chunk_widths(valid, starts, chunk)
     outs, lses = [], []
-    for a in range(0, n, chunk):
+    for a, K in zip(starts, widths):
         b = min(n, a + chunk)
-        flat = idx[:, a:b].reshape(B, 1, -1, 1).expand(B, Hkv, -1, d)
-        kg = k.gather(2, flat).view(B, Hkv, b - a, K, d)
-        vg = v.gather(2, flat).view(B, Hkv, b - a, K, d)
-        qg = q[:, :, a:b].reshape(B, Hkv, G, b - a, d)
-        scores = torch.einsum("bhgnd,bhnkd->bhgnk", qg, kg)
+        c = b - a
+        at = rows[:, a:b, :K].reshape(-1)
+        kg = kt.index_select(1, at).view(Hkv, B, c, K, d)
+        vg = vt.index_select(1, at).view(Hkv, B, c, K, d)
+        qg = q[:, :, a:b].reshape(B, Hkv, G, c, d).permute(1, 0, 3, 2, 4)  # (Hkv, B, c, G, d)
+        scores = torch.matmul(qg, kg.transpose(-1, -2))  # (Hkv, B, c, G, K)
         scores = (scores.float() if low else scores) * scale
-        scores = scores.masked_fill(~valid[:, a:b].view(B, 1, 1, b - a, K), float("-inf"))
+        scores = scores.masked_fill(~valid[:, a:b, :K].view(1, B, c, 1, K), float("-inf"))
         lse = torch.logsumexp(scores, dim=-1)
         probs = torch.exp(scores - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
-        outs.append(torch.einsum("bhgnk,bhnkd->bhgnd", probs.to(v.dtype), vg).reshape(B, Hq, b - a, d))
-        lses.append(lse.reshape(B, Hq, b - a))
+        out = torch.matmul(probs.to(v.dtype), vg)  # (Hkv, B, c, G, d)
+        outs.append(out.permute(1, 0, 3, 2, 4).reshape(B, Hq, c, d))
+        lses.append(lse.permute(1, 0, 3, 2).reshape(B, Hq, c))
     return torch.cat(outs, 2), torch.cat(lses, 2)
+
+
+def _chunk_widths(valid: torch.Tensor, starts: list[int], chunk: int) -> list[int]:
+    """The table columns each chunk of queries needs: up to its last valid key. Early queries read few keys (about
+    p * i), so trimming the table's full width per chunk halves the gathered bytes. It reads the table back once,
+    which costs nothing on the host; on an accelerator, and only where a gradient is wanted (a training step,
+    which must not sync), every chunk keeps the full width."""
+    K = valid.shape[-1]
+    if (valid.device.type != "cpu" and torch.is_grad_enabled()) or torch.compiler.is_compiling() or K == 0:
+        return [K] * len(starts)
+    last = (valid * torch.arange(1, K + 1, device=valid.device)).amax(dim=(0, 2))  # (n,) last valid column + 1
+    ends = torch.stack([last[a:a + chunk].max() for a in starts])
+    return [max(1, int(e)) for e in ends.tolist()]

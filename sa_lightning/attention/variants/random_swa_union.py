@@ -19,10 +19,10 @@ def mask(spec, n, table, lengths=None):
 
 
 def _dense(call, table) -> bool:
-    """The n x n path: asked for, a row under two windows, or the cheaper one for the window and the table's keys
-    (``dense_is_cheaper``)."""
+    """The n x n path: asked for, a row under two windows, or the cheaper one for the keys the gather reads, the
+    table's (``dense_is_cheaper``; the window's band costs little beside them)."""
     return (call.backend == "dense" or call.q.shape[2] < 2 * call.window
-            or dense_is_cheaper(call.q, call.window + table.shape[-1]))
+            or dense_is_cheaper(call.q, table.shape[-1] + 1))
 
 
 def kernel_with_lse(call):
