@@ -86,6 +86,19 @@ def test_bench_cli_writes_table_with_ratios(tmp_path, monkeypatch, capfd):
     assert "| n | full ms | full_window ms | swa ms | sa ms |" in table and "| sa speed-up |" in table
 
 
+def test_bench_attention_times_any_registered_variant_the_controls_too(tmp_path):
+    """The controls are variants like the rest: ``--variants`` takes the registry's names, and ``--backend dense``
+    times the random control's n x n route beside its gather."""
+    from sa_lightning.attention import VARIANTS
+    from sa_lightning.bench.attention import build_parser, main
+
+    assert set(VARIANTS) <= set(build_parser()._option_string_actions["--variants"].choices)
+    rows = main(["--variants", "swa", "random", "strided", "--lengths", "128", "--heads", "2", "--kv-heads", "1",
+                 "--dim", "16", "--window", "16", "--repeats", "1", "--no-memory", "--same-process",
+                 "--out", str(tmp_path)])
+    assert {r["variant"] for r in rows} == {"swa", "random", "strided"} and all(r["ms"] > 0 for r in rows)
+
+
 def test_bench_times_sa_with_sigma_and_its_inverse_precomputed(monkeypatch):
     """The timed call draws and inverts nothing: the kernels take the precomputed sigma^-1."""
     import argparse

@@ -207,17 +207,17 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
             "--out", str(out)]
     result = main(args)
     rows = {(r["mode"], r["w_eff"], r["sink"]): r for r in result["rows"]}
-    assert set(rows) == {("full", None, 0), ("moba", 8, 0),
-                         *((m, 8, k) for m in ("swa", "sa", "random", "sa_swa_union") for k in (0, 4))}
-    # the budget: SWA at w=8 reads at most 8 keys; sinks add keys; the union reads more than SWA; full most
-    assert rows[("swa", 8, 0)]["kpq:position_ppl_1k"] < 8
-    assert rows[("swa", 8, 4)]["kpq"] > rows[("swa", 8, 0)]["kpq"]
-    assert rows[("sa_swa_union", 8, 0)]["kpq"] > rows[("swa", 8, 0)]["kpq"]
+    drawing = ("sa", "random", "sa_swa_union", "random_swa_union")
+    assert set(rows) == {("full", None, 0), ("moba", 8, 0), *((m, 8, 4) for m in ("swa", *drawing))}
+    # the budget: SWA at w=8 reads its window and the 4 sinks; the unions read more than SWA; full most
+    assert 4 < rows[("swa", 8, 4)]["kpq:position_ppl_1k"] < 8 + 4
+    assert rows[("sa_swa_union", 8, 4)]["kpq"] > rows[("swa", 8, 4)]["kpq"]
+    assert rows[("random_swa_union", 8, 4)]["kpq"] > rows[("swa", 8, 4)]["kpq"]
     assert rows[("full", None, 0)]["kpq:position_ppl_1k"] == pytest.approx(1024 / 2, rel=0.01)
     # the random control reads SA's expected keys per query (independent keys at SA's connection probability)
-    assert rows[("random", 8, 0)]["kpq:position_ppl_1k"] == pytest.approx(rows[("sa", 8, 0)]["kpq:position_ppl_1k"],
+    assert rows[("random", 8, 4)]["kpq:position_ppl_1k"] == pytest.approx(rows[("sa", 8, 4)]["kpq:position_ppl_1k"],
                                                                           rel=0.15)
-    assert set(rows[("sa", 8, 0)]["pos:position_ppl_1k"]) == {"ppl@1-63", "ppl@64-127", "ppl@128-255",
+    assert set(rows[("sa", 8, 4)]["pos:position_ppl_1k"]) == {"ppl@1-63", "ppl@64-127", "ppl@128-255",
                                                              "ppl@256-511", "ppl@512-1023"}
     table = (out / "table.md").read_text()
     assert table.splitlines()[0] == "| w_eff | Mode | keys/q | PK-512 | PPL@1k ↓ | Avg. |"
@@ -225,7 +225,9 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
     for name in ("average", "tasks", "budget", "position"):
         assert (out / f"{name}.png").stat().st_size > 5000, name
     compared = (out / "compare.md").read_text()
-    assert "| SA | SWA | equal w |" in compared and "| SA | Random | equal w |" in compared, compared
+    assert "| SA+sink4 | SWA+sink4 | equal w |" in compared, compared
+    assert "| SA+sink4 | Random+sink4 | equal w |" in compared, compared
+    assert "| SA+SWA+sink4 | Random+SWA+sink4 | equal w |" in compared, compared
     assert "No pair of cells in this run (a mode left out, no B at that window, or no per-item records): SA+SWA − SWA " \
            "(double w)." in compared  # one window here: SWA at 2w is not in the grid, and the report says so
     capsys.readouterr()
@@ -236,7 +238,7 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
 def test_an_unknown_preset_names_the_ones_there_are(tmp_path):
     from sa_lightning.inference.sweep import load_config
 
-    with pytest.raises(ValueError, match="unknown preset 'fast'; this config has quick"):
+    with pytest.raises(ValueError, match="unknown preset 'fast'; this config has full, quick"):
         load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "fast"])
     cfg = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "quick",
                        "--windows", "[64]"])

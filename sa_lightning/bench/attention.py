@@ -285,10 +285,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--device")
     parser.add_argument("--repeats", type=positive_int)
-    parser.add_argument("--variants", nargs="+", default=list(BENCH_VARIANTS), choices=[*BENCH_VARIANTS, "sa_flex"],
-                        help="full is SDPA; full_window is the SWA kernel and backend with w = n (the paper's full)")
+    parser.add_argument("--variants", nargs="+", default=list(BENCH_VARIANTS), choices=[*VARIANTS, *ALIASES],
+                        help="any registered variant (the controls too: random, strided, ...) or a bench-only name: "
+                             "full is SDPA; full_window is the SWA kernel and backend with w = n (the paper's full)")
     parser.add_argument("--moba-top-k", type=positive_int, default=2, help="MoBA k; its block is window // k")
-    parser.add_argument("--backend", default="auto", help="attention backend for swa/sa/sa_swa")
+    parser.add_argument("--backend", default="auto", help="attention backend for the windowed variants (dense: the "
+                        "n x n masked path, e.g. against the random control's gather)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
     parser.add_argument("--forward-only", action="store_true", help="time the forward pass alone")
     parser.add_argument("--same-process", action="store_true",
