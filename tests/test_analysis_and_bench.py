@@ -88,15 +88,17 @@ def test_bench_cli_writes_table_with_ratios(tmp_path, monkeypatch, capfd):
 
 def test_bench_attention_times_any_registered_variant_the_controls_too(tmp_path):
     """The controls are variants like the rest: ``--variants`` takes the registry's names, and ``--backend dense``
-    times the random control's n x n route beside its gather."""
-    from sa_lightning.attention import VARIANTS
-    from sa_lightning.bench.attention import build_parser, main
+    times the random control's n x n route (its gather is the default route at this length)."""
+    from sa_lightning.bench.attention import main
 
-    assert set(VARIANTS) <= set(build_parser()._option_string_actions["--variants"].choices)
-    rows = main(["--variants", "swa", "random", "strided", "--lengths", "128", "--heads", "2", "--kv-heads", "1",
-                 "--dim", "16", "--window", "16", "--repeats", "1", "--no-memory", "--same-process",
-                 "--out", str(tmp_path)])
+    common = ["--lengths", "128", "--heads", "2", "--kv-heads", "1", "--dim", "16", "--window", "16", "--repeats", "1",
+              "--no-memory", "--same-process"]
+    rows = main(["--variants", "swa", "random", "strided", *common, "--out", str(tmp_path / "auto")])
     assert {r["variant"] for r in rows} == {"swa", "random", "strided"} and all(r["ms"] > 0 for r in rows)
+    (dense,) = main(["--variants", "random", "--backend", "dense", *common, "--out", str(tmp_path / "dense")])
+    assert dense["variant"] == "random" and dense["ms"] > 0
+    with pytest.raises(SystemExit):
+        main(["--variants", "randon", *common, "--out", str(tmp_path / "typo")])
 
 
 def test_bench_times_sa_with_sigma_and_its_inverse_precomputed(monkeypatch):

@@ -140,6 +140,36 @@ def test_the_gather_kernel_matches_the_oracle_where_it_runs_instead_of_the_dense
             torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0)
 
 
+def test_each_chunk_gathers_up_to_its_own_last_key_and_the_full_width_gives_the_same():
+    """Early queries read about p * i keys, so a chunk of them gathers fewer columns than the table's width; where a
+    step must not sync (a gradient on an accelerator, a compiled graph) every chunk takes the full width instead,
+    with the same outputs and gradients."""
+    from sa_lightning.attention import random_keys
+
+    n, spec = 96, AttentionSpec(RANDOM.name, window=16)
+    table = random_keys.draw_keys(spec, n, torch.tensor([n, n - 29]), torch.Generator().manual_seed(3))
+    idx = torch.cat([torch.arange(n).view(1, n, 1).expand(2, n, 1), table], -1)
+    starts = list(range(0, n, 8))
+    widths = random_keys._chunk_widths(idx >= 0, starts, 8)
+    assert widths[0] < idx.shape[-1] == max(widths) and widths[0] <= widths[-1]
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, h, n, 8, generator=g, requires_grad=True) for h in (4, 2, 2))
+
+    def run():
+        out, lse = random_keys.random_attention(q, k, v, table, scale=8 ** -0.5)
+        return (out, lse, *torch.autograd.grad(out.square().sum(), (q, k, v)))
+
+    trimmed = run()
+    full = random_keys._chunk_widths
+    try:
+        random_keys._chunk_widths = lambda valid, starts, chunk: [valid.shape[-1]] * len(starts)
+        wide = run()
+    finally:
+        random_keys._chunk_widths = full
+    for a, b in zip(trimmed, wide):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
 def test_the_route_follows_the_measured_crossover_with_and_without_a_backward_pass():
     """The n x n path has no backward to share its cost with in inference: there the gather runs once a row is
     INFERENCE_RATIO times the keys a query reads, in training once it is TRAINING_RATIO times (a 2048-token
@@ -151,7 +181,7 @@ def test_the_route_follows_the_measured_crossover_with_and_without_a_backward_pa
     long, short = torch.zeros(1, 9, 2048, 4), torch.zeros(1, 9, 128, 4)
     with torch.no_grad():
         assert not dense_is_cheaper(long, 32) and dense_is_cheaper(short, 64)
-        assert dense_is_cheaper(long, 2048 // INFERENCE_RATIO + 1)
+        assert dense_is_cheaper(long, int(2048 / INFERENCE_RATIO) + 1)
     assert INFERENCE_RATIO < TRAINING_RATIO
     row = torch.zeros(1, 2, 256, 4, requires_grad=True)
     assert dense_is_cheaper(row, 26)                                   # training at n = 256, w = 16: n x n

@@ -236,6 +236,7 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
 
 
 def test_an_unknown_preset_names_the_ones_there_are(tmp_path):
+    from sa_lightning.inference.plan import cells
     from sa_lightning.inference.sweep import load_config
 
     with pytest.raises(ValueError, match="unknown preset 'fast'; this config has full, quick"):
@@ -247,6 +248,13 @@ def test_an_unknown_preset_names_the_ones_there_are(tmp_path):
     cfg = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "quick",
                        "--task_limits.passkey_512", "7"])  # a nested flag updates the preset's dict
     assert cfg.task_limits == {"passkey_512": 7, "position_ppl_1k": 1, "shakespeare_lastword": 4}
+    # --preset full: the default's folder, so it runs only the cells the default lacks (w 16, 32, no sinks, PK-1k)
+    default = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml")])
+    full = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "full"])
+    assert full.out == default.out and set(default.windows) < set(full.windows) and full.sinks == [0, 4]
+    assert set(default.tasks) < set(full.tasks) and "passkey_1k" in full.tasks
+    done = {c.key for c in cells(default)}
+    assert done < {c.key for c in cells(full)}
 
 
 # ---- the real file ------------------------------------------------------------------------------------

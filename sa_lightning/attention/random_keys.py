@@ -17,11 +17,13 @@ one matrix, so a query's keys come in one row gather, and each chunk of queries 
 last key (early queries read about p * i keys, not the table's width). Gathered keys are memory-bound, where a
 masked n x n product reuses every key from cache, so the n x n path wins on short rows. Measured side by side on
 the 2-core CPU (2026-11-26, docs/benchmarks.md): in inference (SmolLM2's 9 query and 3 kv heads, head dim 64)
-the gather wins from about 3 times the keys a query reads (n = 256, w = 64: n x n 7.6 ms against 10.9 gathered;
-n = 512, w = 128: 27.1 against 16.8; n = 2048, w = 32: 802 against 52); with a backward pass from about 12
-(n = 256, w = 16: 152 against 373 gathered; n = 1024, w = 64: 1528 against 1365). So the variants run the n x n
-path while its scores fit ``DENSE_ELEMENTS`` and n < ``INFERENCE_RATIO`` x K (``TRAINING_RATIO`` when q needs a
-gradient) (:func:`dense_is_cheaper`), and the gather beyond.
+the gather wins from about 3.5 times the keys a query reads (n = 256, w = 64, n = 3.3 K: n x n 7.6 ms against
+10.9 gathered; n = 512, w = 128, n = 3.6 K: 27.1 against 16.8; n = 2048, w = 32: 802 against 52); with a backward
+pass from about 12 (n = 256, w = 16: 152 against 373 gathered; n = 1024, w = 64: 1528 against 1365). So the
+variants run the n x n path while its scores fit ``DENSE_ELEMENTS`` and n < ``INFERENCE_RATIO`` x K
+(``TRAINING_RATIO`` when q needs a gradient) (:func:`dense_is_cheaper`), and the gather beyond. The rule is
+approximate: of the measured rows it misroutes one, n = 128, w = 16 (gathered 2.5 ms against 1.6), and the ratios
+were measured on the CPU only (on an accelerator a training step gathers every chunk at the table's full width).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ _CHUNK_ELEMENTS = 1 << 24
 #: up to this many scores (batch x query heads x n x n), the n x n masked path runs instead of the gather
 DENSE_ELEMENTS = 1 << 26
 #: without a backward pass, the gather runs once n reaches this many times the keys a query reads
-INFERENCE_RATIO = 3
+INFERENCE_RATIO = 3.5
 #: with one (a training step)
 TRAINING_RATIO = 12
 
@@ -180,9 +182,9 @@ def random_attention(q, k, v, table: torch.Tensor, *, scale: float, skip_recent:
 
 def _chunk_widths(valid: torch.Tensor, starts: list[int], chunk: int) -> list[int]:
     """The table columns each chunk of queries needs: up to its last valid key. Early queries read few keys (about
-    p * i), so trimming the table's full width per chunk halves the gathered bytes. It reads the table back once,
-    which costs nothing on the host; on an accelerator, and only where a gradient is wanted (a training step,
-    which must not sync), every chunk keeps the full width."""
+    p * i), so trimming the table's full width per chunk halves the gathered bytes. It reads the widths back once
+    per call: free on the host, one sync per layer on an accelerator in inference. Where a step must not sync (a
+    gradient on an accelerator, or a compiled graph), every chunk keeps the table's full width."""
     K = valid.shape[-1]
     if (valid.device.type != "cpu" and torch.is_grad_enabled()) or torch.compiler.is_compiling() or K == 0:
         return [K] * len(starts)

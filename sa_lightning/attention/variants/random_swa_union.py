@@ -19,8 +19,9 @@ def mask(spec, n, table, lengths=None):
 
 
 def _dense(call, table) -> bool:
-    """The n x n path: asked for, a row under two windows, or the cheaper one for the keys the gather reads, the
-    table's (``dense_is_cheaper``; the window's band costs little beside them)."""
+    """The n x n path: asked for, a row under two windows, or the cheaper one for the keys the gather reads, about
+    the table's width (``dense_is_cheaper`` with K + 1, as the random variant asks; the window's band costs little
+    beside them)."""
     return (call.backend == "dense" or call.q.shape[2] < 2 * call.window
             or dense_is_cheaper(call.q, table.shape[-1] + 1))
 
