@@ -189,5 +189,5 @@ def _chunk_widths(valid: torch.Tensor, starts: list[int], chunk: int) -> list[in
     if (valid.device.type != "cpu" and torch.is_grad_enabled()) or torch.compiler.is_compiling() or K == 0:
         return [K] * len(starts)
     last = (valid * torch.arange(1, K + 1, device=valid.device)).amax(dim=(0, 2))  # (n,) last valid column + 1
-    ends = torch.stack([last[a:a + chunk].max() for a in starts])
+    ends = torch.nn.functional.pad(last, (0, len(starts) * chunk - last.shape[0])).view(len(starts), chunk).amax(1)
     return [max(1, int(e)) for e in ends.tolist()]

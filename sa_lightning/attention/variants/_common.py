@@ -9,7 +9,7 @@ from .. import masks
 from ..dense import dense_masked_attention
 from .._checks import check_padded_perm, check_perm
 from ..permutation import invert_permutation, prefix_permutations, sample_permutation
-from ..random_keys import check_keys
+from ..random_keys import check_keys, dense_is_cheaper
 from ..sinks import causal_keys
 
 
@@ -36,6 +36,12 @@ def check_permutation(perm, batch: int, n: int, device, lengths=None) -> torch.T
 def key_table(call) -> torch.Tensor:
     """The random-keys call's table, checked (values too unless the caller vouches for it)."""
     return check_keys(call.perm, call.q.shape[0], call.q.shape[2], call.q.device, call.lengths, values=call.validate)
+
+
+def dense_for_keys(call, table: torch.Tensor) -> bool:
+    """The random-keys route: the n x n path where asked for, or where it is cheaper than gathering the table's
+    keys and the query's own (``dense_is_cheaper``)."""
+    return call.backend == "dense" or dense_is_cheaper(call.q, table.shape[-1] + 1)
 
 
 def dense_with_lse(call, mask_mod: masks.MaskMod):

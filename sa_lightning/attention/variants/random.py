@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from .. import masks, oracle
 from ..dense import dense_masked_attention
-from ..random_keys import budget, check_keys, dense_is_cheaper, draw_keys, random_attention
+from ..random_keys import budget, check_keys, draw_keys, random_attention
 from ..registry import Variant, register_variant
-from ._common import key_table
+from ._common import dense_for_keys, key_table
 
 
 def mask(spec, n, table, lengths=None):
@@ -21,14 +21,11 @@ def _dense_mask(call, table):
                        device=call.q.device)
 
 
-def _dense(call, table) -> bool:
-    """The n x n path: asked for, or the cheaper one for the table's keys (``dense_is_cheaper``)."""
-    return call.backend == "dense" or dense_is_cheaper(call.q, table.shape[-1] + 1)
 
 
 def kernel_with_lse(call):
     table = key_table(call)
-    if _dense(call, table):
+    if dense_for_keys(call, table):
         return dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale,
                                       return_lse=True)
     return random_attention(call.q, call.k, call.v, table, scale=call.scale, validate=False)
@@ -36,7 +33,7 @@ def kernel_with_lse(call):
 
 def kernel(call):
     table = key_table(call)
-    if _dense(call, table):
+    if dense_for_keys(call, table):
         return (dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale),)
     return (random_attention(call.q, call.k, call.v, table, scale=call.scale, validate=False)[0],)
 

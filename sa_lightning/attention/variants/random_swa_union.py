@@ -8,10 +8,10 @@ import torch
 from .. import masks, oracle
 from ..banded import banded_attention
 from ..dense import dense_masked_attention, merge_partials
-from ..random_keys import budget, check_keys, dense_is_cheaper, draw_keys, random_attention
+from ..random_keys import budget, check_keys, draw_keys, random_attention
 from ..registry import Variant, register_variant
 from ..sinks import causal_keys
-from ._common import dense_with_lse, key_table
+from ._common import dense_for_keys, dense_with_lse, key_table
 
 
 def mask(spec, n, table, lengths=None):
@@ -19,11 +19,9 @@ def mask(spec, n, table, lengths=None):
 
 
 def _dense(call, table) -> bool:
-    """The n x n path: asked for, a row under two windows, or the cheaper one for the keys the gather reads, about
-    the table's width (``dense_is_cheaper`` with K + 1, as the random variant asks; the window's band costs little
-    beside them)."""
-    return (call.backend == "dense" or call.q.shape[2] < 2 * call.window
-            or dense_is_cheaper(call.q, table.shape[-1] + 1))
+    """The n x n path: a row under two windows, or the random variant's route for the table's keys (the window's
+    band costs little beside them)."""
+    return call.q.shape[2] < 2 * call.window or dense_for_keys(call, table)
 
 
 def kernel_with_lse(call):
