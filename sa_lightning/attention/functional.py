@@ -16,6 +16,7 @@ from .band_common import fused_forward_applies
 from .band_inplace import Band, multi_band_attention
 from .banded import banded_attention
 from .dense import dense_masked_attention, merge_partials
+from .flex import MIN_HEAD_DIM
 from .moba import moba_kernel, moba_selection, picks_per_head
 from .permutation import gather_tokens, invert_permutation, sample_permutation
 
@@ -26,7 +27,7 @@ def _backend(backend: str, q: torch.Tensor) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}.")
     if backend == "auto":
-        return "flex" if q.is_cuda else "banded"
+        return "flex" if q.is_cuda and q.shape[-1] >= MIN_HEAD_DIM else "banded"
     return backend
 
 

@@ -23,7 +23,8 @@ pass from about 12 (n = 256, w = 16: 152 against 373 gathered; n = 1024, w = 64:
 variants run the n x n path while its scores fit ``DENSE_ELEMENTS`` and n < ``INFERENCE_RATIO`` x K
 (``TRAINING_RATIO`` when q needs a gradient) (:func:`dense_is_cheaper`), and the gather beyond. The rule is
 approximate: of the measured rows it misroutes one, n = 128, w = 16 (gathered 2.5 ms against 1.6), and the ratios
-were measured on the CPU only (on an accelerator a training step gathers every chunk at the table's full width).
+were measured on the CPU only. On CUDA ``auto`` takes FlexAttention instead (``flex.keys_flex``): a training step
+of this gather keeps n * K * d per head for its backward, which ran out of an H200's 139 GiB at Table 2's shapes.
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ import torch
 
 from . import masks
 from ._checks import check_nonnegative, check_positive, check_qkv, default_scale
+from .flex import MIN_HEAD_DIM
 
 #: ``auto`` is FlexAttention on CUDA where a variant has it, else the banded (O(n*w)) kernel
 BACKENDS = ("auto", "banded", "flex", "dense")
@@ -176,9 +177,13 @@ class Variant:
                              f"not {backend!r}.")
 
     def resolve_backend(self, backend: str, q: torch.Tensor, sink: int = 0) -> str:
+        small = q.shape[-1] < MIN_HEAD_DIM
         if backend != "auto":
+            if backend == "flex" and q.is_cuda and small:
+                raise ValueError(f"FlexAttention on CUDA needs a head dim of at least {MIN_HEAD_DIM}, got "
+                                 f"{q.shape[-1]}: use backend banded (or auto, which picks it).")
             return backend
-        return "flex" if q.is_cuda and "flex" in self.backends and not sink else "banded"
+        return "flex" if q.is_cuda and "flex" in self.backends and not sink and not small else "banded"
 
     def traceable(self, spec: AttentionSpec, q: torch.Tensor, lengths: torch.Tensor | None = None) -> bool:
         """Its kernel can run inside a ``torch.compile`` graph for this call: FlexAttention (a compiler op) on

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .. import masks, oracle
 from ..dense import dense_masked_attention
+from ..flex import keys_flex
 from ..random_keys import budget, check_keys, draw_keys, random_attention
 from ..registry import Variant, register_variant
 from ._common import dense_for_keys, key_table
@@ -22,7 +23,6 @@ def _dense_mask(call, table):
 
 
 
-
 def kernel_with_lse(call):
     table = key_table(call)
     if dense_for_keys(call, table):
@@ -33,6 +33,8 @@ def kernel_with_lse(call):
 
 def kernel(call):
     table = key_table(call)
+    if call.backend == "flex":  # CUDA's route: the gather's training step keeps n * K * d per head (Table 2's shapes: OOM)
+        return (keys_flex(call.q, call.k, call.v, table, scale=call.scale),)
     if dense_for_keys(call, table):
         return (dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale),)
     return (random_attention(call.q, call.k, call.v, table, scale=call.scale, validate=False)[0],)
@@ -45,7 +47,7 @@ def keys_attended_row(spec, length, row):
 
 RANDOM = register_variant(Variant(
     name="random", label="Random", color="#16A085", marker="X", paths=("random",),
-    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
+    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "flex", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, table, lengths: oracle.random_mask(table, q.shape[0], lengths),
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(budget(spec.window) + 1, n),  # about the table's width, plus itself

@@ -8,6 +8,7 @@ import torch
 from .. import masks, oracle
 from ..banded import banded_attention
 from ..dense import dense_masked_attention, merge_partials
+from ..flex import keys_flex
 from ..random_keys import budget, check_keys, draw_keys, random_attention
 from ..registry import Variant, register_variant
 from ..sinks import causal_keys
@@ -40,6 +41,8 @@ def _with_lse(call, table):
 def kernel(call):
     q = call.q
     table = key_table(call)
+    if call.backend == "flex":  # one FlexAttention call over the union's mask (CUDA's route)
+        return (keys_flex(q, call.k, call.v, table, scale=call.scale, window=call.window),)
     if _dense(call, table):
         full = masks.dense(mask(call.spec, q.shape[2], table), q.shape[2], batch=q.shape[0], device=q.device)
         return (dense_masked_attention(q, call.k, call.v, full, scale=call.scale),)
@@ -55,7 +58,7 @@ def keys_attended_row(spec, length, row):
 
 RANDOM_SWA_UNION = register_variant(Variant(
     name="random_swa_union", label="Random+SWA", color="#0E6655", marker="P", paths=("random_swa_union",),
-    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
+    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "flex", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, table, lengths: oracle.random_swa_union_mask(table, spec.window, q.shape[0],
                                                                                lengths),
     keys_attended_row=keys_attended_row,

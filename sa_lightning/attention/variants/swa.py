@@ -40,7 +40,8 @@ def gated_with_swa(far: Variant, union: Variant, **fields) -> Variant:
     def kernel(call):
         return (*far.kernel(call), *SWA.kernel(call))
 
-    return Variant(paths=(far.name, SWA.name), kernel=kernel, backends=("banded", "dense"), mask=union.mask,
+    backends = tuple(b for b in far.backends if b in SWA.backends)  # both paths run on the backend the call resolves
+    return Variant(paths=(far.name, SWA.name), kernel=kernel, backends=backends, mask=union.mask,
                    keys_attended_row=union.keys_attended_row,  # the keys either path reads: the union
                    keys_computed_at=lambda spec, n: far.keys_computed_at(spec, n) + min(spec.window, n),
                    draw=far.draw, check_draw=far.check_draw, draw_ndim=far.draw_ndim, windowed=True, gated=True,
