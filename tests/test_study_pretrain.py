@@ -64,7 +64,25 @@ def test_intervals_come_from_items_and_seeds_and_verdicts_from_paired_difference
     assert room[("full", "val_ppl")] is None and room[("sa@32", "val_ppl")] is True
     assert room[("sa@32", "shakespeare_lastword")] is False and f"| {TIED} | no |" in text
     table = pretrain.table(rows, {"seeds": [0, 1, 2]})
-    assert "two-level percentile bootstrap" in table and "Seed-to-seed spread" in table
+    assert "two-level percentile bootstrap" in table and "SD over training seeds" in table
+
+
+def test_a_model_that_draws_is_scored_under_every_sigma_seed_and_its_spread_shown():
+    """The shipped eval_seeds go to the models that draw (SA, random, their gated pairs), one to the others; the
+    σ spread is the SD over σ seeds of one trained model's score, averaged over its training seeds."""
+    settings = pretrain.load_settings(CONFIG, None, {})
+    assert len(settings["eval_seeds"]) >= 5
+    assert pretrain.eval_seeds("sa@32", settings) == settings["eval_seeds"]
+    assert pretrain.eval_seeds("random_swa@32", settings) == settings["eval_seeds"]
+    assert pretrain.eval_seeds("swa@32", settings) == pretrain.eval_seeds("strided@32", settings) == [0]
+    draws = [[4.0, 5.0], [4.2, 5.2], [4.4, 5.4]]  # one trained model under three σ seeds: mean NLL 4.5, 4.7, 4.9
+    result = {"model": "sa@32", "seed": 0, "eval_seeds": [0, 1, 2],
+              "scores_by_eval_seed": [{"val_ppl": d, "shakespeare_lastword": [0.0], "shakespeare_choice": [100.0]}
+                                      for d in draws]}
+    want = float(np.std([math.exp(4.5), math.exp(4.7), math.exp(4.9)], ddof=1))
+    assert pretrain.sigma_sd([result], "sa@32", "val_ppl") == pytest.approx(want)
+    assert pretrain.sigma_sd([result], "sa@32", "shakespeare_lastword") == 0.0
+    assert pretrain.sigma_sd([_result("swa@32", 0, [4.0], [0.0], [0.0])], "swa@32", "val_ppl") is None
 
 
 @pytest.mark.slow
@@ -74,6 +92,11 @@ def test_a_cell_trains_scores_its_items_and_resumes(tmp_path, capsys):
             "--set", "trainer.max_steps=2", "--set", "data.val_blocks=4", "--out", str(tmp_path)]
     (result,) = pretrain.main(args)
     assert result["steps"] == 2 and len(result["scores"]["val_ppl"]) == 4
+    # scored under each shipped σ seed, each with its own draws; an item's score is their mean
+    by_seed = result["scores_by_eval_seed"]
+    assert result["eval_seeds"] == [0, 1, 2, 3, 4] and len(by_seed) == 5
+    assert result["scores"]["val_ppl"] == pytest.approx(np.mean([s["val_ppl"] for s in by_seed], axis=0), abs=1e-5)
+    assert by_seed[0]["val_ppl"] != by_seed[1]["val_ppl"]  # another σ per block
     assert len(result["scores"]["shakespeare_lastword"]) == 3 == len(result["scores"]["shakespeare_choice"])
     assert (tmp_path / "table.md").is_file() and (tmp_path / "table1.png").stat().st_size > 1000
     saved = json.loads(next((tmp_path / "cells").glob("*.json")).read_text())

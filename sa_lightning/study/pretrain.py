@@ -13,6 +13,10 @@ its variant, window and seed swapped; ``fit_overrides`` change it only in size).
 - the shipped offline tasks (``shakespeare_lastword`` accuracy, ``shakespeare_choice`` acc_norm), through lm-eval
   with its per-document records (eval_samples 1, σ drawn per document from the evaluation seed).
 
+A model that draws (SA, the random keys and their gated pairs) is scored once per evaluation σ seed
+(``eval_seeds``), each with its own σ for every validation block and document; an item's score is its mean over
+those draws, and each draw's records are kept (``scores_by_eval_seed``). A model that draws nothing is scored once.
+
 At the end (written together, the previous set left whole on a failure): ``results.csv``, ``table.md`` (each model's
 score per column, mean [95% interval] by a two-level bootstrap: the items, then the training seeds within each item;
 the seed-to-seed spread apart), ``compare.md``/``compare.json`` (the configured comparisons, A − B paired on the same
@@ -88,8 +92,14 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
 
 
 # ---- one cell --------------------------------------------------------------------------------------
-def validation_items(model, dm) -> list[float]:
-    """Each validation block's mean NLL per token, in the validation order (SA draws σ as validation does)."""
+#: validation streams each evaluation σ seed owns: seed e draws block i's σ from stream -1 - i - e * VAL_STREAMS
+#: (seed 0: validation's own draws)
+VAL_STREAMS = 1 << 20
+
+
+def validation_items(model, dm, eval_seed: int = 0) -> list[float]:
+    """Each validation block's mean NLL per token, in the validation order. SA draws σ as validation does, from
+    streams of its own for each ``eval_seed`` (0: validation's)."""
     import torch
     import torch.nn.functional as F
 
@@ -98,7 +108,7 @@ def validation_items(model, dm) -> list[float]:
     with torch.no_grad():
         for i, batch in enumerate(dm.val_dataloader()):
             inputs, targets = model.targets_of(batch)
-            scores = model.eval_scores(inputs, -1 - i).float()
+            scores = model.eval_scores(inputs, -1 - i - eval_seed * VAL_STREAMS).float()
             nll = F.cross_entropy(scores.flatten(0, 1), targets.flatten(), reduction="none", ignore_index=-100)
             out += nll.view(targets.shape).mean(dim=1).tolist()
     return out
@@ -114,13 +124,25 @@ def run_cell(cell: dict, spec: dict) -> dict:
     cli = run_cli(spec["fit_args"], run=True)
     trained = time.perf_counter() - start
     model, dm = cli.model, cli.datamodule
-    scores = {"val_ppl": [round(x, 5) for x in validation_items(model, dm)]}
-    lm = SALM(model.net, tokenizer=dm.tokenizer, eval_samples=1, seed=spec["eval_seed"])
-    _, items = run_tasks_with_items(lm, list(TASK_METRICS), limit=spec["limit"], seed=spec["eval_seed"])
-    for task, metric in TASK_METRICS.items():
-        scores[task] = [100.0 * item["scores"][metric] for item in sorted(items[task], key=lambda r: r["doc_id"])]
+    by_seed = []
+    for eval_seed in spec["eval_seeds"]:
+        scores = {"val_ppl": [round(x, 5) for x in validation_items(model, dm, eval_seed)]}
+        lm = SALM(model.net, tokenizer=dm.tokenizer, eval_samples=1, seed=eval_seed)
+        # lm-eval's own seed stays the first: the same documents, in the same order, under every σ seed
+        _, items = run_tasks_with_items(lm, list(TASK_METRICS), limit=spec["limit"], seed=spec["eval_seeds"][0])
+        for task, metric in TASK_METRICS.items():
+            scores[task] = [100.0 * item["scores"][metric] for item in sorted(items[task], key=lambda r: r["doc_id"])]
+        by_seed.append(scores)
+    mean = {column: [round(float(x), 5) for x in np.mean([s[column] for s in by_seed], axis=0)] for column in by_seed[0]}
     return {**cell, "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
-            "seconds": round(time.perf_counter() - start, 1), "scores": scores}
+            "seconds": round(time.perf_counter() - start, 1), "eval_seeds": list(spec["eval_seeds"]),
+            "scores": mean, "scores_by_eval_seed": by_seed}
+
+
+def eval_seeds(model: str, settings: dict) -> list[int]:
+    """The evaluation σ seeds a model is scored under: the config's for a model that draws, the first alone else."""
+    seeds = list(settings.get("eval_seeds") or [0])
+    return seeds if get_variant(parse_model(model)[0]).draws else seeds[:1]
 
 
 # ---- summaries -------------------------------------------------------------------------------------
@@ -139,8 +161,22 @@ def _interval(values: np.ndarray, column: str, *keys):
     return ci.map(math.exp) if column == "val_ppl" else ci
 
 
+def _score(values, column: str) -> float:
+    """A run's score on ``column`` from its items: the perplexity of the mean NLL, or the mean (points)."""
+    mean = float(np.mean(values))
+    return math.exp(mean) if column == "val_ppl" else mean
+
+
+def sigma_sd(results: list[dict], model: str, column: str) -> float | None:
+    """σ's own noise: the SD over evaluation σ seeds of a trained model's score, averaged over its training seeds
+    (None for a model scored under one σ seed)."""
+    sds = [float(np.std([_score(s[column], column) for s in r["scores_by_eval_seed"]], ddof=1))
+           for r in results if r["model"] == model and len(r.get("scores_by_eval_seed") or []) > 1]
+    return float(np.mean(sds)) if sds else None
+
+
 def rows(results: list[dict], models: list[str]) -> list[dict]:
-    """One row per model: each column's mean, interval and seed spread."""
+    """One row per model: each column's mean, interval, training-seed spread and σ spread."""
     out = []
     for model in models:
         entry = {"model": model}
@@ -149,11 +185,12 @@ def rows(results: list[dict], models: list[str]) -> list[dict]:
             if values is None:
                 continue
             ci = _interval(values, column, model)
-            spread = values.mean(axis=1)
-            spread = np.exp(spread) if column == "val_ppl" else spread
+            spread = np.array([_score(v, column) for v in values])
             entry.update({column: ci.mean, f"{column}:lo": ci.lo, f"{column}:hi": ci.hi, f"{column}:items": ci.items,
                           f"{column}:seeds": ci.seeds,
-                          f"{column}:seed_sd": float(spread.std(ddof=1)) if len(spread) > 1 else None})
+                          f"{column}:seed_sd": float(spread.std(ddof=1)) if len(spread) > 1 else None,
+                          f"{column}:sigma_sd": sigma_sd(results, model, column)})
+        entry["eval_seeds"] = max((len(r.get("eval_seeds") or [0]) for r in results if r["model"] == model), default=1)
         out.append(entry)
     return out
 
@@ -171,20 +208,30 @@ def _cell(r: dict, column: str, spec: str) -> str:
 
 
 def table(table_rows: list[dict], settings: dict) -> str:
-    lines = head(["Model", *(name for _, name, _ in COLUMNS), "Seeds"], ["---"] + ["---"] * len(COLUMNS) + ["---:"])
+    lines = head(["Model", *(name for _, name, _ in COLUMNS), "Seeds", "σ seeds"],
+                 ["---"] + ["---"] * len(COLUMNS) + ["---:", "---:"])
     for r in table_rows:
         lines.append(row([label(r["model"]), *(_cell(r, c, ".2f" if c == "val_ppl" else ".1f") for c, _, _ in COLUMNS),
-                          r.get("val_ppl:seeds", "–")]))
-    spread = head(["Model", *(name for _, name, _ in COLUMNS)], ["---"] + ["---:"] * len(COLUMNS))
+                          r.get("val_ppl:seeds", "–"), r.get("eval_seeds", 1)]))
+
+    def sd(value):
+        return "–" if value is None else f"{value:.2f}"
+
+    spread = head(["Model", *(f"{name}: {kind}" for _, name, _ in COLUMNS for kind in ("training", "σ"))],
+                  ["---"] + ["---:"] * 2 * len(COLUMNS))
     for r in table_rows:
-        spread.append(row([label(r["model"]), *("–" if r.get(f"{c}:seed_sd") is None else f"{r[f'{c}:seed_sd']:.2f}"
-                                                 for c, _, _ in COLUMNS)]))
+        spread.append(row([label(r["model"]), *(sd(r.get(f"{c}:{k}")) for c, _, _ in COLUMNS
+                                                 for k in ("seed_sd", "sigma_sd"))]))
+    seeds = settings.get("eval_seeds") or [0]
     note = (f"Each score is mean [95% interval] over the training seeds {settings['seeds']}: a two-level percentile "
             f"bootstrap ({RESAMPLES} resamples) over the items (validation blocks, task documents), then the seeds "
-            "within each drawn item. Val. PPL: the interval of the mean NLL per block, as a perplexity. LW: "
-            "last-word accuracy (%); MC: four-way choice acc_norm (%), chance 25%.")
-    return "\n".join(lines + ["", note, "", "Seed-to-seed spread (SD over training seeds of each seed's score):", "",
-                              *spread]) + "\n"
+            f"within each drawn item. A model that draws σ (or random keys) is scored under the evaluation σ seeds "
+            f"{seeds}, and each item's score is its mean over them, so σ's noise is inside the interval. Val. PPL: "
+            "the interval of the mean NLL per block, as a perplexity. LW: last-word accuracy (%); MC: four-way choice "
+            "acc_norm (%), chance 25%.")
+    return "\n".join(lines + ["", note, "", "Spread: the SD over training seeds of each trained model's score "
+                              "(training), and the SD over evaluation σ seeds of one trained model's score, averaged "
+                              "over its training seeds (σ):", "", *spread]) + "\n"
 
 
 def _difference(results: list[dict], a: str, b: str, column: str):
@@ -291,7 +338,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     results = grid.run_cells(
         todo, out, cell_id,
         spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
-                              "limit": settings.get("limit"), "eval_seed": settings.get("eval_seed", 0)},
+                              "limit": settings.get("limit"), "eval_seeds": eval_seeds(cell["model"], settings)},
         run=run_cell, line=line, jobs=settings.get("jobs"))
     table_rows = rows(results, settings["models"])
     compared, comparison_rows = compare(results, settings.get("comparisons") or [])
