@@ -199,3 +199,26 @@ def test_a_short_padded_row_that_reads_every_key_draws_nothing_for_its_padding()
     table = RANDOM.draw(spec, 2048, torch.tensor([10, 2048]), torch.Generator().manual_seed(0))
     assert table.shape[-1] < 100
     assert torch.equal((table[0, :10] >= 0).sum(-1), torch.arange(10)) and (table[0, 10:] == -1).all()
+
+
+def test_a_key_tables_width_is_dynamic_so_a_compiled_step_traces_it_once():
+    """Each draw's table is as wide as the most keys any query drew, which differs per draw; layer_draws marks that
+    width dynamic, so a compiled graph that takes the table (a CUDA model's FlexAttention path) is traced once,
+    not once more at the second width (dynamo's own trace; σ's shape never varies and stays static)."""
+    from torch._dynamo.utils import counters
+
+    from sa_lightning.attention import AttentionSpec, VARIANTS
+    from sa_lightning.attention.draws import layer_draws
+
+    torch._dynamo.reset()
+    counters.clear()
+    step = torch.compile(lambda t: (t.clamp(min=0) * 2).sum(), backend="eager", fullgraph=True)
+    widths = set()
+    for layer in range(6):
+        (table,) = layer_draws(VARIANTS["random"], AttentionSpec("random", window=32), 200, [layer], seed=0)
+        widths.add(table.shape[-1])
+        assert int(step(table)) == int((table.clamp(min=0) * 2).sum())
+    assert len(widths) > 1, widths
+    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+    (perm,) = layer_draws(VARIANTS["sa"], AttentionSpec("sa", window=32), 200, [0], seed=0)
+    assert not getattr(perm, "_dynamo_weak_dynamic_indices", None)

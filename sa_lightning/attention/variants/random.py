@@ -48,6 +48,7 @@ def keys_attended_row(spec, length, row):
 RANDOM = register_variant(Variant(
     name="random", label="Random", color="#16A085", marker="X", paths=("random",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "flex", "dense"), mask=mask,
+    cpu_graph=False,  # its flex mask is a buffer the graph computes: Inductor's CPU template cannot capture it
     oracle_mask=lambda spec, q, k, table, lengths: oracle.random_mask(table, q.shape[0], lengths),
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(budget(spec.window) + 1, n),  # about the table's width, plus itself

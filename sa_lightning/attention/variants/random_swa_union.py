@@ -59,6 +59,7 @@ def keys_attended_row(spec, length, row):
 RANDOM_SWA_UNION = register_variant(Variant(
     name="random_swa_union", label="Random+SWA", color="#0E6655", marker="P", paths=("random_swa_union",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "flex", "dense"), mask=mask,
+    cpu_graph=False,  # its flex mask is a buffer the graph computes: Inductor's CPU template cannot capture it
     oracle_mask=lambda spec, q, k, table, lengths: oracle.random_swa_union_mask(table, spec.window, q.shape[0],
                                                                                lengths),
     keys_attended_row=keys_attended_row,
