@@ -133,7 +133,8 @@ def run_cell(cell: dict, spec: dict) -> dict:
         for task, metric in TASK_METRICS.items():
             scores[task] = [100.0 * item["scores"][metric] for item in sorted(items[task], key=lambda r: r["doc_id"])]
         by_seed.append(scores)
-    mean = {column: [round(float(x), 5) for x in np.mean([s[column] for s in by_seed], axis=0)] for column in by_seed[0]}
+    mean = {column: [round(float(x), 5) for x in np.mean([s[column] for s in by_seed], axis=0)]
+            for column in by_seed[0]}
     return {**cell, "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
             "seconds": round(time.perf_counter() - start, 1), "eval_seeds": list(spec["eval_seeds"]),
             "scores": mean, "scores_by_eval_seed": by_seed}

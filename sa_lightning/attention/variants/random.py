@@ -22,7 +22,6 @@ def _dense_mask(call, table):
                        device=call.q.device)
 
 
-
 def kernel_with_lse(call):
     table = key_table(call)
     if dense_for_keys(call, table):
@@ -33,7 +32,7 @@ def kernel_with_lse(call):
 
 def kernel(call):
     table = key_table(call)
-    if call.backend == "flex":  # CUDA's route: the gather's training step keeps n * K * d per head (Table 2's shapes: OOM)
+    if call.backend == "flex":  # CUDA's route: a training step of the gather keeps n * K * d per head (OOM)
         return (keys_flex(call.q, call.k, call.v, table, scale=call.scale),)
     if dense_for_keys(call, table):
         return (dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, table), scale=call.scale),)
