@@ -21,9 +21,13 @@ the gather wins from about 3.5 times the keys a query reads (n = 256, w = 64, n 
 10.9 gathered; n = 512, w = 128, n = 3.6 K: 27.1 against 16.8; n = 2048, w = 32: 802 against 52); with a backward
 pass from about 12 (n = 256, w = 16: 152 against 373 gathered; n = 1024, w = 64: 1528 against 1365). So the
 variants run the n x n path while its scores fit ``DENSE_ELEMENTS`` and n < ``INFERENCE_RATIO`` x K
-(``TRAINING_RATIO`` when q needs a gradient) (:func:`dense_is_cheaper`), and the gather beyond. The rule is
-approximate: of the measured rows it misroutes one, n = 128, w = 16 (gathered 2.5 ms against 1.6), and the ratios
-were measured on the CPU only. On CUDA ``auto`` takes FlexAttention instead (``flex.keys_flex``): a training step
+(``TRAINING_RATIO`` when q needs a gradient) (:func:`dense_is_cheaper`), and the gather beyond. Without grouped
+kv heads the gather fetches a key per query head, not per group, so the crossover moves out: the tiny models'
+shapes (4 query and 4 kv heads, d = 32, batch 16, w = 32, one thread) ran n x n 16.9 ms against 35.8 gathered at
+n = 192, 29.6 against 34.7 at 256, 54.5 against 42.5 at 320 and 115 against 68 at 512: about 6.5 K. Inference's
+ratio is therefore 2 + 4.5 x (kv heads / query heads): 3.5 for SmolLM2's groups of three, 6.5 without groups
+(the training ratio was measured with groups of three only). The rule is approximate: of the measured rows it
+misroutes one, n = 128, w = 16 (gathered 2.5 ms against 1.6), and the ratios were measured on the CPU only. On CUDA ``auto`` takes FlexAttention instead (``flex.keys_flex``): a training step
 of this gather keeps n * K * d per head for its backward, which ran out of an H200's 139 GiB at Table 2's shapes.
 """
 from __future__ import annotations
@@ -38,21 +42,26 @@ from .masks import sa_band_others
 _CHUNK_ELEMENTS = 1 << 24
 #: up to this many scores (batch x query heads x n x n), the n x n masked path runs instead of the gather
 DENSE_ELEMENTS = 1 << 26
-#: without a backward pass, the gather runs once n reaches this many times the keys a query reads
-INFERENCE_RATIO = 3.5
+#: without a backward pass, the gather runs once n reaches INFERENCE_RATIO + INFERENCE_RATIO_PER_KV x (kv heads /
+#: query heads) times the keys a query reads: 3.5 with SmolLM2's groups of three, 6.5 without groups
+INFERENCE_RATIO = 2.0
+INFERENCE_RATIO_PER_KV = 4.5
 #: with one (a training step)
 TRAINING_RATIO = 12
 
 
-def dense_is_cheaper(q: torch.Tensor, keys: int) -> bool:
+def dense_is_cheaper(q: torch.Tensor, keys: int, kv_heads: int | None = None) -> bool:
     """Whether the n x n masked path is the faster exact route for q (B, Hq, n, d) whose queries each read about
-    ``keys`` keys: while its scores fit and n < INFERENCE_RATIO x keys, or TRAINING_RATIO x keys when q needs a
+    ``keys`` keys from ``kv_heads`` kv heads (None: as many as q's): while its scores fit and n is below
+    (INFERENCE_RATIO + INFERENCE_RATIO_PER_KV x kv_heads / Hq) x keys, or TRAINING_RATIO x keys when q needs a
     gradient (the module's docstring has the measurements)."""
     B, Hq, n, _ = q.shape
     if B * Hq * n * n > DENSE_ELEMENTS:
         return False
-    training = torch.is_grad_enabled() and q.requires_grad
-    return n < (TRAINING_RATIO if training else INFERENCE_RATIO) * keys
+    if torch.is_grad_enabled() and q.requires_grad:
+        return n < TRAINING_RATIO * keys
+    share = (Hq if kv_heads is None else kv_heads) / Hq
+    return n < (INFERENCE_RATIO + INFERENCE_RATIO_PER_KV * share) * keys
 
 
 def budget(window: int) -> int:

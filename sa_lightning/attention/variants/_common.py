@@ -41,7 +41,7 @@ def key_table(call) -> torch.Tensor:
 def dense_for_keys(call, table: torch.Tensor) -> bool:
     """The random-keys route: the n x n path where asked for, or where it is cheaper than gathering the table's
     keys and the query's own (``dense_is_cheaper``)."""
-    return call.backend == "dense" or dense_is_cheaper(call.q, table.shape[-1] + 1)
+    return call.backend == "dense" or dense_is_cheaper(call.q, table.shape[-1] + 1, call.k.shape[1])
 
 
 def dense_with_lse(call, mask_mod: masks.MaskMod):
