@@ -75,6 +75,7 @@ def test_a_model_that_draws_is_scored_under_every_sigma_seed_and_its_spread_show
     assert pretrain.eval_seeds("sa@32", settings) == settings["eval_seeds"]
     assert pretrain.eval_seeds("random_swa@32", settings) == settings["eval_seeds"]
     assert pretrain.eval_seeds("swa@32", settings) == pretrain.eval_seeds("strided@32", settings) == [0]
+    assert pretrain.eval_seeds("sa@32", {"eval_seed": 3}) == [3]  # a config written before eval_seeds
     draws = [[4.0, 5.0], [4.2, 5.2], [4.4, 5.4]]  # one trained model under three σ seeds: mean NLL 4.5, 4.7, 4.9
     result = {"model": "sa@32", "seed": 0, "eval_seeds": [0, 1, 2],
               "scores_by_eval_seed": [{"val_ppl": d, "shakespeare_lastword": [0.0], "shakespeare_choice": [100.0]}

@@ -141,8 +141,9 @@ def run_cell(cell: dict, spec: dict) -> dict:
 
 
 def eval_seeds(model: str, settings: dict) -> list[int]:
-    """The evaluation σ seeds a model is scored under: the config's for a model that draws, the first alone else."""
-    seeds = list(settings.get("eval_seeds") or [0])
+    """The evaluation σ seeds a model is scored under: the config's for a model that draws, the first alone else
+    (a config of before, with one ``eval_seed``, gives that one)."""
+    seeds = list(settings.get("eval_seeds") or [settings.get("eval_seed", 0)])
     return seeds if get_variant(parse_model(model)[0]).draws else seeds[:1]
 
 
