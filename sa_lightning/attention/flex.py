@@ -88,13 +88,19 @@ def _band_blocks(n: int, before: int, after: int, circular: bool, block: int, de
     return hit.view(1, 1, nb, nb)
 
 
+def _kv_blocks(hit: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(kv_num_blocks, kv_indices) of a (..., query blocks, key blocks) bool table of visited tiles: how many
+    each query block visits, and their indices first (stable, so in key order)."""
+    num = hit.sum(-1, dtype=torch.int32)
+    order = torch.argsort((~hit).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return num, order
+
+
 @functools.lru_cache(maxsize=64)
 def _band_tables(n: int, before: int, after: int, circular: bool, block: int, device: str, size: int):
     """(kv_num_blocks, kv_indices) of a band over ``size`` positions: which key blocks each query block visits."""
     hit = _band_blocks(n, before, after, circular, block, device, size)
-    num = hit.sum(-1, dtype=torch.int32)
-    order = torch.argsort((~hit).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-    return num, order
+    return _kv_blocks(hit)
 
 
 def band_block_mask(n: int, before: int, after: int, circular: bool, block: int = BLOCK, device: str = "cuda",
@@ -181,8 +187,7 @@ def moba_block_mask(picks: torch.Tensor, block_size: int, block: int = BLOCK):
     # own blocks: query tile [qs, qe] reads keys from block(qs)'s start up to qe
     own = (starts.view(1, -1) <= ends.view(-1, 1)) & (ends.view(1, -1) >= (starts // block_size * block_size).view(-1, 1))
     hit = picked | own
-    num = hit.sum(-1, dtype=torch.int32)
-    order = torch.argsort((~hit).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    num, order = _kv_blocks(hit)
     return _flex().BlockMask.from_kv_blocks(num, order, BLOCK_SIZE=block, mask_mod=masks.moba_picks(picks, block_size),
                                             seq_lengths=(n, n))
 
@@ -215,8 +220,7 @@ def keys_block_mask(table: torch.Tensor, size: int, window: int = 0, block: int 
         band = (i.view(-1, 1) >= i.view(1, -1)) & (i.view(-1, 1) - i.view(1, -1) < window)
         readable |= band
     hit = readable.view(Bt, nt, block, nt, block).any(4).any(2).unsqueeze(1)  # (Bt, 1, nt, nt)
-    num = hit.sum(-1, dtype=torch.int32)
-    order = torch.argsort((~hit).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    num, order = _kv_blocks(hit)
     if Bt == 1:
         def mask_mod(b, h, q_idx, kv_idx):
             return readable[0, q_idx, kv_idx]
