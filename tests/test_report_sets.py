@@ -95,7 +95,7 @@ def test_a_full_disk_while_a_sweep_reports_keeps_the_previous_report_and_the_new
 def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(tmp_path, monkeypatch):
     import sa_lightning.study.long_range as study
 
-    def fake_cell(cell, args, eval_samples):  # a trained cell, without the training
+    def fake_cell(cell, spec):  # a trained cell, without the training
         buckets = {"2-15": 1.0, "16-31": 0.5, "32-63": 0.25}
         return {**cell, "seq_len": 64, "receptive_field": cell["depth"] * (cell["window"] - 1), "steps": 1,
                 "train_seconds": 0.0, "seconds": 0.0, "edges": [2, 16, 32, 64],

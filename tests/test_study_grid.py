@@ -55,7 +55,7 @@ def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, 
     assert [r["n"] for r in results] == [1, 2, 3, 4]
     assert os.getpid() not in {r["pid"] for r in results} and {r["threads"] for r in results} == {1}
     printed = capsys.readouterr().out
-    assert "4 cell(s) to train, 2 at a time (1 thread(s) each)" in printed
+    assert "4 cell(s) to run, 2 at a time (1 thread(s) each)" in printed
     assert all(f"/4] c{n}: x={n} (0 s;" in printed for n in range(1, 5))
     assert json.loads((out / "cells" / "c3.json").read_text())["spec"] == {"v": 1}
     again = grid.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run, line=lambda r: "", jobs=2)
@@ -72,3 +72,39 @@ def test_a_failed_cell_stops_the_study_and_keeps_the_cells_that_finished(tmp_pat
     assert not (tmp_path / "cells" / "c1.json").exists()
     for path in (tmp_path / "cells").glob("*.json"):
         assert json.loads(path.read_text())["spec"] == {"fail": 1}
+
+
+def test_a_cell_trained_with_the_same_fit_arguments_is_scored_again_from_its_last_checkpoint(tmp_path, capsys):
+    """A spec that changed only in its scoring (more σ seeds, say) reuses the trained model; one whose fit
+    arguments changed, or whose checkpoint is gone or at another step, trains again."""
+    import torch
+
+    folder = tmp_path / "runs" / "c1"
+    args = ["fit", "--config", "x.yaml", "--trainer.default_root_dir", str(folder)]
+    saved = {"spec": {"fit_args": args, "eval_seeds": [0]}, "steps": 4, "train_seconds": 12.5, "scores": {}}
+    spec = {"fit_args": args, "eval_seeds": [0, 1]}
+    assert grid.trained_checkpoint(saved, spec) is None  # no checkpoint
+    ckpt = folder / "tb" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save({"global_step": 4}, ckpt)
+    assert grid.trained_checkpoint(saved, spec) == {"checkpoint": str(ckpt), "steps": 4, "train_seconds": 12.5}
+    assert grid.trained_checkpoint({**saved, "steps": 5}, spec) is None  # another step: not the recorded model
+    other = {**spec, "fit_args": args + ["--trainer.max_steps", "8"]}
+    assert grid.trained_checkpoint(saved, other) is None  # trained another way
+    assert grid.trained_checkpoint({}, spec) is None
+    ckpt.write_bytes(b"cut short")
+    assert grid.trained_checkpoint(saved, spec) is None  # damaged: train again
+
+    # in the loop: the stand-in sees the checkpoint in the spec it is given; the record keeps the study's spec
+    torch.save({"global_step": 4}, ckpt)
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "cells" / "c1.json").write_text(json.dumps(saved))
+    (result,) = grid.run_cells([{"n": 1}], tmp_path, _cell_id, lambda cell: spec, _run_seeing_spec,
+                               line=lambda r: "", jobs=1)
+    assert result["given"]["trained"]["checkpoint"] == str(ckpt)
+    assert json.loads((tmp_path / "cells" / "c1.json").read_text())["spec"] == spec
+    assert "1 cell(s) trained before with the same fit arguments: scored again" in capsys.readouterr().out
+
+
+def _run_seeing_spec(cell: dict, spec: dict) -> dict:
+    return {**cell, "given": spec, "seconds": 0.0, "scores": {}}

@@ -60,8 +60,9 @@ def test_compare_pools_the_training_seeds_with_each_seeds_own_difference():
     assert set(rows) == {"random", "swa"}
     sa_random, sa_swa = rows["random"], rows["swa"]
     assert sa_random[6] == "3" and len(sa_random[9].split(", ")) == 3  # three seeds, each one's own difference
-    assert sa_random[12] == "better" and sa_random[13] == "yes"  # full beats SWA at every seed: headroom
-    assert sa_swa[12] == "not separable at this size"  # the seeds disagree
+    assert sa_random[12] == "–"  # one σ draw per model: no σ spread to show
+    assert sa_random[13] == "better" and sa_random[14] == "yes"  # full beats SWA at every seed: headroom
+    assert sa_swa[13] == "not separable at this size"  # the seeds disagree
     assert "nested percentile bootstrap" in pooled
     assert "Pooled over training seeds" not in compare(cells[::3], [{"a": "sa", "b": "random"}])  # one seed: none
 
@@ -71,3 +72,31 @@ def test_the_table_names_the_seed_where_several_were_trained():
     assert "| seed |" not in one
     several = table([_cell("sa", 0.9, seed=s) for s in range(2)])
     assert "| variant | seed | K |" in several and "| sa | 1 | 1 |" in several
+
+
+def test_sigma_seeds_average_each_answer_and_their_spread_is_shown_apart():
+    """At K = 1 a model that draws is validated once per σ seed: each answer counts as its mean over them, and
+    table.md and the pooled comparison show the σ seeds' spread beside the training seeds'."""
+    from sa_lightning.study.long_range import _mean_of_runs, beyond_by_eval_seed, sigma_sd
+
+    def run(seed: int, rate: float) -> dict:
+        cell = _cell("sa", rate, seed=0)
+        return {**cell["scores"][1], "acc": rate, "loss": 1.0 - rate}
+
+    runs = [run(0, 0.9), run(0, 0.5)]
+    merged = _mean_of_runs(runs)
+    assert merged["acc"] == 0.7 and len(merged["hits_by_eval_seed"]) == 2
+    assert [d for d, _ in merged["items"]] == [d for d, _ in runs[0]["items"]]
+    assert all(h == (a[1] + b[1]) / 2 for (_, h), a, b in zip(merged["items"], runs[0]["items"], runs[1]["items"]))
+    assert _mean_of_runs(runs[:1]) is runs[0]  # validated once: as before, no per-seed answers
+    cell = {**_cell("sa", 0.9), "scores": {1: merged}}
+    per_seed = beyond_by_eval_seed(cell, 1)
+    assert len(per_seed) == 2 and abs(sum(per_seed) / 2 - beyond(cell, 1)) < 1e-9
+    swa = _cell("swa", 0.5)
+    assert abs(sigma_sd(cell, swa, 1) - abs(per_seed[0] - per_seed[1]) / 2 ** 0.5) < 1e-9  # B drew nothing
+    assert sigma_sd(swa, _cell("full", 1.0), 1) is None and beyond_by_eval_seed(swa, 1) is None
+    assert "σ SD" in table([cell, swa]) and "(2 σ)" in table([cell, swa])
+    cells = [{**c, "seed": s} for s in range(2) for c in (cell, swa, _cell("full", 1.0))]
+    pooled = compare(cells, [{"a": "sa", "b": "swa"}]).split("## Pooled over training seeds")[1]
+    (line,) = [r for r in pooled.splitlines() if r.startswith("| passkey")]
+    assert f"| {100 * sigma_sd(cell, swa, 1):.1f} |" in line and "σ SD" in pooled

@@ -156,12 +156,24 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     path = out / "cells" / "passkey_sa_L1_w8_s0.json"
     cell = json.loads(path.read_text())
     assert cell["steps"] == 4 and len(cell["scores"]["1"]["items"]) == 16  # one answer per validation sequence
+    # the quick preset's two σ seeds at K = 1: each answer their mean, each seed's answers kept, the spread shown
+    assert cell["eval_seeds"] == [0, 1] and len(cell["scores"]["1"]["hits_by_eval_seed"]) == 2
+    assert "hits_by_eval_seed" not in cell["scores"]["2"] and "(2 σ)" in (out / "table.md").read_text()
     path.write_text(path.read_text()[:200])  # what a kill mid-write left before cells were written atomically
     again = run_cli_here(*args)
     assert again.returncode == 0 and f"{path} is damaged (cut short?); running that cell again" in again.stdout
     assert json.loads(path.read_text())["steps"] == 4
     skipped = run_cli_here(*args)
     assert skipped.returncode == 0 and "done before" in skipped.stdout
+    # scoring changed, training not: both models come back from their checkpoints, nothing trains
+    checkpoints = list((out / "runs" / "passkey_sa_L1_w8_s0").glob("tb/version_*/checkpoints/last.ckpt"))
+    written = {c: c.stat().st_mtime_ns for c in checkpoints}  # the damaged record's rerun trained a version_1
+    rescored = run_cli_here(*[a if a != "2" else "4" for a in args])  # --eval_samples 1 4
+    assert rescored.returncode == 0, rescored.stderr[-2000:]
+    assert "2 cell(s) trained before with the same fit arguments: scored again" in rescored.stdout
+    assert {c: c.stat().st_mtime_ns for c in checkpoints} == written
+    cell = json.loads(path.read_text())
+    assert sorted(cell["scores"]) == ["1", "4"] and cell["steps"] == 4
 
 
 @pytest.mark.slow

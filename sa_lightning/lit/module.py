@@ -28,6 +28,8 @@ from .schedule import steps_for_tokens, tokens_per_step, warmup_cosine
 
 #: micro-batches between two looks at the machine's load (a syscall)
 BUSY_CHECK_EVERY = 50
+#: validation streams each evaluation σ seed owns: with ``eval_seed`` e, batch i draws from -1 - i - e * VAL_STREAMS
+VAL_STREAMS = 1 << 20
 
 
 class LitLM(L.LightningModule):
@@ -86,6 +88,9 @@ class LitLM(L.LightningModule):
         self.tokens_seen = 0  # global (all ranks) training tokens
         self.trained_steps = 0  # optimizer steps of the loaded checkpoint
         self.unigram_ppl: float | None = None  # the data's context-free baseline for val/ppl (on_fit_start)
+        # which σ seed validation draws from (``val_stream``): 0 in training; a study scores a trained model
+        # under several (not an hparam: a checkpoint's model validates as it trained)
+        self.eval_seed = 0
 
     # ---- model -------------------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -111,6 +116,11 @@ class LitLM(L.LightningModule):
     def loss(self, batch, perm_stream: int | None) -> torch.Tensor:
         inputs, targets = self.targets_of(batch)
         return self.cross_entropy(self(inputs, perm_stream), targets)
+
+    def val_stream(self, batch_idx: int) -> int:
+        """The stream validation batch ``batch_idx`` draws from: the batch index alone for ``eval_seed`` 0 (val
+        loss comparable across evaluations of one run), streams of its own for every other evaluation σ seed."""
+        return -1 - batch_idx - self.eval_seed * VAL_STREAMS
 
     def eval_scores(self, inputs: torch.Tensor, stream: int, samples: int | None = None) -> torch.Tensor:
         """Next-token scores (B, n, V) whose softmax is the prediction: the logits of one pass, or with
@@ -147,7 +157,7 @@ class LitLM(L.LightningModule):
         (``DistanceAccuracy``). A batch without a target that counts returns None."""
         # validation permutations depend only on the batch index: val loss is comparable across evals
         inputs, targets = self.targets_of(batch)
-        scores = self.eval_scores(inputs, -1 - batch_idx)
+        scores = self.eval_scores(inputs, self.val_stream(batch_idx))
         count = (targets != -100).sum()
         if count == 0:
             return None

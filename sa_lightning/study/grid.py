@@ -1,7 +1,9 @@
 """What every study shares: its settings (a YAML config, a preset, the command line), the ``cli.py fit`` line of a
 cell, and the loop that trains the cells, one by one or ``jobs`` at a time in worker processes, writing each to
 ``<out>/cells/<id>.json`` as it finishes and skipping, on a rerun, every cell whose record was made with the same
-spec (so a killed study resumes)."""
+spec (so a killed study resumes). A cell whose record was made with the same ``fit`` arguments but other scoring
+settings (more σ seeds at evaluation, say) is not trained again: its model comes back from its last checkpoint
+(``trained_checkpoint``) and only the scoring runs."""
 from __future__ import annotations
 
 import argparse
@@ -94,6 +96,44 @@ def read_cell(path: Path) -> dict:
     return {}
 
 
+def trained_checkpoint(saved: dict, spec: dict) -> dict | None:
+    """What a cell's earlier run trained, when this run would train it the same way: the record ``saved`` was made
+    with the same ``fit_args``, and the cell's folder (``--trainer.default_root_dir``) still holds a ``last.ckpt``
+    at the step the record names. ``{"checkpoint", "steps", "train_seconds"}``, or None (train it)."""
+    import torch
+
+    args = [str(a) for a in spec.get("fit_args") or []]
+    if not saved or not args or [str(a) for a in (saved.get("spec") or {}).get("fit_args") or []] != args \
+            or "--trainer.default_root_dir" not in args[:-1]:
+        return None
+    folder = Path(args[args.index("--trainer.default_root_dir") + 1])
+    found = sorted(folder.glob("tb/version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return None
+    try:
+        step = torch.load(found[-1], map_location="cpu", weights_only=True).get("global_step")
+    except Exception:  # a damaged checkpoint: train again
+        return None
+    if step is None or step != saved.get("steps"):
+        return None
+    return {"checkpoint": str(found[-1]), "steps": int(step), "train_seconds": saved.get("train_seconds")}
+
+
+def fit_cell(spec: dict):
+    """``cli.py fit`` with the spec's ``fit_args`` (a cell's trained model: the CLI, its model and data), and the
+    seconds it trained. With ``spec["trained"]`` (``trained_checkpoint``) the fit resumes from that checkpoint,
+    already at its last step, so nothing trains and the seconds are the earlier run's."""
+    from ..lit.cli import run as run_cli
+
+    start = time.perf_counter()
+    trained = spec.get("trained")
+    args = list(spec["fit_args"]) + (["--ckpt_path", trained["checkpoint"]] if trained else [])
+    cli = run_cli(args, run=True)
+    seconds = trained["train_seconds"] if trained and trained.get("train_seconds") is not None \
+        else time.perf_counter() - start
+    return cli, float(seconds)
+
+
 def jobs_arg(text: str) -> int | str:
     """``--jobs``: a count >= 1, or ``auto``."""
     if str(text) == "auto":
@@ -149,22 +189,28 @@ def run_cells(cells: list[dict], out: Path, cell_id: Callable[[dict], str], spec
         write_text(path, json.dumps(record, indent=1))
         finish(i, cell, loaded(json.loads(json.dumps(record))), f"{record['seconds']:.0f} s")
 
+    rescored = 0
     for i, cell in enumerate(cells, 1):
         path, spec = out / "cells" / f"{cell_id(cell)}.json", spec_of(cell)
         saved = read_cell(path)
         if saved.get("spec") == spec:
             finish(i, cell, loaded(saved), "done before")
         else:
-            todo.append((i, cell, path, spec))
+            trained = trained_checkpoint(saved, spec)
+            rescored += trained is not None
+            todo.append((i, cell, path, spec, {**spec, "trained": trained} if trained else spec))
+    if rescored:
+        print(f"{rescored} cell(s) trained before with the same fit arguments: scored again from their last "
+              f"checkpoints, not trained", flush=True)
     processes, threads = plan_jobs(jobs, len(todo))
     if processes == 1:
-        for i, cell, path, spec in todo:
-            keep(i, cell, path, {**run(cell, spec), "spec": spec})
+        for i, cell, path, spec, given in todo:
+            keep(i, cell, path, {**run(cell, given), "spec": spec})
         return [results[i] for i in sorted(results)]
-    print(f"{len(todo)} cell(s) to train, {processes} at a time ({threads} thread(s) each)", flush=True)
+    print(f"{len(todo)} cell(s) to run, {processes} at a time ({threads} thread(s) each)", flush=True)
     with ProcessPoolExecutor(processes, mp_context=get_context("spawn"), initializer=_start_worker,
                              initargs=(threads,)) as pool:
-        running = {pool.submit(run, cell, spec): (i, cell, path, spec) for i, cell, path, spec in todo}
+        running = {pool.submit(run, cell, given): (i, cell, path, spec) for i, cell, path, spec, given in todo}
         failed = None
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)

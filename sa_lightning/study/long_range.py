@@ -5,7 +5,10 @@
 
 Trains every cell of a grid, one (task, variant, depth, window, seed), with ``cli.py fit`` on the
 synthetic recall config (``configs/synthetic/<task>.yaml``, the variant swapped as for text), then
-validates it once per ``eval_samples`` K (SA averaged over K permutations). Cells train ``--jobs`` at a time
+validates it once per ``eval_samples`` K (SA averaged over K permutations), and at K = 1 a model that draws once per
+evaluation σ seed (``eval_seeds``; each answer counts as its mean over them, the seeds' spread shown as σ SD). A
+cell trained before with the same ``fit`` arguments is scored again from its last checkpoint, not trained
+(``study.grid``). Cells train ``--jobs`` at a time
 (``auto``: one per core on a CPU, one thread each; ``study.grid``). Each finished cell is written to
 ``<out>/cells/`` at once; a rerun skips it. ``<out>`` is the config's ``out``, one folder per preset
 (``outputs/study/long_range``, ``long_range_quick``, ``long_range_grid``, ``long_range_paper_scale``), so
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 from itertools import product
 from pathlib import Path
@@ -46,6 +50,10 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
     settings = grid.load_settings(path, preset, overrides, GRID_KEYS)
     if any(k < 1 for k in settings.get("eval_samples", [1])):
         raise ValueError("eval_samples must be >= 1.")
+    seeds = settings.get("eval_seeds", [0])
+    if not seeds or any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise ValueError(f"eval_seeds must be distinct integers >= 0, got {seeds!r}; nothing was trained.")
     check_grid(settings)
     return settings
 
@@ -72,6 +80,13 @@ def check_grid(settings: dict) -> None:
             raise ValueError(f"task {task!r} has no fit config {pattern.format(task=task)!r}; nothing was trained.")
 
 
+def eval_seeds(variant: str, settings: dict) -> list[int]:
+    """The σ seeds a cell is validated under at K = 1: the config's ``eval_seeds`` for a variant that draws, the
+    first alone else."""
+    seeds = list(settings.get("eval_seeds") or [0])
+    return seeds if get_variant(variant).draws else seeds[:1]
+
+
 def cells(settings: dict) -> list[dict]:
     return [dict(task=t, variant=v, depth=int(d), window=int(w), seed=int(s))
             for t, v, d, w, s in product(*(settings[k] for k in GRID_KEYS))]
@@ -92,35 +107,57 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
 # ---- one cell -------------------------------------------------------------------------------------
 def run_spec(cell: dict, spec: dict) -> dict:
     """``run_cell`` from a cell's spec (a module-level function: the worker processes of ``--jobs`` import it)."""
-    return run_cell(cell, spec["fit_args"], spec["eval_samples"])
+    return run_cell(cell, spec)
 
 
-def run_cell(cell: dict, args: list[str], eval_samples: list[int]) -> dict:
-    """Train the cell with the ``cli.py fit`` arguments ``args``, then validate it once per K in
-    ``eval_samples`` (once if it has no permutation); returns what goes in ``cells/<id>.json``."""
+def run_cell(cell: dict, spec: dict) -> dict:
+    """Train the cell (``spec["fit_args"]``; ``study.grid.fit_cell``), then validate it once per K in
+    ``spec["eval_samples"]`` (once if it draws nothing). At K = 1 a model that draws answers under each σ seed of
+    ``spec["eval_seeds"]`` (``LitLM.eval_seed``; the first, 0, is validation's own draws), and an answer counts as
+    its mean over them; each seed's answers are kept (``hits_by_eval_seed``). Larger K average K draws of the first
+    seed. Returns what goes in ``cells/<id>.json``."""
     import lightning as L
 
     from ..lit import DistanceAccuracy
-    from ..lit.cli import run as run_cli
 
-    start = time.perf_counter()
-    cli = run_cli(args, run=True)
-    trained = time.perf_counter() - start
+    cli, trained = grid.fit_cell(spec)
+    scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
     accuracy = DistanceAccuracy(keep_items=True)
     trainer = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[accuracy])  # val/acc by distance, answer by answer
+    draws = model.net.variant.draws
+    seeds = list(spec.get("eval_seeds") or [0])
     scores = {}
-    for k in eval_samples if model.net.variant.draws else [1]:
+    for k in spec["eval_samples"] if draws else [1]:
         model.hparams.eval_samples = k
-        metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
-        scores[k] = {"acc": metrics["val/acc"], "loss": metrics["val/loss"],
-                     "buckets": {name: metrics.get(f"val/acc@{name}", math.nan) for name in dm.bucket_names},
-                     # each answer in validation order, (distance, 1 if right): cells pair answer by answer
-                     "items": [[d, int(hit)] for d, hit in accuracy.items]}
+        runs = []
+        for eval_seed in seeds if draws and k == 1 else seeds[:1]:
+            model.eval_seed = eval_seed
+            metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
+            runs.append({"acc": metrics["val/acc"], "loss": metrics["val/loss"],
+                         "buckets": {name: metrics.get(f"val/acc@{name}", math.nan) for name in dm.bucket_names},
+                         # each answer in validation order, (distance, 1 if right): cells pair answer by answer
+                         "items": [[d, int(hit)] for d, hit in accuracy.items]})
+        scores[k] = _mean_of_runs(runs)
+    model.eval_seed = 0
     return {**cell, "seq_len": dm.seq_len, "receptive_field": cell["depth"] * (cell["window"] - 1),
             "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
-            "seconds": round(time.perf_counter() - start, 1), "edges": dm.task.edges, "scores": scores}
+            "seconds": round(trained + time.perf_counter() - scoring, 1), "edges": dm.task.edges,
+            "eval_seeds": seeds if draws else seeds[:1], "scores": scores}
+
+
+def _mean_of_runs(runs: list[dict]) -> dict:
+    """One K's scores from its validations under several σ seeds: each number and each answer their mean (the
+    validation set, so the answers' distances, is the same in every run), each run's answers kept."""
+    if len(runs) == 1:
+        return runs[0]
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    return {"acc": mean([r["acc"] for r in runs]), "loss": mean([r["loss"] for r in runs]),
+            "buckets": {name: mean([r["buckets"][name] for r in runs]) for name in runs[0]["buckets"]},
+            "items": [[d, round(mean([r["items"][j][1] for r in runs]), 6)]
+                      for j, (d, _) in enumerate(runs[0]["items"])],
+            "hits_by_eval_seed": [[hit for _, hit in r["items"]] for r in runs]}
 
 
 # ---- summaries ------------------------------------------------------------------------------------
@@ -144,6 +181,34 @@ def beyond_items(result: dict, k: int) -> list[int] | None:
     if items is None or start is None:
         return None
     return [hit for distance, hit in items if distance >= start]
+
+
+def beyond_by_eval_seed(result: dict, k: int) -> list[float] | None:
+    """Accuracy beyond SWA's receptive field under each σ seed the cell was validated under at K (``run_cell``),
+    or None where it was validated once."""
+    score, start = result["scores"][k], _beyond_from(result)
+    runs = score.get("hits_by_eval_seed")
+    if not runs or len(runs) < 2 or start is None or not score.get("items"):
+        return None
+    far = [j for j, (distance, _) in enumerate(score["items"]) if distance >= start]
+    return [sum(hits[j] for j in far) / len(far) for hits in runs] if far else None
+
+
+def sigma_sd(ra: dict, rb: dict | None, k: int) -> float | None:
+    """The σ seeds' spread: the standard deviation over the evaluation σ seeds of A's accuracy beyond SWA's field
+    at K, less B's under the same seed (B at K, or at 1 if it draws nothing; a B validated once is a constant).
+    None where neither side was validated under several seeds."""
+    a = beyond_by_eval_seed(ra, k)
+    b = None if rb is None else beyond_by_eval_seed(rb, k if k in rb["scores"] else 1)
+    if a is None and b is None:
+        return None
+    count = len(a if a is not None else b)
+    a = a if a is not None else [beyond(ra, k)] * count
+    if rb is not None:
+        b = b if b is not None else [beyond(rb, k if k in rb["scores"] else 1)] * count
+    if b is not None and len(b) != len(a):
+        return None
+    return statistics.stdev([x - (b[i] if b is not None else 0.0) for i, x in enumerate(a)])
 
 
 def beyond(result: dict, k: int) -> float:
@@ -181,6 +246,9 @@ def rows(results: list[dict]) -> list[dict]:
             ci = beyond_interval(r, k)
             flat.update(eval_samples=k, acc=round(s["acc"], 4), acc_beyond_rf=round(beyond(r, k), 4),
                         loss=round(s["loss"], 4))
+            sd = sigma_sd(r, None, k)
+            flat.update(acc_beyond_rf_sigma_sd=None if sd is None else round(sd, 4),
+                        eval_seeds=len(s.get("hits_by_eval_seed") or [None]))
             flat.update(acc_beyond_rf_lo=None if ci is None else round(ci.lo, 4),
                         acc_beyond_rf_hi=None if ci is None else round(ci.hi, 4),
                         answers_beyond_rf=None if ci is None else ci.items)
@@ -202,8 +270,9 @@ def table(results: list[dict]) -> str:
     buckets = [c for c in flat[0] if c.startswith("acc@")]
     cols = ["acc", "acc_beyond_rf", *buckets]
     seeded = several_seeds(results)
+    sigma = any(r["acc_beyond_rf_sigma_sd"] is not None for r in flat)
     names = ["task", "L", "w", "L·(w−1)", "variant", *(["seed"] if seeded else []), "K", "all", "beyond L·(w−1)",
-             *(c[4:] for c in buckets)]
+             *(["σ SD"] if sigma else []), *(c[4:] for c in buckets)]
     lines = head(names, ["---"] * (7 if seeded else 6) + ["---:"] * (len(names) - (7 if seeded else 6)))
     groups: dict[tuple, list[dict]] = {}
     for r in flat:
@@ -212,10 +281,15 @@ def table(results: list[dict]) -> str:
         marked = [ranked_cells([r[c] for r in group], [_percent(r, c) for r in group], top=1, rank_alone=True)
                   for c in cols]
         for i, r in enumerate(group):
+            sd = r["acc_beyond_rf_sigma_sd"]
+            spread = ["–" if sd is None else f"{100 * sd:.1f} ({r['eval_seeds']} σ)"] if sigma else []
             lines.append(row([task, depth, window, r["receptive_field"], r["variant"], *([r["seed"]] if seeded else []),
-                              r["eval_samples"], *(column[i] for column in marked)]))
+                              r["eval_samples"], *marked[0][i:i + 1], marked[1][i], *spread,
+                              *(column[i] for column in marked[2:])]))
     if any(r.get("acc_beyond_rf_lo") is not None for r in flat):
         lines += ["", TABLE_NOTE]
+    if sigma:
+        lines += ["", SIGMA_NOTE]
     return "\n".join(lines) + "\n"
 
 
@@ -227,9 +301,13 @@ def _percent(r: dict, col: str) -> str:
     return text
 
 
+SIGMA_NOTE = ("σ SD: the standard deviation, over the evaluation σ seeds (``eval_seeds``), of the accuracy "
+              "beyond L·(w−1) of a model that draws, validated at K = 1 once per seed; its row's numbers count each "
+              "answer as its mean over those seeds. Larger K average K draws of the first seed.")
 TABLE_NOTE = ("beyond L·(w−1): the share of right answers whose key–query distance lies in a bucket wholly beyond "
               "SWA's receptive field, with its 95% interval (a percentile bootstrap over those answers, 2000 "
-              "resamples; one trained model, so it holds the validation set's noise, not the training seed's).")
+              "resamples; one trained model, so it holds the validation set's noise, not the training seed's; at "
+              "K = 1 a model that draws counts each answer as its mean over the evaluation σ seeds).")
 
 
 def compare(results: list[dict], comparisons: list[dict]) -> str:
@@ -279,7 +357,8 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
                                   headroom_label(None if own else control((task, depth, window, seed))), len(a)]))
     notes = ["", "A − B in percentage points of accuracy beyond SWA's receptive field L·(w−1), on the same validation "
              "answers; 95% interval: a paired percentile bootstrap over those answers (2000 resamples). One trained "
-             "model per cell: the interval holds the validation set's noise, not the training seed's. Here the "
+             "model per cell: the interval holds the validation set's noise (each answer of a model that draws "
+             "counted as its mean over the evaluation σ seeds at K = 1), not the training seed's. Here the "
              "setting is the cell (task, L, w, seed), on the answers beyond SWA's field at K = 1. " + HEADROOM_NOTE]
     if missing:
         notes += ["", "Not compared (a cell saved without its answers, or validated on other data; run it again): "
@@ -348,24 +427,31 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
                 rates = [(sum(a) / len(a), sum(b) / len(b)) for a, b in (pairs[s] for s in seeds)]
                 each = ", ".join(f"{100 * (ra - rb):+.1f}" for ra, rb in rates)
                 mean_a, mean_b = (sum(r[i] for r in rates) / len(rates) for i in (0, 1))
+                spreads = [sd for sd in (sigma_sd(by[(task, c["a"], depth, window, s)],
+                                                  by[(task, c["b"], depth, window, s)], k) for s in seeds)
+                           if sd is not None]
                 lines.append(row([task, depth, window, k, c["a"], c["b"], len(seeds), f"{100 * mean_a:.1f}",
                                   f"{100 * mean_b:.1f}", each,
                                   f"{100 * diff.mean:+.1f} [{100 * diff.lo:+.1f}, {100 * diff.hi:+.1f}]",
-                                  f"{100 * diff.seed_sd:.1f}", verdict(diff.lo, diff.hi),
+                                  f"{100 * diff.seed_sd:.1f}",
+                                  f"{100 * sum(spreads) / len(spreads):.1f}" if spreads else "–",
+                                  verdict(diff.lo, diff.hi),
                                   headroom_label(None if own else room), diff.items]))
     if not lines:
         return []
     return ["", "## Pooled over training seeds", "",
-            *head(["task", "L", "w", "K", "A", "B", "seeds", "A beyond L·(w−1)", "B", "A − B per seed", "A − B [95% CI]",
-                   "seed SD", "verdict", "headroom", "answers"],
-                  ["---", "---", "---", "---", "---", "---", "---:", "---:", "---:", "---", "---:", "---:", "---", "---",
-                   "---:"]),
+            *head(["task", "L", "w", "K", "A", "B", "seeds", "A beyond L·(w−1)", "B", "A − B per seed",
+                   "A − B [95% CI]", "seed SD", "σ SD", "verdict", "headroom", "answers"],
+                  ["---"] * 6 + ["---:"] * 3 + ["---"] + ["---:"] * 3 + ["---", "---", "---:"]),
             *lines, "",
             "Means over the training seeds (each seed's model answered its own validation set, drawn from that seed), "
             "in percentage points beyond SWA's receptive field. 95% interval: a nested percentile bootstrap, the "
             "seeds drawn with replacement and then each drawn seed's answers, once for both sides (2000 resamples); "
             "with three seeds it is coarse, so each seed's own difference is listed. seed SD: the standard deviation "
-            "of the per-seed differences. Headroom here is the same control pooled over the same seeds. "
+            "of the per-seed differences. σ SD: the standard deviation of A − B over the evaluation σ seeds (each "
+            "side validated once per seed at K = 1; a side that draws nothing is the same under every seed), the mean "
+            "over the training seeds; each answer above counts as its mean over those σ seeds. Headroom here is the "
+            "same control pooled over the same seeds. "
             + HEADROOM_NOTE]
 
 
@@ -507,7 +593,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     results = grid.run_cells(
         todo, out, cell_id,
         spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
-                              "eval_samples": eval_samples},
+                              "eval_samples": eval_samples, "eval_seeds": eval_seeds(cell["variant"], settings)},
         run=run_spec, line=line, jobs=settings.get("jobs"),
         loaded=lambda saved: {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}})
     summary = {"table.md": table(results), "reach.md": reach(results),

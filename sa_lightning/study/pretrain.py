@@ -92,11 +92,6 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
 
 
 # ---- one cell --------------------------------------------------------------------------------------
-#: validation streams each evaluation σ seed owns: seed e draws block i's σ from stream -1 - i - e * VAL_STREAMS
-#: (seed 0: validation's own draws)
-VAL_STREAMS = 1 << 20
-
-
 def validation_items(model, dm, eval_seed: int = 0) -> list[float]:
     """Each validation block's mean NLL per token, in the validation order. SA draws σ as validation does, from
     streams of its own for each ``eval_seed`` (0: validation's)."""
@@ -104,11 +99,12 @@ def validation_items(model, dm, eval_seed: int = 0) -> list[float]:
     import torch.nn.functional as F
 
     model.eval()
+    model.eval_seed = eval_seed
     out = []
     with torch.no_grad():
         for i, batch in enumerate(dm.val_dataloader()):
             inputs, targets = model.targets_of(batch)
-            scores = model.eval_scores(inputs, -1 - i - eval_seed * VAL_STREAMS).float()
+            scores = model.eval_scores(inputs, model.val_stream(i)).float()
             nll = F.cross_entropy(scores.flatten(0, 1), targets.flatten(), reduction="none", ignore_index=-100)
             out += nll.view(targets.shape).mean(dim=1).tolist()
     return out
@@ -118,11 +114,9 @@ def run_cell(cell: dict, spec: dict) -> dict:
     """Train the cell, then score it item by item: what goes in ``cells/<id>.json``."""
     from ..eval.harness import run_tasks_with_items
     from ..eval.lm import SALM
-    from ..lit.cli import run as run_cli
 
-    start = time.perf_counter()
-    cli = run_cli(spec["fit_args"], run=True)
-    trained = time.perf_counter() - start
+    cli, trained = grid.fit_cell(spec)
+    scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
     by_seed = []
     for eval_seed in spec["eval_seeds"]:
@@ -136,7 +130,7 @@ def run_cell(cell: dict, spec: dict) -> dict:
     mean = {column: [round(float(x), 5) for x in np.mean([s[column] for s in by_seed], axis=0)]
             for column in by_seed[0]}
     return {**cell, "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
-            "seconds": round(time.perf_counter() - start, 1), "eval_seeds": list(spec["eval_seeds"]),
+            "seconds": round(trained + time.perf_counter() - scoring, 1), "eval_seeds": list(spec["eval_seeds"]),
             "scores": mean, "scores_by_eval_seed": by_seed}
 
 
