@@ -260,6 +260,20 @@ def test_table_marks_best_bold_and_second_underlined():
 # ---- the commands ------------------------------------------------------------------------------
 
 
+def test_evaluate_scores_a_model_that_draws_under_five_sigma_seeds_and_one_that_draws_nothing_once():
+    from sa_lightning.eval.evaluate import parser, seeds_of
+
+    def info(variant):
+        return {"arch": {"attention": {"variant": variant, "window": 8}}}
+
+    assert parser().parse_args(["--ckpt", "x.ckpt"]).seeds is None
+    for variant in VARIANTS:
+        expected = [0, 1, 2, 3, 4] if VARIANTS[variant].draws else [0]
+        assert seeds_of(info(variant), None) == expected, variant
+        assert seeds_of(info(variant), [7, 8]) == ([7, 8] if VARIANTS[variant].draws else [7]), variant
+    assert {v for v in VARIANTS if VARIANTS[v].draws} >= {"sa", "random", "sa_swa", "random_swa"}
+
+
 @pytest.mark.slow
 def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     from sa_lightning.eval.evaluate import main

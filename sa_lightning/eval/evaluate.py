@@ -9,7 +9,8 @@ paper's layout with a 95% interval on every number, and TensorBoard scalars.
 Every (checkpoint, σ seed) keeps its per-item records (``items/<label>/seed<k>.jsonl.gz``: each document's
 scores and log-likelihoods, as the sweeps keep them), so any two rows can be compared item by item. The
 intervals are a percentile bootstrap over the documents, two-level (documents, then seeds within each
-document) with several ``--seeds``; ``--baseline`` adds each other row minus that one, paired on the same
+document) for a checkpoint scored under several σ seeds: one whose attention draws (SA, the random keys and their
+gated pairs) is scored under ``--seeds``, five by default, and one that draws nothing once. ``--baseline`` adds each other row minus that one, paired on the same
 documents, with a verdict worded from its interval.
 """
 from __future__ import annotations
@@ -29,7 +30,18 @@ from ..utils.argtypes import non_negative_int, positive_int, seed
 from ..utils.atomic import output_folder, replacing_files, write_records, write_text
 from ..utils.report import head, row
 from ..utils.stats import LEVEL, RESAMPLES, Interval, derived_seed, paired_difference, two_level_bootstrap, verdict
-from ..attention import variant_label
+from ..attention import get_variant, variant_label
+
+
+#: σ seeds a checkpoint that draws is scored under when ``--seeds`` is not given: five, as every stochastic result
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+
+
+def seeds_of(info: dict, given: list[int] | None) -> list[int]:
+    """The σ seeds one checkpoint is scored under: ``given`` (or ``DEFAULT_SEEDS``) where its attention draws,
+    the first alone where it draws nothing (every seed would score it the same)."""
+    seeds = list(given) if given else list(DEFAULT_SEEDS)
+    return seeds if get_variant(info["arch"]["attention"]["variant"]).draws else seeds[:1]
 
 
 def label_of(info: dict) -> str:
@@ -46,6 +58,11 @@ def _unique(labels: list[str]) -> list[str]:
         seen[label] = seen.get(label, 0) + 1
         out.append(label if labels.count(label) == 1 else f"{label} #{seen[label]}")
     return out
+
+
+def _seed_counts(seeds: dict[str, list[int]]) -> str:
+    """``SA: 0 1 2 3 4; Full: 0`` (the σ seeds each row was scored under)."""
+    return "; ".join(f"{label}: {' '.join(map(str, s))}" for label, s in seeds.items())
 
 
 def summarize(per_seed: list[dict[str, dict[str, float]]]) -> tuple[dict, dict]:
@@ -168,12 +185,13 @@ def evaluate(args: argparse.Namespace) -> dict:
         raise ValueError(f"--baseline {args.baseline!r} is none of the rows: {', '.join(labels)}.")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    seeds = {label: seeds_of(info, args.seeds) for (_, info), label in zip(loaded, labels)}
     report = {"tasks": tasks, "limit": args.limit, "eval_samples": args.eval_samples, "sa_mode": args.sa_mode,
-              "seeds": args.seeds, "models": {}}
+              "seeds": seeds, "models": {}}
     means, stds, items = {}, {}, {}
     for (model, info), label in zip(loaded, labels):
         per_seed, items[label] = [], []
-        for sigma_seed in args.seeds:
+        for sigma_seed in seeds[label]:
             start = time.perf_counter()
             lm = SALM(model, tokenizer=args.tokenizer or info["tokenizer"], batch_size=args.batch_size,
                       device=args.device, eval_samples=args.eval_samples, sa_mode=args.sa_mode, seed=sigma_seed)
@@ -194,18 +212,20 @@ def evaluate(args: argparse.Namespace) -> dict:
     intervals = {label: intervals_of(items[label], columns, label) for label in labels}
     for label in labels:
         report["models"][label]["intervals"] = {k: ci.as_dict() for k, ci in intervals[label].items()}
+    most = max(len(s) for s in seeds.values())
     method = (f"{LEVEL:.0%} intervals: a percentile bootstrap ({RESAMPLES} resamples) over the documents"
-              + (f", then over the {len(args.seeds)} σ seeds within each document" if len(args.seeds) > 1 else "")
+              + (f", then over a row's σ seeds within each document ({_seed_counts(seeds)})" if most > 1 else "")
               + "; a perplexity column's is exp of its mean NLL's over documents and seeds (the table above "
               "averages each seed's perplexity); \"–\": not a mean over documents (a rolling perplexity). "
               "Per-item records: "
               f"{out / 'items'}.")
     text = f"Zero-shot, tasks: {', '.join(tasks)}; limit={args.limit}; eval_samples={args.eval_samples}; " \
-           f"sa_mode={args.sa_mode}; seeds={args.seeds}\n\n{markdown_table(means, columns)}\n" \
+           f"sa_mode={args.sa_mode}; σ seeds: {_seed_counts(seeds)}\n\n{markdown_table(means, columns)}\n" \
            f"With intervals ({method})\n\n{interval_markdown(intervals, columns)}"
-    if len(args.seeds) > 1:
-        text += f"\nStandard deviation over the {len(args.seeds)} permutation seeds:\n\n" + \
-            markdown_table(stds, columns).replace("**", "").replace("<u>", "").replace("</u>", "")
+    if most > 1:
+        spread = {label: std for label, std in stds.items() if len(seeds[label]) > 1}
+        text += f"\nStandard deviation over each row's σ seeds (the rows that draw):\n\n" + \
+            markdown_table(spread, columns).replace("**", "").replace("<u>", "").replace("</u>", "")
     if args.baseline is not None:
         report["comparisons"] = comparisons_of(items, columns, args.baseline)
         text += (f"\nEach row minus {args.baseline}, paired on the same documents (a paired bootstrap that draws "
@@ -243,7 +263,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch_size", type=positive_int, default=32)
     p.add_argument("--eval_samples", type=positive_int, default=1, help="permutation draws averaged per score (SA)")
     p.add_argument("--sa_mode", choices=("stochastic", "deterministic"), default="stochastic")
-    p.add_argument("--seeds", type=seed, nargs="+", default=[0], help="permutation seeds; >1 also reports the std")
+    p.add_argument("--seeds", type=seed, nargs="+", default=None,
+                   help=f"σ seeds of a checkpoint whose attention draws (SA, the random keys, their gated pairs; "
+                        f"default {' '.join(map(str, DEFAULT_SEEDS))}); >1 also reports the std. A checkpoint that "
+                        f"draws nothing is scored once, under the first")
     p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer")
     p.add_argument("--device", default=None)
     p.add_argument("--bootstrap_iters", type=non_negative_int, default=0,
