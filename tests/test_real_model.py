@@ -208,7 +208,8 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
     result = main(args)
     rows = {(r["mode"], r["w_eff"], r["sink"]): r for r in result["rows"]}
     drawing = ("sa", "random", "sa_swa_union", "random_swa_union")
-    assert set(rows) == {("full", None, 0), ("moba", 8, 0), *((m, 8, 4) for m in ("swa", *drawing))}
+    assert set(rows) == {("full", None, 0), ("moba", 8, 0),
+                         *((m, 8, 4) for m in ("swa", "strided", "strided_swa_union", *drawing))}
     # the budget: SWA at w=8 reads its window and the 4 sinks; the unions read more than SWA; full most
     assert 4 < rows[("swa", 8, 4)]["kpq:position_ppl_1k"] < 8 + 4
     assert rows[("sa_swa_union", 8, 4)]["kpq"] > rows[("swa", 8, 4)]["kpq"]
@@ -228,6 +229,8 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
     assert "| SA+sink4 | SWA+sink4 | equal w |" in compared, compared
     assert "| SA+sink4 | Random+sink4 | equal w |" in compared, compared
     assert "| SA+SWA+sink4 | Random+SWA+sink4 | equal w |" in compared, compared
+    assert "| SA+sink4 | Strided+sink4 | equal keys |" in compared, compared
+    assert "| SA+SWA+sink4 | Strided+SWA+sink4 | equal w |" in compared, compared
     assert "No pair of cells in this run (a mode left out, no B at that window, or no per-item records): SA+SWA − SWA " \
            "(double w)." in compared  # one window here: SWA at 2w is not in the grid, and the report says so
     capsys.readouterr()

@@ -111,7 +111,8 @@ def trained_checkpoint(saved: dict, spec: dict) -> dict | None:
     if not found:
         return None
     try:
-        step = torch.load(found[-1], map_location="cpu", weights_only=True).get("global_step")
+        # memory-mapped: only the step is read, not a large model's weights and optimizer state
+        step = torch.load(found[-1], map_location="cpu", weights_only=True, mmap=True).get("global_step")
     except Exception:  # a damaged checkpoint: train again
         return None
     if step is None or step != saved.get("steps"):
@@ -146,8 +147,8 @@ def jobs_arg(text: str) -> int | str:
 def plan_jobs(jobs: int | str | None, pending: int) -> tuple[int, int]:
     """(processes, threads each) for ``pending`` cells. ``auto`` (the default): one cell per core on a machine
     without a GPU, where a small model trains faster on one thread per process than on all of them in one (the
-    pretrain study: 24 cells in 55 min as two one-thread processes on 2 cores, where the cells' one-thread times
-    add up to about 2 h); one process where a GPU is, as its cells would share it."""
+    pretrain study: 24 cells in 51 min as two one-thread processes on 2 cores, where the cells' one-thread times
+    add up to about 1 h 42 min); one process where a GPU is, as its cells would share it."""
     jobs = jobs_arg(jobs if jobs is not None else "auto")
     if jobs == "auto":
         import torch
