@@ -152,10 +152,10 @@ def _mean_of_runs(runs: list[dict]) -> dict:
     validation set, so the answers' distances, is the same in every run), each run's answers kept."""
     if len(runs) == 1:
         return runs[0]
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
-    return {"acc": mean([r["acc"] for r in runs]), "loss": mean([r["loss"] for r in runs]),
-            "buckets": {name: mean([r["buckets"][name] for r in runs]) for name in runs[0]["buckets"]},
-            "items": [[d, round(mean([r["items"][j][1] for r in runs]), 6)]
+    mean = statistics.fmean
+    return {"acc": mean(r["acc"] for r in runs), "loss": mean(r["loss"] for r in runs),
+            "buckets": {name: mean(r["buckets"][name] for r in runs) for name in runs[0]["buckets"]},
+            "items": [[d, round(mean(r["items"][j][1] for r in runs), 6)]
                       for j, (d, _) in enumerate(runs[0]["items"])],
             "hits_by_eval_seed": [[hit for _, hit in r["items"]] for r in runs]}
 
