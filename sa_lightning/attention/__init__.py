@@ -9,8 +9,8 @@ from .functional import (full_attention, moba_attention, sa_swa_attention, sa_sw
                          sliding_window_attention, stochastic_attention)
 from .gating import GatedPaths
 from .permutation import invert_permutation, layer_generator, sample_permutation
-from .registry import (VARIANTS, AttentionSpec, Call, Variant, get_variant, register_variant, trained_variant_names,
-                       variant_label, variant_names)
+from .registry import (VARIANTS, AttentionSpec, Call, Variant, get_variant, register_variant, sigma_seeds,
+                       trained_variant_names, variant_label, variant_names)
 
 __all__ = [
     "full_attention",
@@ -32,4 +32,5 @@ __all__ = [
     "VARIANTS",
     "get_variant",
     "register_variant",
+    "sigma_seeds",
 ]

@@ -257,6 +257,13 @@ def variant_names(**flags) -> tuple[str, ...]:
     return tuple(name for name, v in VARIANTS.items() if all(getattr(v, k) == want for k, want in flags.items()))
 
 
+def sigma_seeds(name: str | Variant, seeds) -> list[int]:
+    """The σ seeds a model with variant ``name`` is scored under: all of ``seeds`` where its attention draws (σ, a
+    key table), the first alone where it draws nothing (every seed would score it the same)."""
+    seeds = list(seeds)
+    return seeds if get_variant(name).draws else seeds[:1]
+
+
 def trained_variant_names() -> tuple[str, ...]:
     """The variants a model is pre-trained with: every one but the training-free twins of gated ones."""
     twins = {v.training_free_twin for v in VARIANTS.values()}

@@ -10,7 +10,8 @@ Every (checkpoint, σ seed) keeps its per-item records (``items/<label>/seed<k>.
 scores and log-likelihoods, as the sweeps keep them), so any two rows can be compared item by item. The
 intervals are a percentile bootstrap over the documents, two-level (documents, then seeds within each
 document) for a checkpoint scored under several σ seeds: one whose attention draws (SA, the random keys and their
-gated pairs) is scored under ``--seeds``, five by default, and one that draws nothing once. ``--baseline`` adds each other row minus that one, paired on the same
+gated pairs) is scored under ``--seeds``, five by default, and one that draws nothing once. ``--baseline`` adds
+each other row minus that one, paired on the same
 documents, with a verdict worded from its interval.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..utils.argtypes import non_negative_int, positive_int, seed
 from ..utils.atomic import output_folder, replacing_files, write_records, write_text
 from ..utils.report import head, row
 from ..utils.stats import LEVEL, RESAMPLES, Interval, derived_seed, paired_difference, two_level_bootstrap, verdict
-from ..attention import get_variant, variant_label
+from ..attention import sigma_seeds, variant_label
 
 
 #: σ seeds a checkpoint that draws is scored under when ``--seeds`` is not given: five, as every stochastic result
@@ -40,8 +41,7 @@ DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 def seeds_of(info: dict, given: list[int] | None) -> list[int]:
     """The σ seeds one checkpoint is scored under: ``given`` (or ``DEFAULT_SEEDS``) where its attention draws,
     the first alone where it draws nothing (every seed would score it the same)."""
-    seeds = list(given) if given else list(DEFAULT_SEEDS)
-    return seeds if get_variant(info["arch"]["attention"]["variant"]).draws else seeds[:1]
+    return sigma_seeds(info["arch"]["attention"]["variant"], given or DEFAULT_SEEDS)
 
 
 def label_of(info: dict) -> str:

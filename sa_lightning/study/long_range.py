@@ -33,7 +33,7 @@ from itertools import product
 from pathlib import Path
 
 from ..analysis.mechanism import PATTERNED
-from ..attention import VARIANTS, get_variant, variant_names
+from ..attention import VARIANTS, get_variant, sigma_seeds, variant_names
 from ..attention.variants import FULL, SWA
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, number, pyplot, ranked_cells, row
@@ -83,8 +83,7 @@ def check_grid(settings: dict) -> None:
 def eval_seeds(variant: str, settings: dict) -> list[int]:
     """The σ seeds a cell is validated under at K = 1: the config's ``eval_seeds`` for a variant that draws, the
     first alone else."""
-    seeds = list(settings.get("eval_seeds") or [0])
-    return seeds if get_variant(variant).draws else seeds[:1]
+    return sigma_seeds(variant, settings.get("eval_seeds") or [0])
 
 
 def cells(settings: dict) -> list[dict]:

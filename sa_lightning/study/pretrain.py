@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..attention import get_variant, variant_label
+from ..attention import get_variant, sigma_seeds, variant_label
 from ..attention.variants import FULL, SWA
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, pyplot, row
@@ -137,8 +137,7 @@ def run_cell(cell: dict, spec: dict) -> dict:
 def eval_seeds(model: str, settings: dict) -> list[int]:
     """The evaluation σ seeds a model is scored under: the config's for a model that draws, the first alone else
     (a config of before, with one ``eval_seed``, gives that one)."""
-    seeds = list(settings.get("eval_seeds") or [settings.get("eval_seed", 0)])
-    return seeds if get_variant(parse_model(model)[0]).draws else seeds[:1]
+    return sigma_seeds(parse_model(model)[0], settings.get("eval_seeds") or [settings.get("eval_seed", 0)])
 
 
 # ---- summaries -------------------------------------------------------------------------------------
