@@ -197,17 +197,14 @@ def sigma_sd(ra: dict, rb: dict | None, k: int) -> float | None:
     """The σ seeds' spread: the standard deviation over the evaluation σ seeds of A's accuracy beyond SWA's field
     at K, less B's under the same seed (B at K, or at 1 if it draws nothing; a B validated once is a constant).
     None where neither side was validated under several seeds."""
-    a = beyond_by_eval_seed(ra, k)
-    b = None if rb is None else beyond_by_eval_seed(rb, k if k in rb["scores"] else 1)
+    kb = None if rb is None else (k if k in rb["scores"] else 1)
+    a, b = beyond_by_eval_seed(ra, k), None if rb is None else beyond_by_eval_seed(rb, kb)
     if a is None and b is None:
         return None
-    count = len(a if a is not None else b)
-    a = a if a is not None else [beyond(ra, k)] * count
-    if rb is not None:
-        b = b if b is not None else [beyond(rb, k if k in rb["scores"] else 1)] * count
-    if b is not None and len(b) != len(a):
-        return None
-    return statistics.stdev([x - (b[i] if b is not None else 0.0) for i, x in enumerate(a)])
+    count = len(a or b)
+    a = a or [beyond(ra, k)] * count
+    b = b or [0.0 if rb is None else beyond(rb, kb)] * count
+    return statistics.stdev(x - y for x, y in zip(a, b)) if len(a) == len(b) else None
 
 
 def beyond(result: dict, k: int) -> float:
@@ -283,7 +280,7 @@ def table(results: list[dict]) -> str:
             sd = r["acc_beyond_rf_sigma_sd"]
             spread = ["–" if sd is None else f"{100 * sd:.1f} ({r['eval_seeds']} σ)"] if sigma else []
             lines.append(row([task, depth, window, r["receptive_field"], r["variant"], *([r["seed"]] if seeded else []),
-                              r["eval_samples"], *marked[0][i:i + 1], marked[1][i], *spread,
+                              r["eval_samples"], marked[0][i], marked[1][i], *spread,
                               *(column[i] for column in marked[2:])]))
     if any(r.get("acc_beyond_rf_lo") is not None for r in flat):
         lines += ["", TABLE_NOTE]
