@@ -48,23 +48,28 @@ def test_compare_words_each_verdict_from_the_paired_interval():
 
 
 def test_compare_pools_the_training_seeds_with_each_seeds_own_difference():
-    # SA ahead of Random by about 60 points at every seed; SA against SWA ahead at one seed, behind at another
-    rates = {"sa": (0.9, 0.9, 0.9), "random": (0.3, 0.35, 0.25), "swa": (0.6, 0.95, 0.8), "full": (1.0, 1.0, 1.0)}
-    cells = [_cell(v, r[s], seed=s) for v, r in rates.items() for s in range(3)]
+    # SA ahead of Random by about 60 points at every seed; SA against SWA ahead at some seeds, behind at others
+    rates = {"sa": (0.9,) * 6, "random": (0.3, 0.35, 0.25, 0.3, 0.28, 0.33),
+             "swa": (0.6, 0.95, 0.8, 0.97, 0.7, 0.99), "full": (1.0,) * 6}
+    cells = [_cell(v, r[s], seed=s) for v, r in rates.items() for s in range(6)]
     text = compare(cells, [{"a": "sa", "b": "random"}, {"a": "sa", "b": "swa"}])
     head, pooled = text.split("## Pooled over training seeds")
-    assert sum(line.startswith("| passkey") for line in head.splitlines()) == 6  # one row per seed and comparison
+    assert sum(line.startswith("| passkey") for line in head.splitlines()) == 12  # one row per seed and comparison
     assert "| task | L | w | seed | K | A | B |" in head and "| passkey | 2 | 16 | 2 | 1 | sa | random |" in head
     rows = {tuple(c.strip() for c in line.strip(" |").split("|"))[5]: [c.strip() for c in line.strip(" |").split("|")]
             for line in pooled.splitlines() if line.startswith("| passkey")}
     assert set(rows) == {"random", "swa"}
     sa_random, sa_swa = rows["random"], rows["swa"]
-    assert sa_random[6] == "3" and len(sa_random[9].split(", ")) == 3  # three seeds, each one's own difference
+    assert sa_random[6] == "6" and len(sa_random[9].split(", ")) == 6  # six seeds, each one's own difference
     assert sa_random[12] == "–"  # one σ draw per model: no σ spread to show
     assert sa_random[13] == "better" and sa_random[14] == "yes"  # full beats SWA at every seed: headroom
     assert sa_swa[13] == "not separable at this size"  # the seeds disagree
-    assert "nested percentile bootstrap" in pooled
-    assert "Pooled over training seeds" not in compare(cells[::3], [{"a": "sa", "b": "random"}])  # one seed: none
+    assert "t interval over the per-seed differences" in pooled
+    # three seeds: the range of their differences, and no verdict however far apart the sides are
+    three = compare([c for c in cells if c["seed"] < 3], [{"a": "sa", "b": "random"}])
+    (line,) = [r for r in three.split("## Pooled over training seeds")[1].splitlines() if r.startswith("| passkey")]
+    assert "3 seeds: range [" in line and "| too few seeds to decide |" in line
+    assert "Pooled over training seeds" not in compare(cells[::6], [{"a": "sa", "b": "random"}])  # one seed: none
 
 
 def test_the_table_names_the_seed_where_several_were_trained():

@@ -30,7 +30,8 @@ from .table import markdown_table
 from ..utils.argtypes import non_negative_int, positive_int, seed
 from ..utils.atomic import output_folder, replacing_files, write_records, write_text
 from ..utils.report import head, row
-from ..utils.stats import LEVEL, RESAMPLES, Interval, derived_seed, paired_difference, two_level_bootstrap, verdict
+from ..utils.stats import (LEVEL, MIN_UNITS, RESAMPLES, Interval, comparison_row, derived_seed, paired_difference,
+                           two_level_bootstrap)
 from ..attention import sigma_seeds, variant_label
 
 
@@ -134,9 +135,9 @@ def comparisons_of(items: dict[str, list[dict]], columns: tuple[Column, ...], ba
                                      _per_item(col, b[1][:, [ib[i] for i in common]]),
                                      seed=derived_seed(0, label, baseline, col.task))
             nll = col.metric == "perplexity"
-            rows.append({"a": label, "b": baseline, "column": f"{col.label}: NLL" if nll else col.label,
-                         "unit": "nats" if nll else ("points" if col.is_accuracy else "value"), **diff.as_dict(),
-                         "verdict": verdict(diff.lo, diff.hi, col.lower_is_better)})
+            rows.append(comparison_row(diff, col.lower_is_better, a=label, b=baseline,
+                                       column=f"{col.label}: NLL" if nll else col.label,
+                                       unit="nats" if nll else ("points" if col.is_accuracy else "value")))
     return rows
 
 
@@ -153,8 +154,7 @@ def comparison_markdown(rows: list[dict]) -> str:
     """The paired rows as a table; a difference in nats gets three decimals, one in points one."""
     lines = head(["A − B", "Column", "Δ [95% interval]", "Unit", "Verdict", "Documents", "Seeds A/B"])
     for r in rows:
-        missing = (math.nan if r[side] is None else r[side] for side in ("lo", "hi"))
-        cell = Interval(r["mean"], *missing, r["items"]).text("+.1f" if r["unit"] == "points" else "+.3f")
+        cell = Interval.from_dict(r).text("+.1f" if r["unit"] == "points" else "+.3f")
         lines.append(row([f"{r['a']} − {r['b']}", r["column"], cell, r["unit"], r["verdict"], r["items"],
                           f"{r['seeds']}/{r['seeds_b']}"]))
     return "\n".join(lines) + "\n"
@@ -213,8 +213,11 @@ def evaluate(args: argparse.Namespace) -> dict:
     for label in labels:
         report["models"][label]["intervals"] = {k: ci.as_dict() for k, ci in intervals[label].items()}
     most = max(len(s) for s in seeds.values())
-    method = (f"{LEVEL:.0%} intervals: a percentile bootstrap ({RESAMPLES} resamples) over the documents"
-              + (f", then over a row's σ seeds within each document ({_seed_counts(seeds)})" if most > 1 else "")
+    method = (f"{LEVEL:.0%} intervals: a percentile bootstrap ({RESAMPLES} resamples) over the documents, widened by "
+              f"the small-sample factor"
+              + (f", each document counted as its mean over a row's σ seeds ({_seed_counts(seeds)}; σ is drawn per "
+                 "input)" if most > 1 else "")
+              + f"; with fewer than {MIN_UNITS} documents, the range of their values instead"
               + "; a perplexity column's is exp of its mean NLL's over documents and seeds (the table above "
               "averages each seed's perplexity); \"–\": not a mean over documents (a rolling perplexity). "
               "Per-item records: "

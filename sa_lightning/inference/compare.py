@@ -27,8 +27,9 @@ from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.report import head, row
-from ..utils.stats import (HEADROOM_NOTE, LEVEL, RESAMPLES, Interval, derived_seed, headroom, headroom_label,
-                           paired_difference, percentile_interval, replicates, seed_spread, verdict)
+from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, Interval, comparison_row, derived_seed,
+                           headroom, headroom_label, paired_difference, percentile_interval, replicates, seed_spread,
+                           segments)
 from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
                    metric_of, read_items)
 
@@ -53,6 +54,19 @@ class TaskScores:
         cols = [at[i] for i in ids]
         return TaskScores(ids, self.matrix[:, cols], self.seeds, self.kpq,
                           None if self.tokens is None else self.tokens[:, cols])
+
+
+#: the tokens of one unit of a block bootstrap, where a position task has fewer than ``MIN_UNITS`` documents
+SEGMENT = 64
+
+
+def units(scores: TaskScores) -> np.ndarray:
+    """(seeds, units) of one setting's task: its items, or, for a perplexity task with fewer than ``MIN_UNITS``
+    documents, each document's per-token NLL cut into segments of ``SEGMENT`` tokens (a block bootstrap: a
+    percentile bootstrap over 2 or 3 documents is their [min, max], which covers 51% or 73%, not 95%)."""
+    if scores.tokens is None or scores.matrix.shape[1] >= MIN_UNITS or scores.tokens.shape[2] < 2 * SEGMENT:
+        return scores.matrix
+    return segments(scores.tokens, SEGMENT)
 
 
 @dataclass
@@ -119,10 +133,11 @@ def intervals(cfg: SweepConfig, loaded: Loaded, setting: Setting) -> dict[str, I
         scores = loaded.scores.get((setting, task))
         if scores is None:
             continue
-        reps[task] = replicates(scores.matrix, resamples=RESAMPLES, seed=derived_seed(0, task, *setting))
-        per_seed[task] = scores.matrix.mean(axis=1)
-        interval = percentile_interval(scores.matrix.mean(), reps[task], len(scores.ids),
-                                       seeds=len(scores.seeds), seed_sd=seed_spread(scores.matrix))
+        values = units(scores)
+        reps[task] = replicates(values, resamples=RESAMPLES, seed=derived_seed(0, task, *setting))
+        per_seed[task] = values.mean(axis=1)
+        interval = percentile_interval(values.mean(), reps[task], values.shape[1], values=values.mean(axis=0),
+                                       seeds=len(scores.seeds), seed_sd=seed_spread(values))
         if lower_is_better(task):  # mean NLL -> perplexity, bound by bound; the spread of each seed's perplexity
             spread = float(np.exp(per_seed[task]).std(ddof=1)) if len(per_seed[task]) > 1 else None
             interval = replace(interval.map(math.exp), seed_sd=spread)
@@ -141,14 +156,16 @@ def intervals(cfg: SweepConfig, loaded: Loaded, setting: Setting) -> dict[str, I
 def method_note(cfg: SweepConfig) -> str:
     """How the table's intervals are made, for the footnote of ``table.md``."""
     several = [variant_label(m) for m in cfg.modes if m in cfg.seed_modes] if len(cfg.seeds) > 1 else []
-    stochastic = (f"{', '.join(several)} (seeds {', '.join(map(str, cfg.seeds))}): a two-level bootstrap, the items "
-                  "then each drawn item's seeds; their seed-to-seed spread (SD over seeds of each seed's score) is "
-                  "the table below. " if several else "")
+    stochastic = (f"{', '.join(several)} (seeds {', '.join(map(str, cfg.seeds))}): σ is drawn per input, so each "
+                  "item counts as its mean over the seeds and the bootstrap draws the items; the seed-to-seed spread "
+                  "(SD over seeds of each seed's score) is the table below. " if several else "")
     ppl = ("PPL: the interval of the mean NLL per document, as a perplexity. "
            if any(lower_is_better(t) for t in cfg.tasks) else "")
-    return (f"Each score is mean [95% interval], {RESAMPLES} resamples. Modes run at one seed: a percentile bootstrap "
-            f"over the task's items (documents). {stochastic}{one_draw_note(cfg)}{ppl}Avg.: the mean of the tasks' "
-            "replicates. \"[–]\": fewer than 2 items (no interval).")
+    return (f"Each score is mean [95% interval], {RESAMPLES} resamples: a percentile bootstrap over the task's items "
+            f"(documents), widened by the small-sample factor (``utils.stats``). {stochastic}{one_draw_note(cfg)}{ppl}"
+            f"A perplexity task with fewer than {MIN_UNITS} documents is cut into segments of {SEGMENT} tokens, each "
+            "one unit (a block bootstrap). Avg.: the mean of the tasks' replicates. \"range\": fewer than "
+            f"{MIN_UNITS} units, no 95% interval, only their smallest and largest values.")
 
 
 def one_draw_note(cfg: SweepConfig) -> str:
@@ -192,7 +209,7 @@ def _partners(comp: Comparison, a: Setting, task: str, loaded: Loaded) -> list[S
 def _paired(a: TaskScores, b: TaskScores, seed: int) -> Interval | None:
     """A − B on the items both scored (None: none in common)."""
     ids = [i for i in a.ids if i in set(b.ids)]
-    return paired_difference(a.select(ids).matrix, b.select(ids).matrix, seed=seed) if ids else None
+    return paired_difference(units(a.select(ids)), units(b.select(ids)), seed=seed) if ids else None
 
 
 def headroom_at(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool | None:
@@ -228,7 +245,7 @@ def comparison_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
                     rows.append({"a": comp.a, "b": comp.b, "match": comp.match, "task": task, "a_sink": a[2],
                                  "b_sink": b[2], "a_w_eff": a[1], "b_w_eff": b[1], "a_kpq": sa.kpq, "b_kpq": sb.kpq,
                                  "unit": "nats/token" if lower_is_better(task) else "points",
-                                 **diff.as_dict(), "verdict": verdict(diff.lo, diff.hi, lower_is_better(task)),
+                                 **comparison_row(diff, lower_is_better(task)),
                                  "headroom": None if control else controls[at]})
     return rows
 
@@ -254,9 +271,11 @@ def delta_nll_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
                 parts["all"] = (0, mine.shape[2])
                 cells_ = {}
                 for name, (lo, hi) in parts.items():
-                    diff = paired_difference(mine[:, :, lo:hi].mean(axis=2), full[:, :, lo:hi].mean(axis=2),
-                                             seed=derived_seed(0, task, *setting, name))
-                    cells_[name] = {**diff.as_dict(), "verdict": verdict(diff.lo, diff.hi, lower_is_better=True)}
+                    few = len(ids) < MIN_UNITS and hi - lo >= 2 * SEGMENT  # too few documents: segments instead
+                    a_units, b_units = ((segments(x[:, :, lo:hi], SEGMENT) if few else x[:, :, lo:hi].mean(axis=2))
+                                        for x in (mine, full))
+                    diff = paired_difference(a_units, b_units, seed=derived_seed(0, task, *setting, name))
+                    cells_[name] = comparison_row(diff, lower_is_better=True)
                 rows.append({"task": task, "mode": setting[0], "w_eff": setting[1], "sink": setting[2],
                              "documents": len(ids), "seeds": len(scores.seeds), "buckets": cells_})
     return rows
@@ -324,7 +343,7 @@ def lacking_sentence(out: Path, lacking: list[str]) -> str | None:
 
 
 def _interval_cell(d: dict, spec: str) -> str:
-    return Interval(d["mean"], d["lo"], d["hi"], d["items"]).text(spec)
+    return Interval.from_dict(d).text(spec)
 
 
 def _match_label(r: dict) -> str:
@@ -352,11 +371,13 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: st
     lines = [f"# Paired comparisons: {cfg.model}", "",
              "A − B on the same items: lm-eval tasks in points of their column's metric, perplexity tasks as each "
              "document's mean NLL per token (nats; lower is better). 95% interval: a percentile bootstrap "
-             f"({RESAMPLES} resamples) that draws the items once for both sides; a side run at several seeds also "
-             "draws its seeds within each drawn item (two-level). The verdict is worded from the interval: better or "
-             "worse when it "
-             "excludes 0, else not separable at this size. w_eff (keys/q): the setting's window and the keys per "
-             "query it attended on that task, measured. \"[–]\": fewer than 2 items, no interval. " + one_draw_note(cfg)
+             f"({RESAMPLES} resamples) that draws the items once for both sides, each item its mean over a side's σ "
+             f"seeds (σ is drawn per input); fewer than {MIN_UNITS} documents of a perplexity task are cut into "
+             f"segments of {SEGMENT} tokens (a block bootstrap). The verdict is worded from the interval: better or "
+             "worse when it excludes 0, else not separable at this size; with fewer than "
+             f"{MIN_UNITS} units there is no interval, only a range, and the verdict says too few to decide. w_eff "
+             "(keys/q): the setting's window and the keys per query it attended on that task, measured. "
+             + one_draw_note(cfg)
              + HEADROOM_NOTE, ""]
     if lacking:
         lines += [f"**{lacking}**", ""]

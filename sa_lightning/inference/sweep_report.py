@@ -30,7 +30,7 @@ from . import compare
 from .plan import SweepConfig, cell_path, cells, column_label, lower_is_better, metric_of
 
 #: what each interval of a table row holds, as ``<column>:<field>`` keys of the row
-INTERVAL_FIELDS = ("lo", "hi", "items", "seeds", "seed_sd")
+INTERVAL_FIELDS = ("lo", "hi", "items", "seeds", "seed_sd", "form", "units")
 
 
 def collect(cfg: SweepConfig, out: Path, loaded: compare.Loaded | None = None) -> list[dict]:
@@ -89,7 +89,8 @@ def _scored(r: dict, col: str, lower: bool) -> str:
     """A table cell: the score and, where its items were kept, its interval (``31.2 [12.5, 50.0]``)."""
     if r.get(col) is None or r.get(f"{col}:items") is None:
         return score(r.get(col), lower)
-    return Interval(r[col], r[f"{col}:lo"], r[f"{col}:hi"], r[f"{col}:items"]).text(".2f" if lower else ".1f")
+    return Interval.from_dict({name: r.get(f"{col}:{name}") for name in INTERVAL_FIELDS} | {"mean": r[col]}).text(
+        ".2f" if lower else ".1f")
 
 
 def markdown(cfg: SweepConfig, table: list[dict], lacking: str | None = None) -> str:

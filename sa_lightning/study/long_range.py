@@ -312,7 +312,7 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
     (B at the same K, or at K = 1 if it draws nothing). The two models were validated on one set (the data seed
     is the cell's seed), so answer j of A and of B is the same question; the interval is a paired percentile
     bootstrap over those answers (``utils.stats.paired_difference``), and the verdict is worded from it."""
-    from ..utils.stats import HEADROOM_NOTE, headroom, headroom_label, paired_difference, verdict
+    from ..utils.stats import HEADROOM_NOTE, headroom, headroom_label, paired_difference
 
     seeded = several_seeds(results)
     lines = head(["task", "L", "w", *(["seed"] if seeded else []), "K", "A", "B", "A beyond L·(w−1)", "B",
@@ -348,11 +348,10 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
                 lines.append(row([task, depth, window, *([seed] if seeded else []), k, c["a"], c["b"],
                                   f"{100 * sum(a) / len(a):.1f}",
                                   f"{100 * sum(b) / len(b):.1f}",
-                                  f"{100 * diff.mean:+.1f} [{100 * diff.lo:+.1f}, {100 * diff.hi:+.1f}]",
-                                  verdict(diff.lo, diff.hi),
+                                  diff.map(lambda x: 100 * x).text("+.1f"), diff.verdict(),
                                   headroom_label(None if own else control((task, depth, window, seed))), len(a)]))
     notes = ["", "A − B in percentage points of accuracy beyond SWA's receptive field L·(w−1), on the same validation "
-             "answers; 95% interval: a paired percentile bootstrap over those answers (2000 resamples). One trained "
+             "answers; 95% interval: a paired percentile bootstrap over those answers (``utils.stats``, items scheme). One trained "
              "model per cell: the interval holds the validation set's noise (each answer of a model that draws "
              "counted as its mean over the evaluation σ seeds at K = 1), not the training seed's. Here the "
              "setting is the cell (task, L, w, seed), on the answers beyond SWA's field at K = 1. " + HEADROOM_NOTE]
@@ -388,11 +387,10 @@ def _pairs(by: dict, a: str, b: str, task: str, depth: int, window: int, k: int)
 
 def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
     """The configured comparisons pooled over training seeds, where two or more seeds trained both sides: each
-    seed's difference on its own validation answers, and their mean with a nested bootstrap interval (seeds, then
-    answers; ``utils.stats.pooled_paired_difference``), the verdict worded from it. The per-seed rows above hold
+    seed's difference on its own validation answers, and their mean with a t interval over the seeds (``utils.stats``
+    seeds scheme; a range under five seeds, with no verdict), the verdict worded from it. The per-seed rows above hold
     one trained model each; these are the rows that speak for the variants. Empty with one seed."""
-    from ..utils.stats import HEADROOM_NOTE, headroom, headroom_label, pooled_paired_difference, verdict
-    from ..utils.stats import derived_seed as mix
+    from ..utils.stats import HEADROOM_NOTE, MIN_UNITS, headroom, headroom_label, seed_difference
 
     by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
     settings = sorted({(r["task"], r["depth"], r["window"]) for r in results})
@@ -403,8 +401,8 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
         key = (task, depth, window, seeds)
         if key not in controls:
             pairs = _pairs(by, FULL.name, SWA.name, task, depth, window, 1)
-            controls[key] = None if not set(seeds) <= set(pairs) else headroom(pooled_paired_difference(
-                [pairs[s] for s in seeds], seed=mix(0, "pooled", task, depth, window)))
+            controls[key] = None if not set(seeds) <= set(pairs) else headroom(seed_difference(
+                [pairs[s] for s in seeds]))
         return controls[key]
 
     for c in comparisons:
@@ -416,8 +414,7 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
                 if len(pairs) < 2:
                     continue
                 seeds = sorted(pairs)
-                diff = pooled_paired_difference([pairs[s] for s in seeds],
-                                                seed=mix(0, "pooled", task, c["a"], c["b"], depth, window, k))
+                diff = seed_difference([pairs[s] for s in seeds])
                 own = FULL.name in (c["a"], c["b"])
                 room = None if own else control(task, depth, window, tuple(seeds))
                 rates = [(sum(a) / len(a), sum(b) / len(b)) for a, b in (pairs[s] for s in seeds)]
@@ -428,10 +425,10 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
                            if sd is not None]
                 lines.append(row([task, depth, window, k, c["a"], c["b"], len(seeds), f"{100 * mean_a:.1f}",
                                   f"{100 * mean_b:.1f}", each,
-                                  f"{100 * diff.mean:+.1f} [{100 * diff.lo:+.1f}, {100 * diff.hi:+.1f}]",
+                                  diff.map(lambda x: 100 * x).text("+.1f"),
                                   f"{100 * diff.seed_sd:.1f}",
                                   f"{100 * sum(spreads) / len(spreads):.1f}" if spreads else "–",
-                                  verdict(diff.lo, diff.hi),
+                                  diff.verdict(),
                                   headroom_label(None if own else room), diff.items]))
     if not lines:
         return []
@@ -441,9 +438,10 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
                   ["---"] * 6 + ["---:"] * 3 + ["---"] + ["---:"] * 3 + ["---", "---", "---:"]),
             *lines, "",
             "Means over the training seeds (each seed's model answered its own validation set, drawn from that seed), "
-            "in percentage points beyond SWA's receptive field. 95% interval: a nested percentile bootstrap, the "
-            "seeds drawn with replacement and then each drawn seed's answers, once for both sides (2000 resamples); "
-            "with three seeds it is coarse, so each seed's own difference is listed. seed SD: the standard deviation "
+            "in percentage points beyond SWA's receptive field. 95% interval: a t interval over the per-seed differences "
+            "(each the mean over that seed's answers), since a training seed moves all the answers of its model; with "
+            f"fewer than {MIN_UNITS} seeds there is no 95% interval, only the range of the per-seed differences, and "
+            "no verdict. Each seed's own difference is listed. seed SD: the standard deviation "
             "of the per-seed differences. σ SD: the standard deviation of A − B over the evaluation σ seeds (each "
             "side validated once per seed at K = 1; a side that draws nothing is the same under every seed), the mean "
             "over the training seeds; each answer above counts as its mean over those σ seeds. Headroom here is the "

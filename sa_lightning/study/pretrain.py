@@ -38,8 +38,8 @@ from ..attention import get_variant, sigma_seeds, variant_label
 from ..attention.variants import FULL, SWA
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, pyplot, row
-from ..utils.stats import (HEADROOM_NOTE, RESAMPLES, derived_seed, headroom, headroom_label, paired_difference,
-                           two_level_bootstrap, verdict)
+from ..utils.stats import (HEADROOM_NOTE, MIN_UNITS, comparison_row, estimate, headroom, headroom_label, per_seed,
+                           seed_difference)
 from ..utils.tables import write_csv
 from . import grid
 
@@ -72,6 +72,12 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
         if not isinstance(c, dict) or set(c) != {"a", "b"}:
             raise ValueError(f"each comparison is {{a: <model>, b: <model>}}, got {c!r}; nothing was trained.")
         parse_model(c["a"]), parse_model(c["b"])  # a comparison of a model this run leaves out is named, not run
+    margins = settings.get("margins") or {}
+    columns = [c for c, _, _ in COLUMNS]
+    if not isinstance(margins, dict) or any(k not in columns or isinstance(v, bool) or not isinstance(v, (int, float))
+                                            or not v > 0 for k, v in margins.items()):
+        raise ValueError(f"margins maps a column ({', '.join(columns)}) to an equivalence margin > 0 in its unit "
+                         f"(nats, points), got {margins!r}; nothing was trained.")
     return settings
 
 
@@ -150,9 +156,10 @@ def matrix(results: list[dict], model: str, column: str) -> np.ndarray | None:
     return np.array([r["scores"][column][:width] for r in runs], dtype=np.float64)
 
 
-def _interval(values: np.ndarray, column: str, *keys):
-    """The column's interval: mean NLL -> perplexity bound by bound for the validation column."""
-    ci = two_level_bootstrap(values, seed=derived_seed(0, column, *keys))
+def _interval(values: np.ndarray, column: str):
+    """The column's interval over the training seeds (``utils.stats``' seeds scheme: a t interval over each seed's
+    mean; a range under five seeds): mean NLL -> perplexity bound by bound for the validation column."""
+    ci = estimate(values, "seeds")
     return ci.map(math.exp) if column == "val_ppl" else ci
 
 
@@ -179,10 +186,10 @@ def rows(results: list[dict], models: list[str]) -> list[dict]:
             values = matrix(results, model, column)
             if values is None:
                 continue
-            ci = _interval(values, column, model)
+            ci = _interval(values, column)
             spread = np.array([_score(v, column) for v in values])
             entry.update({column: ci.mean, f"{column}:lo": ci.lo, f"{column}:hi": ci.hi, f"{column}:items": ci.items,
-                          f"{column}:seeds": ci.seeds,
+                          f"{column}:seeds": ci.seeds, f"{column}:form": ci.form,
                           f"{column}:seed_sd": float(spread.std(ddof=1)) if len(spread) > 1 else None,
                           f"{column}:sigma_sd": sigma_sd(results, model, column)})
         entry["eval_seeds"] = max((len(r.get("eval_seeds") or [0]) for r in results if r["model"] == model), default=1)
@@ -198,8 +205,10 @@ def label(model: str) -> str:
 def _cell(r: dict, column: str, spec: str) -> str:
     if column not in r:
         return "–"
-    bounded = r[f"{column}:lo"] == r[f"{column}:lo"]
-    return f"{r[column]:{spec}}" + (f" [{r[f'{column}:lo']:{spec}}, {r[f'{column}:hi']:{spec}}]" if bounded else " [–]")
+    lo, hi, kind = r[f"{column}:lo"], r[f"{column}:hi"], r.get(f"{column}:form", "interval")
+    if kind == "range":
+        return f"{r[column]:{spec}} (range [{lo:{spec}}, {hi:{spec}}])"
+    return f"{r[column]:{spec}}" + (f" [{lo:{spec}}, {hi:{spec}}]" if kind == "interval" and lo == lo else " [–]")
 
 
 def table(table_rows: list[dict], settings: dict) -> str:
@@ -218,9 +227,11 @@ def table(table_rows: list[dict], settings: dict) -> str:
         spread.append(row([label(r["model"]), *(sd(r.get(f"{c}:{k}")) for c, _, _ in COLUMNS
                                                  for k in ("seed_sd", "sigma_sd"))]))
     seeds = settings.get("eval_seeds") or [0]
-    note = (f"Each score is mean [95% interval] over the training seeds {settings['seeds']}: a two-level percentile "
-            f"bootstrap ({RESAMPLES} resamples) over the items (validation blocks, task documents), then the seeds "
-            f"within each drawn item. A model that draws σ (or random keys) is scored under the evaluation σ seeds "
+    note = (f"Each score is mean [95% interval] over the training seeds {settings['seeds']}: a t interval over each "
+            f"seed's mean over the items (validation blocks, task documents), since a training seed moves every item "
+            f"of its model at once; with fewer than {MIN_UNITS} seeds there is no 95% interval, and the cell shows "
+            f"the range of the seeds' scores instead. A model that draws σ (or random keys) is scored under the "
+            f"evaluation σ seeds "
             f"{seeds}, and each item's score is its mean over them, so σ's noise is inside the interval. Val. PPL: "
             "the interval of the mean NLL per block, as a perplexity. LW: last-word accuracy (%); MC: four-way choice "
             "acc_norm (%), chance 25%.")
@@ -229,11 +240,23 @@ def table(table_rows: list[dict], settings: dict) -> str:
                               "over its training seeds (σ):", "", *spread]) + "\n"
 
 
+def seed_pairs(results: list[dict], a: str, b: str, column: str) -> dict[int, tuple[list, list]]:
+    """{training seed: (A's items, B's items)} for each seed that trained both models, on the items both scored:
+    one ``seed_everything`` gives both the same initialisation and data order, so they pair seed by seed."""
+    runs = {(r["model"], r["seed"]): r["scores"][column] for r in results}
+    out = {}
+    for seed in sorted({s for m, s in runs if m == a} & {s for m, s in runs if m == b}):
+        ia, ib = runs[(a, seed)], runs[(b, seed)]
+        width = min(len(ia), len(ib))
+        out[seed] = (ia[:width], ib[:width])
+    return out
+
+
 def _difference(results: list[dict], a: str, b: str, column: str):
-    """A − B on ``column``, paired on the items both scored, each side's seeds drawn within each drawn item."""
-    ma, mb = matrix(results, a, column), matrix(results, b, column)
-    width = min(ma.shape[1], mb.shape[1])
-    return paired_difference(ma[:, :width], mb[:, :width], seed=derived_seed(0, column, a, b))
+    """A − B on ``column`` over the training seeds both trained, paired seed by seed (``utils.stats`` seeds
+    scheme); None where no seed trained both."""
+    pairs = seed_pairs(results, a, b, column)
+    return seed_difference(list(pairs.values())) if pairs else None
 
 
 def _headroom(results: list[dict], column: str, lower: bool, window: int | None) -> bool | None:
@@ -244,36 +267,46 @@ def _headroom(results: list[dict], column: str, lower: bool, window: int | None)
     return None if full is None or swa is None else headroom(_difference(results, full, swa, column), lower)
 
 
-def compare(results: list[dict], comparisons: list[dict]) -> tuple[str, list[dict]]:
-    """A − B per configured comparison and column, paired on the same items; the seeds of each side are drawn
-    within each drawn item (different training runs are not paired seed by seed). Each row but the positive
-    control's own also says whether full attention beats SWA at B's window (or A's) on that column: the headroom
-    without which no long-range variant can win."""
-    out, unpaired, controls = [], [], {}  # controls: one bootstrap per (column, window), whatever the comparisons
-    lines = head(["A", "B", "Column", "A − B [95%]", "Verdict", "Headroom", "Items", "Seeds A/B"],
-                 ["---", "---", "---", "---:", "---", "---", "---:", "---:"])
+def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None) -> tuple[str, list[dict]]:
+    """A − B per configured comparison and column over the training seeds that trained both, paired seed by seed
+    (each seed's mean difference over the same items is one unit; a t interval over them, a range under five);
+    each seed's own difference is shown beside it. ``margins`` ({column: δ}) adds the equivalence test. Each row
+    but the positive control's own also says whether full attention beats SWA at B's window (or A's) on that
+    column: the headroom without which no long-range variant can win."""
+    out, unpaired, controls = [], [], {}  # controls: one per (column, window), whatever the comparisons
+    margins = margins or {}
+    lines = head(["A", "B", "Column", "A − B [95%]", "Per seed", "Verdict", "Headroom", "Items", "Seeds"],
+                 ["---", "---", "---", "---:", "---", "---", "---", "---:", "---:"])
     for c in comparisons:
         if not {c["a"], c["b"]} <= {r["model"] for r in results}:
             unpaired.append(f"{label(c['a'])} − {label(c['b'])}")
             continue
         (va, wa), (vb, wb) = parse_model(c["a"]), parse_model(c["b"])
         for column, name, lower in COLUMNS:
-            diff = _difference(results, c["a"], c["b"], column)
-            said = verdict(diff.lo, diff.hi, lower_is_better=lower)
+            pairs = seed_pairs(results, c["a"], c["b"], column)
+            if not pairs:
+                unpaired.append(f"{label(c['a'])} − {label(c['b'])} (no training seed trained both)")
+                break
+            diff = seed_difference(list(pairs.values()))
             own, at = FULL.name in (va, vb), (column, wb or wa)  # own: the positive control's own row
             if not own and at not in controls:
                 controls[at] = _headroom(results, column, lower, at[1])
             room = None if own else controls[at]
             unit = "+.3f" if column == "val_ppl" else "+.1f"
-            out.append({"a": c["a"], "b": c["b"], "column": column, **diff.as_dict(), "verdict": said,
-                        "headroom": room})
-            lines.append(row([label(c["a"]), label(c["b"]), name.replace("PPL", "NLL/token"), diff.text(unit), said,
-                              headroom_label(room), diff.items,
-                              f"{diff.seeds}/{diff.seeds_b}"]))
-    note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points). "
-            f"95% interval: a paired percentile bootstrap ({RESAMPLES} resamples) that draws the items once for both "
-            "sides and each side's training seeds within each drawn item. The verdict is worded from the interval. "
-            + HEADROOM_NOTE)
+            seeds = per_seed(list(pairs.values()))
+            entry = comparison_row(diff, lower, margins.get(column), a=c["a"], b=c["b"], column=column,
+                                   headroom=room, per_seed=dict(zip(pairs, seeds)))
+            out.append(entry)
+            lines.append(row([label(c["a"]), label(c["b"]), name.replace("PPL", "NLL/token"), diff.text(unit),
+                              ", ".join(f"{x:{unit}}" for x in seeds), entry["verdict"], headroom_label(room),
+                              diff.items, diff.seeds]))
+    note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points), "
+            "paired by training seed: A's and B's models of one seed share the initialisation and the data order. "
+            f"95% interval: a t interval over the per-seed differences (each the mean over the seed's items), since a "
+            f"training seed moves every item of its model at once; with fewer than {MIN_UNITS} seeds there is no 95% "
+            "interval, only the range of the per-seed differences, and no verdict. The verdict is worded from the "
+            "interval" + (f"; \"equivalent within ±δ\" from two one-sided tests (the 90% interval inside ±δ) at the "
+                          f"config's margins {margins}" if margins else "") + ". " + HEADROOM_NOTE)
     if unpaired:
         note += f" Not compared (a model this run leaves out): {', '.join(unpaired)}."
     return "\n".join(lines + ["", note]) + "\n", out
@@ -336,13 +369,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
                               "limit": settings.get("limit"), "eval_seeds": eval_seeds(cell["model"], settings)},
         run=run_cell, line=line, jobs=settings.get("jobs"))
     table_rows = rows(results, settings["models"])
-    compared, comparison_rows = compare(results, settings.get("comparisons") or [])
+    compared, comparison_rows = compare(results, settings.get("comparisons") or [], settings.get("margins"))
     text = table(table_rows, settings)
     with replacing_files(out, "study report") as tmp:
         write_csv(tmp / "results.csv", table_rows, fields=list(dict.fromkeys(k for r in table_rows for k in r)))
         write_text(tmp / "table.md", text)
         write_text(tmp / "compare.md", compared)
-        write_text(tmp / "compare.json", json.dumps({"resamples": RESAMPLES, "comparisons": comparison_rows}, indent=2))
+        write_text(tmp / "compare.json", json.dumps({"scheme": "seeds", "comparisons": comparison_rows}, indent=2))
         plot(table_rows, tmp / "table1.png")
     print("\n" + text + "\n" + compared)
     print(f"wrote {out}/results.csv, table.md, compare.md, compare.json and table1.png "

@@ -1,29 +1,33 @@
-"""Confidence intervals and paired differences: seeded percentile bootstraps, vectorised with numpy.
+"""The one home of the project's statistics: every interval, paired difference, verdict and equivalence test that
+a table prints comes from here, by one of two schemes chosen by **the unit that varies**.
 
-Every interval the project reports is made one of these ways (the reports quote them):
+- **Items** (``scheme="items"``; a deterministic mode, or a stochastic one whose σ is drawn per input): the values
+  are (items,) or (σ seeds, items). Each item's value is its mean over the σ seeds (σ is drawn from the seed, the
+  layer and the row's own tokens, so one item's draws are independent of another's and the item mean carries σ's
+  noise once); the items are drawn with replacement ``resamples`` times, and the interval is the percentile
+  interval of the drawn means, widened about the mean by the small-sample factor sqrt(n / (n − 1)) ·
+  t(n − 1) / z (a plain percentile bootstrap is too narrow by about that factor at a few dozen items). Redrawing
+  σ seeds again inside each drawn item would count their noise twice; the σ spread is reported on its own
+  (``seed_sd``: the SD over σ seeds of each seed's whole-task mean).
+- **Training seeds** (``scheme="seeds"``; trained models): the values are (training seeds, items). A training seed
+  moves every item of its model at once, so the unit resampled is the seed: each seed's mean over its items (or,
+  for a difference, A's and B's models of the *same* seed, which share the initialisation and the data order) is
+  one value, and the interval is a Student t interval over those per-seed values (df = seeds − 1). The items'
+  noise is inside each seed's mean, so the interval holds both levels; redrawing a seed per item (what ``study
+  pretrain`` once did) averages the seed-to-seed noise away and says "better" or "worse" about half the time
+  when nothing differs.
 
-- **One seed** (a deterministic mode; ``bootstrap_mean``): the items (documents, questions) are drawn with
-  replacement ``resamples`` times, and the interval is the 2.5th and 97.5th percentiles of the drawn means
-  (a percentile bootstrap). An accuracy is the mean of 0/1 items, so it gets the same bootstrap: one method for
-  every number, differences included, rather than a Wilson interval for accuracies alone. At few items a
-  percentile bootstrap is too narrow (all of 5 items right gives [100, 100]).
-- **Several seeds** (a stochastic mode; ``two_level_bootstrap``): the items are drawn with replacement, then
-  within each drawn item its seeds are drawn with replacement, and the mean of all of it is one replicate. The
-  seeds are drawn per item because a stochastic mode draws its randomness per input (σ from seed, layer and the
-  row's tokens), so one item's seeds are independent of another's. It counts the seed noise twice (inside each
-  item's mean and in the redraw), so it errs wide: at or above 95% coverage. The seed-to-seed spread is reported on
-  its own: the standard deviation over seeds of each seed's whole-task mean.
-- **A paired difference** A − B (``paired_difference``): A and B are scored on the same items; the items are
-  drawn once for both, each side's seeds are drawn within each drawn item as above, and a replicate is the mean of
-  the per-item differences. Pairing removes what the items share (an easy item is easy for both), so the
-  interval is narrower than that of two independent bootstraps.
-- **A paired difference pooled over groups** (``pooled_paired_difference``): where each training seed's models
-  answered their own items (the long-range study draws its validation set from the cell's seed), the seeds are
-  drawn with replacement, then each drawn seed's items, once for both sides: the interval holds the training
-  seed's noise too, and each seed's own difference is reported beside it.
+**Fewer than 5 top-level units** (items, or seeds) give no 95% interval: the result is a ``range`` (the smallest and
+largest unit value), printed as ``3 seeds: range [a, b]``, and its verdict is "too few seeds to decide" (or items).
+Documents too few or too long to resample are cut into fixed-length segments first (``segments``).
 
-An interval needs at least 2 items: with one (a single long document) its bounds are NaN, and ``verdict`` says
-"not separable at this size". A fixed ``seed`` makes every interval reproducible.
+**Equivalence.** "Not separable" is not "the same": with a margin δ, a difference is called ``equivalent within ±δ``
+only by two one-sided tests at 5% each, that is when its 90% interval (same scheme) lies inside (−δ, +δ).
+
+``tests/test_stats_calibration.py`` simulates crossed designs with no true effect and noise at each level (items,
+σ seeds, training seeds) and checks that each scheme covers 95% within ±2 points and says better or worse about 5%
+of the time; the item-level scheme applied to trained seeds fails it. A fixed ``seed`` makes every interval
+reproducible.
 """
 from __future__ import annotations
 
@@ -33,20 +37,38 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-#: resamples per interval
+#: resamples per bootstrap interval
 RESAMPLES = 2000
 #: the interval's coverage
 LEVEL = 0.95
-#: the most (resample, item, seed) draws held at once; larger sets are drawn in chunks
+#: the fewest top-level units (items, seeds) an interval is made from; fewer give a range
+MIN_UNITS = 5
+#: the schemes: which unit is resampled
+SCHEMES = ("items", "seeds")
+#: the most (resample, item) draws held at once; larger sets are drawn in chunks
 _CHUNK = 4_000_000
 
 BETTER, WORSE, TIED = "better", "worse", "not separable at this size"
 
 
+def too_few(unit: str) -> str:
+    """The verdict of a result with fewer than ``MIN_UNITS`` top-level units."""
+    return f"too few {unit} to decide"
+
+
+def equivalent(margin: float) -> str:
+    return f"equivalent within ±{margin:g}"
+
+
 @dataclass(frozen=True)
 class Interval:
-    """A mean, its ``LEVEL`` interval [lo, hi], the items and seeds behind it, and (with several seeds) the
-    standard deviation over seeds of each seed's mean. For a difference, ``seeds`` is A's and ``seeds_b`` B's."""
+    """A mean and its ``LEVEL`` interval [lo, hi] by ``scheme``, with the counts behind it.
+
+    ``form`` is ``interval``, ``range`` (fewer than ``MIN_UNITS`` top-level units: lo and hi are the smallest and
+    largest unit values, not an interval) or ``none`` (a single unit). ``units`` counts the top-level units (items
+    for the items scheme, seeds for the seeds scheme), ``items`` the items and ``seeds`` the seeds (A's; ``seeds_b``
+    B's for a difference). ``seed_sd`` is the SD over seeds of each seed's mean (σ seeds for the items scheme,
+    training seeds for the seeds scheme). ``lo90``/``hi90`` are the 90% interval of the equivalence test."""
 
     mean: float
     lo: float
@@ -55,25 +77,57 @@ class Interval:
     seeds: int = 1
     seed_sd: float | None = None
     seeds_b: int | None = None
+    scheme: str = "items"
+    form: str = "interval"
+    units: int | None = None
+    lo90: float | None = None
+    hi90: float | None = None
 
     @property
     def bounded(self) -> bool:
-        """Whether there is an interval (at least 2 items)."""
-        return self.lo is not None and self.hi is not None and self.lo == self.lo and self.hi == self.hi
+        """Whether there is a 95% interval (at least ``MIN_UNITS`` top-level units)."""
+        return self.form == "interval" and None not in (self.lo, self.hi) and self.lo == self.lo and self.hi == self.hi
+
+    @property
+    def unit(self) -> str:
+        return "seeds" if self.scheme == "seeds" else "items"
 
     def as_dict(self) -> dict:
-        """The fields for JSON: no interval is ``lo``/``hi`` None (JSON has no NaN); unset optional fields left out."""
+        """The fields for JSON: no bound is None (JSON has no NaN); unset optional fields left out."""
         fields = {k: v for k, v in asdict(self).items() if v is not None}
-        return {**fields, "lo": self.lo if self.bounded else None, "hi": self.hi if self.bounded else None}
+        finite = self.form != "none" and self.lo == self.lo and self.hi == self.hi
+        return {**fields, "lo": self.lo if finite else None, "hi": self.hi if finite else None}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Interval":
+        """An interval back from ``as_dict``'s JSON (missing bounds: NaN)."""
+        known = {k: d[k] for k in cls.__dataclass_fields__ if d.get(k) is not None}
+        return cls(**{**known, "lo": math.nan if d.get("lo") is None else d["lo"],
+                      "hi": math.nan if d.get("hi") is None else d["hi"]})
 
     def text(self, spec: str = ".1f") -> str:
-        """``31.2 [12.5, 50.0]`` (``spec`` formats all three); ``[–]`` where there is no interval."""
+        """``31.2 [12.5, 50.0]``; ``31.2 (3 seeds: range [12.5, 50.0])`` with too few units; ``[–]`` with one."""
+        if self.form == "range":
+            return f"{self.mean:{spec}} ({self.units} {self.unit}: range [{self.lo:{spec}}, {self.hi:{spec}}])"
         return f"{self.mean:{spec}} " + (f"[{self.lo:{spec}}, {self.hi:{spec}}]" if self.bounded else "[–]")
 
+    def verdict(self, lower_is_better: bool = False, margin: float | None = None) -> str:
+        """A − B worded from the interval: better, worse, equivalent within ±margin (two one-sided tests, when a
+        margin is given), not separable at this size, or too few units to decide."""
+        if self.form != "interval":
+            return too_few(self.unit)
+        said = verdict(self.lo, self.hi, lower_is_better)
+        if said == TIED and margin is not None and self.lo90 is not None and -margin < self.lo90 \
+                and self.hi90 < margin:
+            return equivalent(margin)
+        return said
+
     def map(self, fn) -> "Interval":
-        """The same interval on another scale through a monotone increasing ``fn`` (mean NLL -> perplexity): a
-        percentile interval maps bound by bound."""
-        return Interval(fn(self.mean), fn(self.lo), fn(self.hi), self.items, self.seeds, None, self.seeds_b)
+        """The same interval on another scale through a monotone increasing ``fn`` (mean NLL -> perplexity)."""
+        def f(x):
+            return None if x is None else fn(x)
+        return Interval(fn(self.mean), fn(self.lo), fn(self.hi), self.items, self.seeds, None, self.seeds_b,
+                        self.scheme, self.form, self.units, f(self.lo90), f(self.hi90))
 
 
 def derived_seed(seed: int, *keys) -> int:
@@ -93,41 +147,58 @@ def _matrix(scores, name: str = "scores") -> np.ndarray:
     return array
 
 
-def _draw_means(scores: np.ndarray, idx: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """(r,) replicate means of ``scores`` (seeds, items) over the drawn items ``idx`` (r, items), each drawn item's
-    seeds drawn again with replacement when there are several."""
-    n_seeds = scores.shape[0]
-    if n_seeds == 1:
-        return scores[0][idx].mean(axis=1)
-    seeds = rng.integers(n_seeds, size=(*idx.shape, n_seeds), dtype=np.int32)
-    return scores[seeds, idx[..., None]].mean(axis=(1, 2))
+def _widening(n: int, level: float) -> float:
+    """sqrt(n / (n − 1)) · t(n − 1) / z: how much too narrow a percentile bootstrap of a mean is at n units."""
+    from scipy import stats
 
-
-def _replicates(sides: list[np.ndarray], resamples: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Replicate means of each of ``sides`` (seeds, items) over the same drawn items (a paired bootstrap)."""
-    n = sides[0].shape[1]
-    per = max(1, _CHUNK // (n * max(s.shape[0] for s in sides)))
-    out: list[list[np.ndarray]] = [[] for _ in sides]
-    for start in range(0, resamples, per):
-        idx = rng.integers(n, size=(min(per, resamples - start), n), dtype=np.int32)
-        for reps, side in zip(out, sides):
-            reps.append(_draw_means(side, idx, rng))
-    return [np.concatenate(reps) for reps in out]
+    q = 0.5 + level / 2
+    return math.sqrt(n / (n - 1)) * float(stats.t.ppf(q, n - 1) / stats.norm.ppf(q))
 
 
 def replicates(scores, *, resamples: int = RESAMPLES, seed: int = 0) -> np.ndarray:
-    """The bootstrap's replicate means of ``scores`` ((items,) or (seeds, items)): what ``bootstrap_mean`` and
-    ``two_level_bootstrap`` take percentiles of. Averaging several tasks' replicates gives their average's
-    interval (the tasks' items are independent)."""
-    return _replicates([_matrix(scores)], resamples, np.random.default_rng(seed))[0]
+    """The item bootstrap's replicate means of ``scores`` ((items,) or (σ seeds, items): each item its mean over
+    the σ seeds). Averaging several tasks' replicates gives their average's replicates (independent items)."""
+    values = _matrix(scores).mean(axis=0)
+    rng, n = np.random.default_rng(seed), values.size
+    per = max(1, _CHUNK // n)
+    return np.concatenate([values[rng.integers(n, size=(min(per, resamples - s), n), dtype=np.int32)].mean(axis=1)
+                           for s in range(0, resamples, per)])
 
 
-def percentile_interval(mean: float, reps: np.ndarray, items: int, level: float = LEVEL, **fields) -> Interval:
-    """``mean`` with the central ``level`` percentiles of ``reps``; NaN bounds with fewer than 2 items."""
-    if items < 2:
-        return Interval(float(mean), math.nan, math.nan, items, **fields)
-    lo, hi = np.percentile(reps, [50 * (1 - level), 50 * (1 + level)])
-    return Interval(float(mean), float(lo), float(hi), items, **fields)
+def _few(mean: float, values: np.ndarray, **fields) -> Interval:
+    """Fewer than ``MIN_UNITS`` units: a range over the unit values (none with one)."""
+    form = "range" if values.size > 1 else "none"
+    lo, hi = (float(values.min()), float(values.max())) if values.size > 1 else (math.nan, math.nan)
+    return Interval(float(mean), lo, hi, form=form, units=int(values.size), **fields)
+
+
+def percentile_interval(mean: float, reps: np.ndarray, items: int, level: float = LEVEL, values=None,
+                        **fields) -> Interval:
+    """``mean`` with the central ``level`` percentiles of the item bootstrap's ``reps``, widened about the mean by
+    the small-sample factor (``_widening``), and the 90% interval of the equivalence test likewise. Fewer than
+    ``MIN_UNITS`` items: the range of ``values`` (the item values) instead."""
+    if items < MIN_UNITS:
+        return _few(mean, np.asarray(values if values is not None else [], dtype=np.float64), items=items, **fields)
+    bounds = []
+    for lev in (level, 0.90):
+        lo, hi = np.percentile(reps, [50 * (1 - lev), 50 * (1 + lev)])
+        k = _widening(items, lev)
+        bounds += [float(mean - k * (mean - lo)), float(mean + k * (hi - mean))]
+    return Interval(float(mean), bounds[0], bounds[1], items, units=items, lo90=bounds[2], hi90=bounds[3], **fields)
+
+
+def t_interval(values, level: float = LEVEL, **fields) -> Interval:
+    """The mean of ``values`` (one per top-level unit: a training seed) with its Student t interval; a range with
+    fewer than ``MIN_UNITS``."""
+    from scipy import stats
+
+    values = np.asarray(values, dtype=np.float64)
+    mean, n = float(values.mean()), values.size
+    if n < MIN_UNITS:
+        return _few(mean, values, **fields)
+    se = float(values.std(ddof=1)) / math.sqrt(n)
+    half, half90 = (float(stats.t.ppf(0.5 + lev / 2, n - 1)) * se for lev in (level, 0.90))
+    return Interval(mean, mean - half, mean + half, units=n, lo90=mean - half90, hi90=mean + half90, **fields)
 
 
 def seed_spread(scores) -> float | None:
@@ -136,64 +207,109 @@ def seed_spread(scores) -> float | None:
     return float(array.mean(axis=1).std(ddof=1)) if array.shape[0] > 1 else None
 
 
-def bootstrap_mean(values, *, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> Interval:
-    """The mean of ``values`` (one per item) with its percentile-bootstrap interval over items."""
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"bootstrap_mean takes one value per item (a 1-D array), got shape {array.shape}.")
-    return two_level_bootstrap(array[None, :], resamples=resamples, seed=seed, level=level)
-
-
-def two_level_bootstrap(scores, *, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> Interval:
-    """The mean of ``scores`` (seeds, items) with its two-level interval (items, then seeds within each item) and
-    the seed-to-seed spread; with one seed, the bootstrap over items."""
+def estimate(scores, scheme: str = "items", *, resamples: int = RESAMPLES, seed: int = 0,
+             level: float = LEVEL) -> Interval:
+    """The mean of ``scores`` ((items,) or (seeds, items)) with its interval by ``scheme`` (module docstring)."""
     array = _matrix(scores)
-    reps = replicates(array, resamples=resamples, seed=seed)
-    return percentile_interval(array.mean(), reps, array.shape[1], level, seeds=array.shape[0],
-                               seed_sd=seed_spread(array))
+    fields = dict(items=array.shape[1], seeds=array.shape[0], seed_sd=seed_spread(array), scheme=_scheme(scheme))
+    if scheme == "seeds":
+        return t_interval(array.mean(axis=1), level, **fields)
+    reps = replicates(array, resamples=resamples, seed=seed) if array.shape[1] >= MIN_UNITS else None
+    fields.pop("items")
+    return percentile_interval(array.mean(), reps, array.shape[1], level, values=array.mean(axis=0), **fields)
 
 
-def paired_difference(a, b, *, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> Interval:
-    """A − B over the same items: ``a`` and ``b`` are (items,) or (seeds, items), item j of both the same item.
-    The items are drawn once for both sides; each side's seeds are drawn within each drawn item."""
+def difference(a, b, scheme: str = "items", *, resamples: int = RESAMPLES, seed: int = 0,
+               level: float = LEVEL) -> Interval:
+    """A − B by ``scheme``. Items: ``a`` and ``b`` (σ seeds, items) on the same items, paired item by item (the
+    items drawn once for both sides; each side's σ seeds may differ in number). Seeds: ``a`` and ``b`` (training
+    seeds, items), row s of both the same training seed, paired seed by seed (each seed's mean difference is one
+    unit); the items of a seed may differ from another seed's (each model validated on its own draw)."""
+    scheme = _scheme(scheme)
+    if scheme == "seeds":
+        return seed_difference(list(zip(_rows(a), _rows(b))), level=level)
     a, b = _matrix(a, "a"), _matrix(b, "b")
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"a paired difference needs the same items on both sides, got {a.shape[1]} and "
                          f"{b.shape[1]} items.")
-    reps_a, reps_b = _replicates([a, b], resamples, np.random.default_rng(seed))
-    return percentile_interval(a.mean() - b.mean(), reps_a - reps_b, a.shape[1], level, seeds=a.shape[0],
-                               seeds_b=b.shape[0])
+    d = a.mean(axis=0) - b.mean(axis=0)
+    reps = replicates(d, resamples=resamples, seed=seed) if d.size >= MIN_UNITS else None
+    return percentile_interval(float(d.mean()), reps, d.size, level, values=d, seeds=a.shape[0],
+                               seeds_b=b.shape[0], scheme="items")
+
+
+def seed_difference(pairs, level: float = LEVEL) -> Interval:
+    """A − B over training seeds: ``pairs`` is ``[(a, b), ...]``, one per seed, each the (items,) scores of A's and
+    B's models of that seed on the same items. Each seed's mean difference is one unit; their mean with a t
+    interval (a range under ``MIN_UNITS`` seeds). ``seed_sd`` is the SD of the per-seed differences."""
+    diffs, items = [], 0
+    for i, (a, b) in enumerate(pairs):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        if a.ndim != 1 or a.shape != b.shape or a.size == 0:
+            raise ValueError(f"seed {i} needs the same non-empty items on both sides, got shapes {a.shape} and "
+                             f"{b.shape}.")
+        diffs.append(float(_matrix(a - b, f"seed {i}").mean()))
+        items += a.size
+    if not diffs:
+        raise ValueError("a difference over training seeds needs at least one seed that trained both models.")
+    sd = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else None
+    return t_interval(diffs, level, items=items, seeds=len(diffs), seeds_b=len(diffs), seed_sd=sd, scheme="seeds")
+
+
+def per_seed(pairs) -> list[float]:
+    """Each seed's mean difference (what ``seed_difference`` takes the interval of), for the reports."""
+    return [float(np.mean(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))) for a, b in pairs]
+
+
+def _rows(x) -> list[np.ndarray]:
+    """A (seeds, items) array, or a list of per-seed item arrays of any lengths, as one array per seed."""
+    return list(_matrix(x)) if isinstance(x, np.ndarray) else [np.asarray(r, dtype=np.float64) for r in x]
+
+
+def _scheme(scheme: str) -> str:
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}.")
+    return scheme
+
+
+def segments(tokens, length: int) -> np.ndarray:
+    """Per-token values (documents, tokens) cut into consecutive segments of ``length`` tokens, each one unit (its
+    mean): a block bootstrap's units, for documents too few or too long to resample whole. A last part shorter
+    than ``length`` is left out, so every unit weighs the same."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    if tokens.ndim == 1:
+        tokens = tokens[None, :]
+    cut = tokens.shape[-1] // length * length
+    if cut == 0:
+        raise ValueError(f"segments of {length} tokens need documents of at least {length} tokens, got "
+                         f"{tokens.shape[-1]}.")
+    return tokens[..., :cut].reshape(*tokens.shape[:-1], -1, length).mean(axis=-1).reshape(
+        *tokens.shape[:-2], -1)
+
+
+# ---- the earlier names, each one scheme ------------------------------------------------------------------
+def bootstrap_mean(values, *, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> Interval:
+    """The mean of ``values`` (one per item) with its interval over items."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"bootstrap_mean takes one value per item (a 1-D array), got shape {array.shape}.")
+    return estimate(array, "items", resamples=resamples, seed=seed, level=level)
+
+
+def two_level_bootstrap(scores, *, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> Interval:
+    """The mean of ``scores`` (σ seeds, items) by the items scheme, with the σ-seed spread."""
+    return estimate(scores, "items", resamples=resamples, seed=seed, level=level)
+
+
+def paired_difference(a, b, *, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> Interval:
+    """A − B over the same items ((items,) or (σ seeds, items) each), by the items scheme."""
+    return difference(a, b, "items", resamples=resamples, seed=seed, level=level)
 
 
 def pooled_paired_difference(groups, *, resamples: int = RESAMPLES, seed: int = 0,
                              level: float = LEVEL) -> Interval:
-    """A − B pooled over independent groups, each with its own paired items: ``groups`` is ``[(a, b), ...]``, one
-    pair of (items,) arrays per group (a training seed, whose model answered its own validation set), item j of
-    ``a`` and ``b`` the same item. The mean gives every group the same weight. A replicate draws the groups with
-    replacement, then within each drawn group its items with replacement (once for both sides), and averages
-    the drawn groups' mean differences: a nested (cluster) bootstrap, so the interval holds the group-to-group
-    noise (the training seed's) as well as the items'. With few groups it is coarse (three groups give ten
-    distinct draws of groups), so the reports show each group's difference beside it. ``seed_sd`` is the
-    standard deviation over groups of each group's mean difference."""
-    diffs = []
-    for i, (a, b) in enumerate(groups):
-        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-        if a.ndim != 1 or a.shape != b.shape or a.size == 0:
-            raise ValueError(f"group {i} needs the same non-empty items on both sides, got shapes {a.shape} and "
-                             f"{b.shape}.")
-        diffs.append(_matrix(a - b, f"group {i}")[0])
-    if not diffs:
-        raise ValueError("a pooled difference needs at least one group.")
-    n = len(diffs)
-    drawn = np.random.default_rng(seed).integers(n, size=(resamples, n))
-    # each group's item-level replicate means (``replicates``, drawn in bounded chunks), one independent draw per
-    # (replicate, slot), so that a group drawn twice in one replicate brings two independent resamples of its items
-    per = np.stack([replicates(d, resamples=resamples * n, seed=derived_seed(seed, "group", i)).reshape(resamples, n)
-                    for i, d in enumerate(diffs)])
-    reps = per[drawn, np.arange(resamples)[:, None], np.arange(n)[None, :]].mean(axis=1)
-    means = np.array([d.mean() for d in diffs])
-    sd = float(means.std(ddof=1)) if n > 1 else None
-    return percentile_interval(means.mean(), reps, sum(d.size for d in diffs), level, seeds=n, seed_sd=sd)
+    """A − B over training seeds, each with its own paired items: ``seed_difference``."""
+    return seed_difference(groups, level=level)
 
 
 #: what a Headroom column means, in every table that has one
@@ -208,7 +324,7 @@ def headroom(full_minus_swa: "Interval | None", lower_is_better: bool = False) -
     False where not, None where there is no such interval (a side missing)."""
     if full_minus_swa is None:
         return None
-    return verdict(full_minus_swa.lo, full_minus_swa.hi, lower_is_better) == BETTER
+    return full_minus_swa.verdict(lower_is_better) == BETTER
 
 
 def headroom_label(value: bool | None) -> str:
@@ -216,8 +332,9 @@ def headroom_label(value: bool | None) -> str:
 
 
 def verdict(lo: float | None, hi: float | None, lower_is_better: bool = False) -> str:
-    """A − B worded from its interval: "better" when the whole interval lies on the good side of 0, "worse" when
-    it lies on the bad side, else (0 inside, or no interval) "not separable at this size"."""
+    """A − B worded from a 95% interval: "better" when the whole interval lies on the good side of 0, "worse" when
+    it lies on the bad side, else (0 inside, or no interval) "not separable at this size". A range is not an
+    interval: word it with ``Interval.verdict``."""
     if lo is None or hi is None or lo != lo or hi != hi:  # no interval: too few items
         return TIED
     if lo > 0:
@@ -225,3 +342,8 @@ def verdict(lo: float | None, hi: float | None, lower_is_better: bool = False) -
     if hi < 0:
         return BETTER if lower_is_better else WORSE
     return TIED
+
+
+def comparison_row(diff: Interval, lower_is_better: bool = False, margin: float | None = None, **fields) -> dict:
+    """One comparison's row for JSON and the tables: ``fields`` (a, b, column, ...), the interval, its verdict."""
+    return {**fields, **diff.as_dict(), "verdict": diff.verdict(lower_is_better, margin)}

@@ -1,0 +1,103 @@
+"""Every interval scheme holds its level: crossed designs simulated with no true effect and noise at each level
+(items, σ seeds drawn per input, training seeds), each scheme's 95% interval covering 0 in 95% ± 2 points of the
+runs and calling better or worse in at most 5% + 2 points (the simulation's own tolerance, 1000 runs). The scheme
+``study pretrain`` used before (training seeds redrawn per item) fails it, which shows the test can fail."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sa_lightning.utils import stats
+
+RUNS = 1000
+
+
+def _rates(draw, interval):
+    rng = np.random.default_rng(20261127)
+    covered = called = 0
+    for run in range(RUNS):
+        a, b = draw(rng)
+        ci = interval(a, b, run)
+        covered += ci.lo <= 0.0 <= ci.hi
+        called += ci.verdict() in (stats.BETTER, stats.WORSE)
+    return covered / RUNS, called / RUNS
+
+
+def _items(rng):
+    return rng.normal(0.0, 1.0, 40), rng.normal(0.0, 1.0, 40)
+
+
+def _items_and_sigma(rng):
+    item = rng.normal(0.0, 1.0, 40)  # what the item shares under both modes
+    return item + rng.normal(0.0, 0.7, (5, 40)), item + rng.normal(0.0, 0.7, (3, 40))
+
+
+def _trained(seeds):
+    def draw(rng):
+        item = rng.normal(0.0, 0.1, 40)  # the validation blocks, shared by every model
+        # a training seed moves all 40 items of its model at once (SD 0.02 nats), each item its own noise too
+        return tuple(rng.normal(0.0, 0.02, (seeds, 1)) + item + rng.normal(0.0, 0.05, (seeds, 40)) for _ in "ab")
+    return draw
+
+
+def _bootstrap(scheme, resamples=1000):
+    return lambda a, b, run: stats.difference(a, b, scheme, seed=run, resamples=resamples)
+
+
+@pytest.mark.parametrize("name, draw, scheme", [
+    ("items", _items, "items"),
+    ("items, then σ seeds", _items_and_sigma, "items"),
+    ("5 training seeds, then items", _trained(5), "seeds"),
+    ("10 training seeds, then items", _trained(10), "seeds"),
+])
+def test_each_scheme_holds_its_level_where_nothing_differs(name, draw, scheme):
+    covered, called = _rates(draw, _bootstrap(scheme))
+    assert 0.93 <= covered <= 0.97, f"{name}: covers {covered:.1%}"
+    assert called <= 0.07, f"{name}: says better or worse {called:.1%} of the time"
+
+
+def test_redrawing_a_training_seed_per_item_does_not_hold_its_level():
+    covered, called = _rates(_trained(5), _bootstrap("items", 300))
+    assert covered < 0.90 and called > 0.10
+
+
+def test_the_mean_of_one_side_holds_its_level_too():
+    rng = np.random.default_rng(1)
+    hits = [stats.estimate(rng.normal(3.0, 1.0, (4, 40)) + rng.normal(0, 1, 40), "items", seed=i, resamples=1000)
+            for i in range(400)]
+    assert 0.92 <= np.mean([ci.lo <= 3.0 <= ci.hi for ci in hits]) <= 0.98
+
+
+def test_fewer_than_five_units_give_a_range_and_no_verdict():
+    diff = stats.difference(np.array([[1.0, 1.1], [0.5, 0.6], [0.2, 0.1]]), np.zeros((3, 2)), "seeds")
+    assert diff.form == "range" and diff.units == 3 and (diff.lo, diff.hi) == pytest.approx((0.15, 1.05))
+    assert diff.text(".2f") == "0.58 (3 seeds: range [0.15, 1.05])"
+    assert diff.verdict() == "too few seeds to decide" and not diff.bounded
+    few_items = stats.difference([1.0, 2.0, 3.0], [0.0, 0.0, 0.0])
+    assert few_items.form == "range" and few_items.verdict() == "too few items to decide"
+    assert stats.estimate([1.0]).form == "none"
+
+
+def test_equivalence_needs_the_90_percent_interval_inside_the_margin():
+    rng = np.random.default_rng(0)
+    a = rng.normal(0, 0.01, (10, 30))
+    b = a + rng.normal(0, 0.002, (10, 30))
+    diff = stats.difference(a, b, "seeds")
+    assert diff.verdict(margin=0.01) == "equivalent within ±0.01"
+    assert diff.verdict() == stats.TIED  # without a margin, not separable is all it says
+    assert diff.verdict(margin=1e-5) == stats.TIED
+
+
+def test_a_seed_difference_pairs_each_seed_with_its_own_items():
+    pairs = [(np.ones(3) * s, np.zeros(3)) for s in range(6)]  # seed s: A − B = s on its own three items
+    diff = stats.seed_difference(pairs)
+    assert diff.mean == pytest.approx(2.5) and diff.seeds == 6 and diff.items == 18
+    assert diff.seed_sd == pytest.approx(np.std(range(6), ddof=1))
+    assert stats.per_seed(pairs) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_segments_cut_long_documents_into_equal_units():
+    tokens = np.arange(10.0).reshape(1, 10)
+    assert stats.segments(tokens, 4).tolist() == [1.5, 5.5]  # the last two tokens left out
+    with pytest.raises(ValueError, match="at least 16 tokens"):
+        stats.segments(tokens, 16)
