@@ -279,7 +279,6 @@ def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     from sa_lightning.eval.evaluate import main
 
     from sa_lightning.utils.atomic import read_records
-    from sa_lightning.utils.stats import TIED
 
     report = main(["--ckpt", str(checkpoint), str(checkpoint), "--label", "a", "b", "--limit", "4",
                    "--seeds", "0", "1", "--out", str(tmp_path), "--baseline", "a"])
@@ -305,10 +304,12 @@ def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
         assert ci["items"] == 4 and ci["seeds"] == 2 and ci["lo"] <= ci["mean"] <= ci["hi"]
         assert ci["mean"] == pytest.approx(scale * model["mean"][task][metric], rel=1e-4)
     assert "With intervals" in table and "[" in table.split("With intervals")[1]
-    # b is the same checkpoint at the same seeds: every paired difference is exactly 0, and not separable
+    # b is the same checkpoint at the same seeds: every paired difference is exactly 0; four documents are too few
+    # for a 95% interval, so each is their range and no verdict
     rows = report["comparisons"]
     assert {(r["column"], r["unit"]) for r in rows} == {("LW ppl: NLL", "nats"), ("LW", "points"), ("MC", "points")}
-    assert all(r["a"] == "b" and r["mean"] == 0 and r["verdict"] == TIED for r in rows)
+    assert all(r["a"] == "b" and r["mean"] == 0 and r["verdict"] == "too few items to decide" for r in rows)
+    assert "4 items: range [" in table
     assert "Each row minus a" in table
 
 
