@@ -5,6 +5,7 @@ import os
 import pytest
 
 from sa_lightning.study import grid
+from sa_lightning.utils import runner
 
 
 def _cell_id(cell: dict) -> str:
@@ -22,21 +23,21 @@ def _run(cell: dict, spec: dict) -> dict:
 
 
 def test_jobs_takes_a_count_or_auto_and_plans_threads_from_the_cores(monkeypatch):
-    assert grid.jobs_arg("auto") == "auto" and grid.jobs_arg("3") == 3 and grid.jobs_arg(2) == 2
+    assert runner.jobs_arg("auto") == "auto" and runner.jobs_arg("3") == 3 and runner.jobs_arg(2) == 2
     for bad in ("0", "-1", "two"):
         with pytest.raises(Exception, match="count >= 1 or 'auto'"):
-            grid.jobs_arg(bad)
-    monkeypatch.setattr(grid, "cores_available", lambda: 8)
-    assert grid.plan_jobs(2, 10) == (2, 4)
-    assert grid.plan_jobs(4, 3) == (3, 2)          # never more processes than cells to train
-    assert grid.plan_jobs(1, 10) == (1, 8)
+            runner.jobs_arg(bad)
+    monkeypatch.setattr(runner, "cores_available", lambda: 8)
+    assert runner.plan_jobs(2, 10) == (2, 4)
+    assert runner.plan_jobs(4, 3) == (3, 2)          # never more processes than cells to train
+    assert runner.plan_jobs(1, 10) == (1, 8)
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert grid.plan_jobs("auto", 24) == (8, 1)   # a CPU machine: one cell per core, one thread each
-    assert grid.plan_jobs(None, 24) == (8, 1)
+    assert runner.plan_jobs("auto", 24) == (8, 1)   # a CPU machine: one cell per core, one thread each
+    assert runner.plan_jobs(None, 24) == (8, 1)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert grid.plan_jobs("auto", 24) == (1, 8)   # a GPU: the cells would share it
+    assert runner.plan_jobs("auto", 24) == (1, 8)   # a GPU: the cells would share it
 
 
 def test_a_bad_jobs_value_in_a_config_is_refused_before_anything_trains(tmp_path):
@@ -47,7 +48,7 @@ def test_a_bad_jobs_value_in_a_config_is_refused_before_anything_trains(tmp_path
 
 
 def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(grid, "cores_available", lambda: 2)
+    monkeypatch.setattr(runner, "cores_available", lambda: 2)
     cells = [{"n": n} for n in range(1, 5)]
     out = tmp_path / "study"
     results = grid.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run,
@@ -64,7 +65,7 @@ def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, 
 
 
 def test_a_failed_cell_stops_the_study_and_keeps_the_cells_that_finished(tmp_path, monkeypatch):
-    monkeypatch.setattr(grid, "cores_available", lambda: 2)
+    monkeypatch.setattr(runner, "cores_available", lambda: 2)
     cells = [{"n": n} for n in range(1, 4)]
     with pytest.raises(ValueError, match="cell 1 failed"):
         grid.run_cells(cells, tmp_path, _cell_id, lambda cell: {"fail": 1}, _run, line=lambda r: "", jobs=2)
@@ -103,7 +104,7 @@ def test_a_cell_trained_with_the_same_fit_arguments_is_scored_again_from_its_las
                                line=lambda r: "", jobs=1)
     assert result["given"]["trained"]["checkpoint"] == str(ckpt)
     assert json.loads((tmp_path / "cells" / "c1.json").read_text())["spec"] == spec
-    assert "1 cell(s) trained before with the same fit arguments: scored again" in capsys.readouterr().out
+    assert "c1: trained before with the same fit arguments; scored again" in capsys.readouterr().out
 
 
 def _run_seeing_spec(cell: dict, spec: dict) -> dict:

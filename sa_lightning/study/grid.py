@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import os
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable
 
 import yaml
 
-from ..utils.atomic import output_folder, write_text
-from ..utils.load import cores_available
+from ..utils import runner
+from ..utils.atomic import output_folder
 from ..utils.quiet import quiet_lightning
+from ..utils.runner import jobs_arg
 
 
 def load_settings(path: str | Path, preset: str | None, overrides: dict, required: tuple[str, ...]) -> dict:
@@ -81,21 +78,6 @@ def fit_args(config: str, swaps: dict, settings: dict, folder: Path) -> list[str
     return args
 
 
-def read_cell(path: Path) -> dict:
-    """A finished cell's record, or {} (run it) when there is none or it is damaged: a file cut short by a
-    kill (before cells were written atomically) is run again, with one line saying so."""
-    if not path.is_file():
-        return {}
-    try:
-        saved = json.loads(path.read_text())
-        if isinstance(saved, dict) and isinstance(saved.get("scores"), dict):
-            return saved
-    except (ValueError, UnicodeDecodeError):
-        pass
-    print(f"{path} is damaged (cut short?); running that cell again", flush=True)
-    return {}
-
-
 def trained_checkpoint(saved: dict, spec: dict) -> dict | None:
     """What a cell's earlier run trained, when this run would train it the same way: the record ``saved`` was made
     with the same ``fit_args``, and the cell's folder (``--trainer.default_root_dir``) still holds a ``last.ckpt``
@@ -135,97 +117,24 @@ def fit_cell(spec: dict):
     return cli, float(seconds)
 
 
-def jobs_arg(text: str) -> int | str:
-    """``--jobs``: a count >= 1, or ``auto``."""
-    if str(text) == "auto":
-        return "auto"
-    if not str(text).isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"takes a count >= 1 or 'auto', got {text!r}")
-    return int(text)
-
-
-def plan_jobs(jobs: int | str | None, pending: int) -> tuple[int, int]:
-    """(processes, threads each) for ``pending`` cells. ``auto`` (the default): one cell per core on a machine
-    without a GPU, where a small model trains faster on one thread per process than on all of them in one (the
-    pretrain study: 24 cells in 51 min as two one-thread processes on 2 cores, where the cells' one-thread times
-    add up to about 1 h 42 min); one process where a GPU is, as its cells would share it."""
-    jobs = jobs_arg(jobs if jobs is not None else "auto")
-    if jobs == "auto":
-        import torch
-
-        jobs = 1 if torch.cuda.is_available() else cores_available()
-    jobs = max(1, min(jobs, pending))
-    return jobs, max(1, cores_available() // jobs)
-
-
-def _start_worker(threads: int) -> None:
-    """A worker's start: its share of the cores (and the processes it starts, through ``OMP_NUM_THREADS``, which
-    also tells ``utils.load`` that the count was chosen), and the command line's quiet output."""
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
+def _quiet_fit() -> None:
+    """A worker's start: the command line's quiet output for ``fit``."""
     quiet_lightning("fit")
 
 
 def run_cells(cells: list[dict], out: Path, cell_id: Callable[[dict], str], spec_of: Callable[[dict], dict],
               run: Callable[[dict, dict], dict], line: Callable[[dict], str],
               loaded: Callable[[dict], dict] = lambda saved: saved, jobs: int | str | None = 1) -> list[dict]:
-    """Every cell's record, in order: the one on disk when its ``spec`` is this run's (``loaded`` turns it back
-    from JSON), else ``run(cell, spec)``'s, written as soon as it finishes. With ``jobs`` > 1 (or ``auto``,
-    ``plan_jobs``) the cells to run go to that many worker processes (``run`` must then be a module-level
-    function); a cell that fails stops the study once the cells in flight are written. One line per cell as it
-    finishes: its place in the grid, its id, ``line(record)``, the time it took and the study's so far."""
-    (out / "cells").mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    results: dict[int, dict] = {}
-    todo = []
+    """The study's cells through the one runner (``utils.runner.run_cells``): a cell whose record holds this
+    run's spec is reused; one whose earlier record was made with the same ``fit`` arguments but other scoring
+    settings is scored again from its last checkpoint (``trained_checkpoint``), not trained."""
+    def given(cell: dict, saved: dict, spec: dict) -> dict:
+        trained = trained_checkpoint(saved, spec)
+        if trained is None:
+            return spec
+        print(f"{cell_id(cell)}: trained before with the same fit arguments; scored again from its last "
+              "checkpoint, not trained", flush=True)
+        return {**spec, "trained": trained}
 
-    def finish(i: int, cell: dict, result: dict, status: str) -> None:
-        results[i] = result
-        print(f"[{i}/{len(cells)}] {cell_id(cell)}: {line(result)} ({status}; "
-              f"{time.perf_counter() - start:.0f} s so far)", flush=True)
-
-    def keep(i: int, cell: dict, path: Path, record: dict) -> None:
-        write_text(path, json.dumps(record, indent=1))
-        finish(i, cell, loaded(json.loads(json.dumps(record))), f"{record['seconds']:.0f} s")
-
-    rescored = 0
-    for i, cell in enumerate(cells, 1):
-        path, spec = out / "cells" / f"{cell_id(cell)}.json", spec_of(cell)
-        saved = read_cell(path)
-        if saved.get("spec") == spec:
-            finish(i, cell, loaded(saved), "done before")
-        else:
-            trained = trained_checkpoint(saved, spec)
-            rescored += trained is not None
-            todo.append((i, cell, path, spec, {**spec, "trained": trained} if trained else spec))
-    if rescored:
-        print(f"{rescored} cell(s) trained before with the same fit arguments: scored again from their last "
-              f"checkpoints, not trained", flush=True)
-    processes, threads = plan_jobs(jobs, len(todo))
-    if processes == 1:
-        for i, cell, path, spec, given in todo:
-            keep(i, cell, path, {**run(cell, given), "spec": spec})
-        return [results[i] for i in sorted(results)]
-    print(f"{len(todo)} cell(s) to run, {processes} at a time ({threads} thread(s) each)", flush=True)
-    with ProcessPoolExecutor(processes, mp_context=get_context("spawn"), initializer=_start_worker,
-                             initargs=(threads,)) as pool:
-        running = {pool.submit(run, cell, given): (i, cell, path, spec) for i, cell, path, spec, given in todo}
-        failed = None
-        while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                i, cell, path, spec = running.pop(future)
-                if future.cancelled():
-                    continue
-                if future.exception() is not None:
-                    if failed is None:  # the rest never start; the ones in flight still finish and are kept
-                        failed = future.exception()
-                        for other in running:
-                            other.cancel()
-                    continue
-                keep(i, cell, path, {**future.result(), "spec": spec})
-        if failed is not None:
-            raise failed
-    return [results[i] for i in sorted(results)]
+    return runner.run_cells(cells, out, cell_id, spec_of, run, line, loaded, jobs, given=given, setup=_quiet_fit,
+                            needs="scores")

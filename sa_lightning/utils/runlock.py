@@ -15,8 +15,12 @@ _HELD: dict[Path, "RunLock"] = {}
 
 
 class RunLock:
-    def __init__(self, folder: str | os.PathLike):
-        self.path = Path(folder) / LOCK_NAME
+    """``name``: the lock file (``.fit.lock`` for a fit's folder; the runner's output folders have their own);
+    ``what``: what the refusal calls the folder's run."""
+
+    def __init__(self, folder: str | os.PathLike, name: str = LOCK_NAME, what: str | None = None):
+        self.path = Path(folder) / name
+        self.what = what
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -32,6 +36,10 @@ class RunLock:
         except OSError:
             holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
             os.close(fd)
+            if self.what is not None:
+                raise ValueError(f"{self.path.parent} is in use by {holder} (another {self.what} writing there): two "
+                                 f"runs in one folder would replace each other's files; wait for it to end, or pass "
+                                 "another --out.") from None
             raise ValueError(f"{self.path.parent} is in use by {holder}: two runs in one folder would overwrite "
                              "each other's checkpoints and logs; wait for it to end, or pass another "
                              "--trainer.default_root_dir.") from None

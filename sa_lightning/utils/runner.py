@@ -1,0 +1,300 @@
+"""The one experiment runner: a sweep, a study and an evaluation are each a grid of cells, a function that runs
+one cell, and the comparisons made from the cells. What they share lives here:
+
+- **the cell loop** (``run_cells``): each cell's record is written to ``<out>/cells/<id>.json`` (and its per-item
+  records, if it returns any, to ``<id>.items.jsonl.gz`` first) as soon as it finishes, each file atomically; a
+  rerun reuses every cell whose record holds this run's ``spec`` and whose items read back whole, and runs the rest
+  (a damaged file, a record cut short, items cut short: one line says so and the cell runs again). With ``jobs`` > 1
+  the cells go to worker processes, each with its share of the cores;
+- **what makes a finished cell reusable**: its ``spec``, every input that shaped it. A model is named in it by
+  ``fingerprint`` (its weights' bytes), never by its path, so a folder exported again in place with other weights
+  is run again;
+- **the seeds** (``unique_seeds``): a seed named twice counts once;
+- **the output contract**: one lock per output folder (``folder_lock``: a second run into the same folder is refused
+  in one sentence); SIGTERM, SIGINT and SIGHUP (``stopping``) stop every worker process at once, keep the cells
+  already finished, and exit non-zero with one line (``Stopped``), never a traceback and never an orphaned worker
+  still holding a run folder;
+- the statistics are ``utils.stats``, the tables and figures ``utils.report``.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import zlib
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .atomic import read_records, remove_stale_partials, write_records, write_text
+from .load import cores_available
+from .runlock import RunLock
+
+#: the lock file of an output folder (``folder_lock``)
+LOCK_NAME = ".run.lock"
+#: files larger than this are fingerprinted from samples of their bytes, not read whole
+_WHOLE = 256 * 2**20
+_SAMPLE = 2**20
+#: the signals that stop a run
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
+# ---- seeds and fingerprints -------------------------------------------------------------------------
+def unique_seeds(seeds, what: str = "seeds") -> list[int]:
+    """``seeds`` in their order, each once: the same seed twice is the same draw, and counting it twice would
+    shrink a spread to nothing and inflate the count of seeds. One line says which were dropped."""
+    out, again = [], []
+    for s in seeds:
+        (again if s in out else out).append(s)
+    if again:
+        print(f"{what}: {', '.join(map(str, sorted(set(again))))} named more than once; each seed counts once "
+              f"({', '.join(map(str, out))})", file=sys.stderr, flush=True)
+    return out
+
+
+def _file_digest(path: Path, h) -> None:
+    size = path.stat().st_size
+    h.update(f"{path.name}:{size}".encode())
+    with open(path, "rb") as f:
+        if size <= _WHOLE:
+            for block in iter(lambda: f.read(2**22), b""):
+                h.update(block)
+            return
+        for k in range(16):  # 16 MiB of a large file, spread evenly over it
+            f.seek((size - _SAMPLE) * k // 15)
+            h.update(f.read(_SAMPLE))
+
+
+def fingerprint(path: str | os.PathLike) -> str:
+    """A digest of what a file or a folder holds (each file's name, size and bytes; files over 256 MiB by 16
+    samples of 1 MiB spread over them): what names a model or a checkpoint in a cell's spec."""
+    path = Path(path)
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
+                                                 and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    for p in files:
+        _file_digest(p, h)
+    return h.hexdigest()[:16]
+
+
+# ---- the output contract ----------------------------------------------------------------------------
+def folder_lock(out: str | os.PathLike, what: str = "run") -> RunLock:
+    """The output folder's lock, taken: a second run into ``out`` while this one runs is refused in one sentence
+    (two runs writing one folder would replace each other's files). The system drops it when the process ends."""
+    lock = RunLock(out, LOCK_NAME, what=what)
+    lock.acquire()
+    return lock
+
+
+class Stopped(SystemExit):
+    """A run stopped by a signal: the exit status 128 + the signal's number (what a shell reports for it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stopping() -> Iterator[None]:
+    """Within the block, SIGTERM, SIGINT and SIGHUP raise ``Stopped`` in the main thread (where the runner waits),
+    so that its ``finally`` stops the workers; the previous handlers come back after it."""
+    def handler(signum, frame):
+        raise Stopped(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def stopped_line(err: Stopped, done: int, total: int, out: Path) -> str:
+    name = signal.Signals(err.signum).name
+    return (f"stopped by {name}: {done} of {total} cell(s) finished and kept in {out / 'cells'}; run the same command "
+            "again to go on from there")
+
+
+# ---- cell files -------------------------------------------------------------------------------------
+def items_file(record_path: Path) -> Path:
+    return record_path.with_name(record_path.name[:-len(".json")] + ".items.jsonl.gz")
+
+
+def read_cell(path: Path, needs: str | None = None) -> dict:
+    """A finished cell's record, or {} (run it) when there is none or it is damaged: a record cut short, one
+    without ``needs`` (a key every record of this kind holds), or per-item records that do not read back whole
+    or hold another count than the record says. A damaged cell gets one line and runs again."""
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text())
+        whole = isinstance(saved, dict) and (needs is None or needs in saved)
+        items = saved.get("items") if whole else None
+        if isinstance(items, dict) and "count" in items:
+            whole = len(read_records(path.with_name(items["file"]))) == items["count"]
+        if whole:
+            return saved
+    except (OSError, ValueError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, TypeError, KeyError):
+        pass
+    print(f"{path} is damaged (cut short?); running that cell again", flush=True)
+    return {}
+
+
+def write_cell(path: Path, record: dict) -> dict:
+    """The record as JSON, atomically; its ``items`` (a list) first, to ``<id>.items.jsonl.gz``, and named in the
+    record by file and count, since the record is what marks the cell done. Returns the record as written."""
+    items = record.get("items")
+    if isinstance(items, list):
+        write_records(items_file(path), items, "item records")
+        record = {**record, "items": {"file": items_file(path).name, "count": len(items)}}
+    write_text(path, json.dumps(record, indent=1))
+    return record
+
+
+# ---- the loop ---------------------------------------------------------------------------------------
+def jobs_arg(text) -> int | str:
+    """``--jobs``: a count >= 1, or ``auto``."""
+    import argparse
+
+    if str(text) == "auto":
+        return "auto"
+    if not str(text).isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"takes a count >= 1 or 'auto', got {text!r}")
+    return int(text)
+
+
+def plan_jobs(jobs: int | str | None, pending: int) -> tuple[int, int]:
+    """(processes, threads each) for ``pending`` cells. ``auto`` (the default): one cell per core on a machine
+    without a GPU, where a small model trains faster on one thread per process than on all of them in one (the
+    pretrain study: 24 cells in 51 min as two one-thread processes on 2 cores, where the cells' one-thread times
+    add up to about 1 h 42 min); one process where a GPU is, as its cells would share it."""
+    jobs = jobs_arg(jobs if jobs is not None else "auto")
+    if jobs == "auto":
+        import torch
+
+        jobs = 1 if torch.cuda.is_available() else cores_available()
+    jobs = max(1, min(jobs, pending))
+    return jobs, max(1, cores_available() // jobs)
+
+
+def _start_worker(threads: int, pids, setup: Callable[[], None] | None) -> None:
+    """A worker's start: a process group of its own (the runner stops it and whatever it started with one signal;
+    a terminal's Ctrl-C reaches the runner only), death with its parent where Linux offers it, its share of the
+    cores (and the processes it starts, through ``OMP_NUM_THREADS``), and the caller's ``setup``."""
+    os.setpgrp()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a killed runner takes its workers along
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+    pids.put(os.getpid())
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+    if setup is not None:
+        setup()
+
+
+def _kill_workers(pids) -> None:
+    """SIGKILL to each worker's process group: every cell file is written atomically, so nothing is cut short."""
+    while True:
+        try:
+            pid = pids.get_nowait()
+        except (queue.Empty, OSError, ValueError):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of: Callable[[object], dict],
+              run: Callable[[object, dict], dict], line: Callable[[dict], str],
+              loaded: Callable[[dict], dict] = lambda saved: saved, jobs: int | str | None = 1,
+              given: Callable[[object, dict, dict], dict] | None = None, setup: Callable[[], None] | None = None,
+              needs: str | None = None) -> list[dict]:
+    """Every cell's record, in grid order: the one on disk when its ``spec`` is this run's (``loaded`` turns it
+    back from JSON), else ``run(cell, spec)``'s, written as soon as it finishes (``write_cell``). ``given(cell,
+    saved, spec)`` may hand ``run`` more than the spec from an earlier record of the cell (a study's trained checkpoint).
+    With ``jobs`` > 1 (or ``auto``, ``plan_jobs``) the cells to run go to that many worker processes (``run`` and
+    ``setup``, each worker's start, must then be module-level functions); a cell that fails stops the run once
+    the cells in flight are written. One line per cell as it finishes: its place in the grid, its id,
+    ``line(record)``, its time and the run's so far. A signal stops every worker and exits in one line
+    (``Stopped``), the finished cells kept."""
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(out / "cells")
+    start = time.perf_counter()
+    results: dict[int, dict] = {}
+    todo = []
+
+    def finish(i: int, cell, result: dict, status: str) -> None:
+        results[i] = result
+        print(f"[{i}/{len(cells)}] {cell_id(cell)}: {line(result)} ({status}; "
+              f"{time.perf_counter() - start:.0f} s so far)", flush=True)
+
+    def keep(i: int, cell, path: Path, record: dict) -> None:
+        written = write_cell(path, record)
+        finish(i, cell, loaded(json.loads(json.dumps(written))), f"{record.get('seconds', 0.0):.0f} s")
+
+    for i, cell in enumerate(cells, 1):
+        path, spec = out / "cells" / f"{cell_id(cell)}.json", spec_of(cell)
+        saved = read_cell(path, needs)
+        if saved.get("spec") == spec:
+            finish(i, cell, loaded(saved), "done before")
+        else:
+            todo.append((i, cell, path, spec, given(cell, saved, spec) if given else spec))
+    processes, threads = plan_jobs(jobs, len(todo)) if todo else (1, 1)
+    try:
+        with stopping():
+            if processes == 1:
+                for i, cell, path, spec, arg in todo:
+                    keep(i, cell, path, {**run(cell, arg), "spec": spec})
+            else:
+                _in_workers(todo, processes, threads, run, setup, keep)
+    except Stopped as err:
+        print(stopped_line(err, len(results), len(cells), out), file=sys.stderr, flush=True)
+        raise
+    return [results[i] for i in sorted(results)]
+
+
+def _in_workers(todo: list, processes: int, threads: int, run, setup, keep) -> None:
+    """The cells of ``todo`` in ``processes`` spawned workers, at most that many submitted at once (a failure
+    stops the rest from starting); every worker is killed when this returns or raises (a signal included)."""
+    print(f"{len(todo)} cell(s) to run, {processes} at a time ({threads} thread(s) each)", flush=True)
+    ctx = get_context("spawn")
+    pids = ctx.Queue()
+    pool = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_start_worker,
+                               initargs=(threads, pids, setup))
+    waiting, running, failed = list(todo), {}, None
+    try:
+        while waiting or running:
+            while waiting and failed is None and len(running) < processes:
+                i, cell, path, spec, arg = waiting.pop(0)
+                running[pool.submit(run, cell, arg)] = (i, cell, path, spec)
+            if not running:
+                break
+            done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+            for future in done:
+                i, cell, path, spec = running.pop(future)
+                if future.exception() is not None:
+                    failed = failed or future.exception()  # the rest never start; those in flight finish
+                    continue
+                keep(i, cell, path, {**future.result(), "spec": spec})
+    except BaseException:  # a signal, or the runner's own failure: no worker outlives it
+        _kill_workers(pids)
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    if failed is not None:
+        raise failed

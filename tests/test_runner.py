@@ -1,0 +1,138 @@
+"""The one experiment runner (utils/runner.py): cells reused only when every input matches, damaged cells run
+again, seeds counted once, one lock per output folder, and a signal that stops every worker and exits in one line."""
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sa_lightning.utils import runner
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _id(cell):
+    return f"c{cell}"
+
+
+def _scored(cell, spec):
+    """A cell that keeps per-item records, at module level for the worker processes."""
+    return {"cell": cell, "seconds": 0.0, "scores": {"x": cell}, "items": [{"doc_id": i, "x": cell} for i in range(3)]}
+
+
+def _slow(cell, spec):
+    """A cell that runs until it is stopped, its pid written where the test can read it."""
+    Path(spec["pids"], f"{os.getpid()}").write_text("")
+    time.sleep(600)
+    return {"cell": cell, "seconds": 0.0, "scores": {}}
+
+
+def test_a_finished_cell_is_reused_and_a_damaged_one_runs_again(tmp_path, capsys):
+    out = tmp_path / "run"
+    first = runner.run_cells([1, 2], out, _id, lambda c: {"v": 1}, _scored, line=lambda r: "ok", needs="scores")
+    assert [r["items"] for r in first] == [{"file": f"c{c}.items.jsonl.gz", "count": 3} for c in (1, 2)]
+    assert len(runner.read_cell(out / "cells" / "c1.json")) > 0
+    # items cut short by a kill before cells were written atomically: a traceback before, a rerun now
+    items = out / "cells" / "c2.items.jsonl.gz"
+    items.write_bytes(items.read_bytes()[:-12])
+    capsys.readouterr()
+    again = runner.run_cells([1, 2], out, _id, lambda c: {"v": 1}, _scored, line=lambda r: "ok", needs="scores")
+    printed = capsys.readouterr().out
+    assert "c2.json is damaged (cut short?); running that cell again" in printed
+    assert "[1/2] c1: ok (done before" in printed and "[2/2] c2: ok (0 s" in printed
+    assert len(runner.read_cell(out / "cells" / "c2.json")) > 0 and again[1]["items"]["count"] == 3
+    # a record cut short, and one whose items hold another count
+    (out / "cells" / "c1.json").write_text('{"cell": 1, "sco')
+    rec = json.loads((out / "cells" / "c2.json").read_text())
+    (out / "cells" / "c2.json").write_text(json.dumps({**rec, "items": {**rec["items"], "count": 5}}))
+    assert runner.read_cell(out / "cells" / "c1.json") == {} and runner.read_cell(out / "cells" / "c2.json") == {}
+    # another spec: run again, not reported as done
+    capsys.readouterr()
+    runner.run_cells([1], out, _id, lambda c: {"v": 2}, _scored, line=lambda r: "ok")
+    assert "done before" not in capsys.readouterr().out
+
+
+def test_a_seed_named_twice_counts_once(capsys):
+    assert runner.unique_seeds([0, 0, 0, 2, 1, 2], "--seeds") == [0, 2, 1]
+    assert "--seeds: 0, 2 named more than once; each seed counts once (0, 2, 1)" in capsys.readouterr().err
+    assert runner.unique_seeds([3, 4]) == [3, 4] and capsys.readouterr().err == ""
+
+
+def test_a_fingerprint_follows_the_bytes_not_the_path(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"a" * 1000)
+    (model / "config.json").write_text("{}")
+    before = runner.fingerprint(model)
+    os.utime(model / "model.safetensors", (0, 0))
+    assert runner.fingerprint(model) == before  # a touch is not new weights
+    (model / "model.safetensors").write_bytes(b"b" * 1000)  # exported again in place, other weights
+    assert runner.fingerprint(model) != before
+    (model / ".lock").write_text("x")  # hidden files are not the model
+    assert runner.fingerprint(model) == runner.fingerprint(model)
+    assert runner.fingerprint(model / "config.json") != runner.fingerprint(model)
+
+
+def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
+    out = tmp_path / "sweep"
+    code = ("import sys, time; from sa_lightning.utils import runner; runner.folder_lock(sys.argv[1], 'sweep'); "
+            "print('locked', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match=r"is in use by pid \d+ .*another sweep writing there"):
+            runner.folder_lock(out, "sweep")
+    finally:
+        holder.kill()
+        holder.wait()
+    runner.folder_lock(out, "sweep").release()  # the holder is gone: so is its lock
+
+
+def _stop_run(out, pids):
+    """The child of the signal test: two workers that would run for ten minutes."""
+    runner.run_cells([1, 2, 3], Path(out), _id, lambda c: {"pids": pids}, _slow, line=lambda r: "ok", jobs=2,
+                     given=lambda cell, saved, spec: {**spec})
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is not running
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_every_worker_keeps_the_finished_cells_and_exits_in_one_line(tmp_path, signum):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    code = "import sys; from tests.test_runner import _stop_run; _stop_run(sys.argv[1], sys.argv[2])"
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run"), str(pids)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while len(list(pids.iterdir())) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    workers = [int(p.name) for p in pids.iterdir()]
+    assert len(workers) == 2, child.communicate(timeout=5)
+    child.send_signal(signum)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == 128 + signum
+    assert err.strip().splitlines() == [f"stopped by {signal.Signals(signum).name}: 0 of 3 cell(s) finished and "
+                                        f"kept in {tmp_path / 'run' / 'cells'}; run the same command again to go "
+                                        "on from there"]
+    time.sleep(0.5)
+    assert not any(_alive(pid) for pid in workers)
+
+
+def test_items_are_written_before_the_record_that_marks_a_cell_done(tmp_path):
+    path = tmp_path / "cells" / "c1.json"
+    record = runner.write_cell(path, {"scores": {}, "items": [{"a": 1}]})
+    assert record["items"] == {"file": "c1.items.jsonl.gz", "count": 1}
+    with gzip.open(tmp_path / "cells" / "c1.items.jsonl.gz", "rt") as f:
+        assert json.loads(f.readline()) == {"a": 1}
