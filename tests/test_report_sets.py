@@ -13,8 +13,9 @@ from tests.helpers import ROOT, run_cli_here
 
 
 def _files(folder) -> dict:
-    """name -> bytes of every file directly in ``folder`` (cells/ and runs/ are the resumable state)."""
-    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    """name -> bytes of every file directly in ``folder`` (cells/ and runs/ are the resumable state; the hidden
+    lock file names the last run's pid)."""
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")}
 
 
 def _full_disk(*args, **kwargs):

@@ -46,3 +46,60 @@ def test_a_cell_of_another_model_or_limit_is_refused_not_reused(two_models, tmp_
                            .replace(")", r"\)")):
             main(other)
     assert json.loads(cell.read_text())["made_by"]["limit"] == 2.0  # the old cell is untouched
+
+
+def test_a_model_exported_again_in_place_is_not_the_same_model(two_models, tmp_path, capsys):
+    """Issue 48: a sweep whose model folder was re-exported in place with other weights reported "already done"
+    with the old model's numbers, since only the path was compared. The weights' fingerprint is in each cell."""
+    import shutil
+
+    from sa_lightning.inference.sweep import main
+
+    model = tmp_path / "model"
+    shutil.copytree(two_models[0], model)
+    args = ["--model", str(model), "--dtype", "float32", "--tasks", "[shakespeare_lastword]", "--modes", "[full]",
+            "--limit", "2", "--out", str(tmp_path / "sweep")]
+    main(args)
+    for f in two_models[1].iterdir():  # the other weights, exported over the same folder
+        shutil.copy(f, model / f.name)
+    with pytest.raises(ValueError, match=r"was made with other settings: weights '[0-9a-f]{16}' \(now '[0-9a-f]{16}'\)"):
+        main(args)
+
+
+def test_a_seed_named_twice_runs_and_counts_once(two_models, tmp_path, capsys):
+    from sa_lightning.inference.sweep import main
+
+    main(["--model", str(two_models[0]), "--dtype", "float32", "--tasks", "[shakespeare_lastword]",
+          "--modes", "[sa]", "--windows", "[8]", "--seeds", "[0, 0]", "--limit", "2", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert "sweep seeds: 0 named more than once; each seed counts once (0)" in captured.err
+    assert "1 cells, 0 already done, 1 to run" in captured.out
+    assert sorted(p.name for p in (tmp_path / "cells").glob("*.json")) == ["sa_w8_s0_shakespeare_lastword.json"]
+
+
+def test_a_window_a_control_cannot_take_is_refused_before_any_cell(tmp_path):
+    from sa_lightning.inference.plan import SweepConfig
+
+    with pytest.raises(ValueError, match=r"sweep windows: random needs a window >= 3 .* Drop that window or that mode"):
+        SweepConfig(model="x", modes=["full", "swa", "random"], windows=[2, 8])
+
+
+def test_two_sweeps_into_one_folder_at_once_are_refused(two_models, tmp_path):
+    from sa_lightning.inference.sweep import main
+    from sa_lightning.utils import runner
+
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "cells").mkdir()
+    held = runner.RunLock(out, runner.LOCK_NAME, what="sweep")
+    held.acquire()  # what another process's sweep holds; in this process, taken over only by the same lock
+    code = ("import sys; from sa_lightning.inference.sweep import main; main(sys.argv[1:])")
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", code, "--model", str(two_models[0]), "--dtype", "float32",
+                          "--tasks", "[shakespeare_lastword]", "--modes", "[full]", "--limit", "2", "--out", str(out)],
+                         capture_output=True, text=True)
+    held.release()
+    assert res.returncode != 0 and "another sweep writing there" in res.stderr
+    assert not list((out / "cells").iterdir())

@@ -41,6 +41,9 @@ class AttentionSpec:
         for name, check in (("window", check_positive), ("block_size", check_positive), ("top_k", check_positive),
                             ("sink", check_nonnegative)):
             object.__setattr__(self, name, check(name, getattr(self, name)))  # numpy and 0-d tensor ints: int
+        if variant.windowed and self.window < variant.min_window:
+            raise ValueError(f"{self.variant} needs a window >= {variant.min_window} (it reads SA's 2*ceil(w/2) - 2 "
+                             f"other keys), got {self.window}.")
         if self.sink and not variant.takes_sink:
             raise ValueError(f"sink applies to the variants {', '.join(variant_names(takes_sink=True))}, "
                              f"not {self.variant!r}.")
@@ -144,6 +147,9 @@ class Variant:
     cpu_graph: bool = True
     #: the paths that read only the last ``window`` keys, so decoding may keep only that much cache
     local_paths: tuple[str, ...] = ()
+    #: the smallest window it is defined at (the controls read 2 * ceil(w/2) - 2 >= 1 other keys: w >= 3), checked
+    #: where a spec is made, before any cell or step runs
+    min_window: int = 1
     description: str = ""
     #: a figure's panel title (the label when empty)
     title: str = ""

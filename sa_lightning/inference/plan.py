@@ -133,7 +133,7 @@ class SweepConfig:
 
     def __post_init__(self):
         for mode in self.modes:
-            PatchSpec(mode, 1)  # an unknown mode fails here, with close matches
+            PatchSpec(mode, get_variant(mode).min_window)  # an unknown or gated mode fails here, with close matches
         for name in ("windows", "moba_block_sizes"):
             for value in getattr(self, name):
                 if value < 1:
@@ -143,9 +143,15 @@ class SweepConfig:
         if not self.seeds:
             raise ValueError("sweep seeds must name at least one seed.")
         for mode in self.seed_modes:
-            PatchSpec(mode, 1)  # a misspelt seed mode fails like a misspelt mode
+            PatchSpec(mode, get_variant(mode).min_window)  # a misspelt seed mode fails like a misspelt mode
         for sink in self.sinks:
             PatchSpec(SWA.name, 1, sink=sink)  # a negative or non-integer sink fails here, in one sentence
+        for mode in (m for m in self.modes if get_variant(m).windowed):
+            for w in self.windows:
+                try:
+                    PatchSpec(mode, w)  # a window below a control's least (random, strided: 3), before any cell
+                except ValueError as err:
+                    raise ValueError(f"sweep windows: {err} Drop that window or that mode.") from None
         PatchSpec(FULL.name, sa_mode=self.sa_mode)  # an unknown sa_mode fails here
         comparisons_of(self)  # a comparison of a mode the sweep does not run fails here, before any cell
         unsafe = [t for t in self.tasks if str(t).startswith(CODE_TASKS)]
@@ -212,11 +218,13 @@ def read_items(out: Path, cell: Cell) -> list[dict] | None:
     return read_records(path) if path.exists() else None
 
 
-def made_by(cfg: "SweepConfig", cell: Cell) -> dict:
+def made_by(cfg: "SweepConfig", cell: Cell, weights: str | None = None) -> dict:
     """Everything besides the cell's spec that its score depends on: a finished cell is reused only when all of
-    it matches (a sweep into an older sweep's folder must not report the old model's scores as its own)."""
-    return {"model": cfg.model, "tokenizer": cfg.tokenizer, "dtype": cfg.dtype, "max_length": cfg.max_length,
-            "limit": (cfg.task_limits or {}).get(cell.task, cfg.limit), "num_fewshot": cfg.num_fewshot}
+    it matches (a sweep into an older sweep's folder must not report the old model's scores as its own), the
+    model's weights by their fingerprint (``weights``), so a folder exported again in place is not the same model."""
+    return {"model": cfg.model, "weights": weights, "tokenizer": cfg.tokenizer, "dtype": cfg.dtype,
+            "max_length": cfg.max_length, "limit": (cfg.task_limits or {}).get(cell.task, cfg.limit),
+            "num_fewshot": cfg.num_fewshot}
 
 
 def is_done(path: Path, cell: Cell, made: dict | None = None) -> bool:
@@ -225,11 +233,10 @@ def is_done(path: Path, cell: Cell, made: dict | None = None) -> bool:
     (``made_by``), by the same model, tokenizer, limit, ... (a difference there is refused in one sentence), and
     it has its per-item records beside it (a cell from before sweeps kept them is run again, so that its
     intervals and comparisons exist)."""
-    if not path.exists():
-        return False
-    try:
-        record = json.loads(path.read_text())
-    except ValueError:
+    from ..utils.runner import read_cell
+
+    record = read_cell(path, "items", quiet=True) if path.exists() else {}
+    if not record:
         return False
     stored = record.get("spec")
     # a field added to PatchSpec later (sink) reads as its default in cells written before it existed

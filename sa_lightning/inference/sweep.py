@@ -23,14 +23,15 @@ loads, and ``sweep_report.py`` makes the tables and plots.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
-from ..utils.atomic import check_results_folder, write_text
-from .plan import (Cell, SweepConfig, cell_path, cells, check_before_loading, is_done, items_path, load_config,
-                   load_error, made_by, metric_of, write_items)
+from ..utils.atomic import check_results_folder
+from ..utils.runner import folder_lock, run_cells, unique_seeds
+from .plan import (Cell, SweepConfig, cell_path, cells, check_before_loading, is_done, load_config, load_error,
+                   made_by, metric_of)
 from .sweep_report import report
 
 
@@ -68,18 +69,38 @@ def run_cell(lm, cell: Cell, cfg: SweepConfig, metadata: dict) -> tuple[dict, fl
     return metrics, budget, items
 
 
+def weights_of(source) -> str | None:
+    """The fingerprint of a local model's bytes (``utils.runner.fingerprint``: a folder, or a GGUF file), so that a
+    cell is reused only for the same weights, not the same path; None for a Hub id (its name is its version)."""
+    from ..utils.runner import fingerprint
+
+    path = Path(source.path) / source.gguf_file if source.gguf_file else Path(source.path)
+    return fingerprint(path) if path.exists() else None
+
+
 def run(cfg: SweepConfig) -> dict:
-    from ..eval.harness import load_tasks, resolve_tasks
-    from ..models.patcher import patch
-    from ..models.sources import loadable, resolve
-    from .lm import PatchedHFLM
+    from ..eval.harness import resolve_tasks
+    from ..models.sources import resolve
 
     source = resolve(cfg.model)  # a missing or unpatchable GGUF fails here, in one sentence
     # lm-eval names (task sets such as table1 expand); position_ppl_* is ours and stays as it is
     cfg.tasks = [name for t in cfg.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
+    cfg.seeds = unique_seeds(cfg.seeds, "sweep seeds")
     todo = cells(cfg)
     out = check_results_folder(cfg.out, "sweep", "out")
-    pending = [c for c in todo if not is_done(cell_path(out, c), c, made_by(cfg, c))]  # before anything is written
+    with folder_lock(out, "sweep"):  # one sweep at a time in one folder; dropped when it ends, however it ends
+        return _run(cfg, source, out, todo)
+
+
+def _run(cfg: SweepConfig, source, out: Path, todo: list[Cell]) -> dict:
+    from ..eval.harness import load_tasks
+    from ..models.patcher import patch
+    from ..models.sources import loadable
+    from .lm import PatchedHFLM
+
+    weights = weights_of(source)
+    made = {c.key: made_by(cfg, c, weights) for c in todo}
+    pending = [c for c in todo if not is_done(cell_path(out, c), c, made[c.key])]  # before anything is written
     (out / "cells").mkdir(parents=True, exist_ok=True)
     if cfg.compare:
         if not any(cell_path(out, c).exists() for c in todo):
@@ -90,8 +111,8 @@ def run(cfg: SweepConfig) -> dict:
         return report(cfg, out)
     again = sum(cell_path(out, c).exists() for c in pending)
     print(f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run" +
-          (f" ({again} of them again: written with another spec or without per-item records)" if again else ""),
-          flush=True)
+          (f" ({again} of them again: written with another spec, without per-item records, or damaged)"
+           if again else ""), flush=True)
     if pending:
         check_before_loading(cfg, source, cfg.tasks)
         # the pass-key tasks size their prompts in the tokens of this tokenizer (lm-eval hands it to their loader)
@@ -104,23 +125,24 @@ def run(cfg: SweepConfig) -> dict:
         model, tokenizer = load_model(cfg, source)
         lm = PatchedHFLM(model, tokenizer=tokenizer, batch_size=cfg.batch_size, max_length=cfg.max_length,
                          device=str(model.device))
-        for i, cell in enumerate(pending, 1):
+
+        def run_one(cell: Cell, spec: dict) -> dict:
             start = time.perf_counter()
             patch(model, cell.spec)
             metrics, budget, items = run_cell(lm, cell, cfg, metadata)
-            record = {"mode": cell.mode, "w_eff": cell.w_eff, "sink": cell.sink, "seed": cell.seed,
-                      "task": cell.task, "spec": asdict(cell.spec), "made_by": made_by(cfg, cell), "metrics": metrics,
-                      "keys_per_query": budget, "seconds": time.perf_counter() - start,
-                      "items": {"file": items_path(out, cell).name, "count": len(items)}}
-            write_items(items_path(out, cell), items)  # first: the cell's record is what marks it done
-            write_text(cell_path(out, cell), json.dumps(record, indent=2))
-            name, value = metric_of(cell.task, metrics)
-            shown = f"{name}={value:.4f}" if value is not None else "no metric"
-            kpq = f", {budget:.1f} keys/query" if budget is not None else ""
-            sink = f" sink {cell.sink}" if cell.sink else ""
-            print(f"[{i}/{len(pending)}] {cell.mode:>6} w_eff={cell.w_eff or 'all':>4}{sink} seed {cell.seed} "
-                  f"{cell.task}: {shown}{kpq} ({record['seconds']:.1f}s)", flush=True)
+            return {"mode": cell.mode, "w_eff": cell.w_eff, "sink": cell.sink, "seed": cell.seed, "task": cell.task,
+                    "made_by": made[cell.key], "metrics": metrics, "keys_per_query": budget,
+                    "seconds": time.perf_counter() - start, "items": items}
+
+        run_cells(pending, out, lambda c: c.key, lambda c: asdict(c.spec), run_one, line=_line, needs="items")
     return report(cfg, out)
+
+
+def _line(record: dict) -> str:
+    """A finished cell's line after its key (mode, window, sink, seed, task): its metric and keys per query."""
+    name, value = metric_of(record["task"], record["metrics"])
+    shown = f"{name}={value:.4f}" if value is not None else "no metric"
+    return shown + (f", {record['keys_per_query']:.1f} keys/query" if record.get("keys_per_query") is not None else "")
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -35,6 +35,7 @@ from pathlib import Path
 from ..analysis.mechanism import PATTERNED
 from ..attention import VARIANTS, get_variant, sigma_seeds, variant_names
 from ..attention.variants import FULL, SWA
+from ..utils import runner
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, number, pyplot, ranked_cells, row
 from ..utils.tables import write_csv
@@ -54,6 +55,7 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
     if not seeds or any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in seeds) \
             or len(set(seeds)) != len(seeds):
         raise ValueError(f"eval_seeds must be distinct integers >= 0, got {seeds!r}; nothing was trained.")
+    settings["seeds"] = runner.unique_seeds(settings["seeds"], "seeds")
     check_grid(settings)
     return settings
 
@@ -68,8 +70,11 @@ def check_grid(settings: dict) -> None:
         if bad:
             raise ValueError(f"{key} must be integers >= {low}, got {bad[0]!r} in {settings[key]!r}; nothing was "
                              "trained.")
+    from ..attention import AttentionSpec
+
     for variant in settings["variants"]:
-        get_variant(variant)
+        for window in settings["windows"] if get_variant(variant).windowed else ():
+            AttentionSpec(variant, window)  # a window below a control's least (3), before any cell trains
     for c in settings.get("comparisons") or []:
         if not isinstance(c, dict) or set(c) != {"a", "b"}:
             raise ValueError(f"each comparison is {{a: <variant>, b: <variant>}}, got {c!r}; nothing was trained.")
@@ -574,6 +579,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     settings = load_settings(args.config, args.preset, overrides)
     grid.add_sets(settings, args.set)
     out = check_results_folder(settings.get("out", "outputs/study/long_range"), "study")
+    runner.folder_lock(out, "study")  # one study at a time in this folder, until this process ends
     todo = cells(settings)
     eval_samples = sorted(set(settings.get("eval_samples", [1])))
     print(f"study long-range{f' (preset {args.preset})' if args.preset else ''}: {len(todo)} cell(s), "

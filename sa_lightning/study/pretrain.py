@@ -36,6 +36,7 @@ import numpy as np
 
 from ..attention import get_variant, sigma_seeds, variant_label
 from ..attention.variants import FULL, SWA
+from ..utils import runner
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, pyplot, row
 from ..utils.stats import (HEADROOM_NOTE, MIN_UNITS, comparison_row, estimate, headroom, headroom_label, per_seed,
@@ -58,6 +59,10 @@ def parse_model(name: str) -> tuple[str, int | None]:
     get_variant(variant)
     if sep and (not window.isdigit() or int(window) < 1):
         raise ValueError(f"a model is <variant>@<window>, the window an integer >= 1, got {name!r}.")
+    if sep:
+        from ..attention import AttentionSpec
+
+        AttentionSpec(variant, int(window))  # a window below a control's least (3), before any cell trains
     return variant, int(window) if sep else None
 
 
@@ -68,6 +73,9 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
     bad = [s for s in settings["seeds"] if not isinstance(s, int) or isinstance(s, bool) or s < 0]
     if bad:
         raise ValueError(f"seeds must be integers >= 0, got {bad[0]!r}; nothing was trained.")
+    settings["seeds"] = runner.unique_seeds(settings["seeds"], "seeds")
+    settings["eval_seeds"] = runner.unique_seeds(settings.get("eval_seeds") or [settings.get("eval_seed", 0)],
+                                                 "eval_seeds")
     for c in settings.get("comparisons") or []:
         if not isinstance(c, dict) or set(c) != {"a", "b"}:
             raise ValueError(f"each comparison is {{a: <model>, b: <model>}}, got {c!r}; nothing was trained.")
@@ -353,6 +361,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     settings = load_settings(args.config, args.preset, overrides)
     grid.add_sets(settings, args.set)
     out = check_results_folder(settings.get("out", "outputs/study/pretrain"), "study")
+    runner.folder_lock(out, "study")  # one study at a time in this folder, until this process ends
     todo = cells(settings)
     print(f"study pretrain{f' (preset {args.preset})' if args.preset else ''}: {len(todo)} cell(s), results in {out}/",
           flush=True)

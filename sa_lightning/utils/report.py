@@ -82,9 +82,15 @@ def ranked_cells(values: list[float | None], texts: list[str], lower_is_better: 
     return [emphasize(text, marks.get(i)) for i, text in enumerate(texts)]
 
 
+def cell_text(value) -> str:
+    """A value as one markdown table cell: a ``|`` escaped and line breaks as spaces, so that a user's label
+    never splits a row or the table."""
+    return " ".join(str(value).replace("|", "\\|").split()) if any(c in str(value) for c in "|\r\n") else str(value)
+
+
 def row(cells) -> str:
     """One markdown table row."""
-    return "| " + " | ".join(str(c) for c in cells) + " |"
+    return "| " + " | ".join(cell_text(c) for c in cells) + " |"
 
 
 def head(names, align: str | list[str] = "---") -> list[str]:

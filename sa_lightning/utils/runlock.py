@@ -48,6 +48,14 @@ class RunLock:
         self._fd = fd
         _HELD[key] = self
 
+    def __enter__(self) -> "RunLock":
+        if self._fd is None:
+            self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock

@@ -131,7 +131,7 @@ def items_file(record_path: Path) -> Path:
     return record_path.with_name(record_path.name[:-len(".json")] + ".items.jsonl.gz")
 
 
-def read_cell(path: Path, needs: str | None = None) -> dict:
+def read_cell(path: Path, needs: str | None = None, quiet: bool = False) -> dict:
     """A finished cell's record, or {} (run it) when there is none or it is damaged: a record cut short, one
     without ``needs`` (a key every record of this kind holds), or per-item records that do not read back whole
     or hold another count than the record says. A damaged cell gets one line and runs again."""
@@ -147,7 +147,8 @@ def read_cell(path: Path, needs: str | None = None) -> dict:
             return saved
     except (OSError, ValueError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, TypeError, KeyError):
         pass
-    print(f"{path} is damaged (cut short?); running that cell again", flush=True)
+    if not quiet:
+        print(f"{path} is damaged (cut short?); running that cell again", flush=True)
     return {}
 
 

@@ -51,6 +51,6 @@ RANDOM = register_variant(Variant(
     oracle_mask=lambda spec, q, k, table, lengths: oracle.random_mask(table, q.shape[0], lengths),
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(budget(spec.window) + 1, n),  # about the table's width, plus itself
-    draw=draw_keys, check_draw=check_keys, draw_ndim=2, windowed=True,
+    draw=draw_keys, check_draw=check_keys, draw_ndim=2, windowed=True, min_window=3,
     description="control: each earlier key independently at SA's connection probability",
 ))

@@ -64,6 +64,6 @@ RANDOM_SWA_UNION = register_variant(Variant(
                                                                                lengths),
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(spec.window, n) + min(budget(spec.window), n),
-    draw=draw_keys, check_draw=check_keys, draw_ndim=2, windowed=True,
+    draw=draw_keys, check_draw=check_keys, draw_ndim=2, windowed=True, min_window=3,
     description="control, training-free: the random keys and SWA's window in one softmax",
 ))

@@ -40,6 +40,6 @@ STRIDED = register_variant(Variant(
                                                                      q.device),
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: -(-n // stride(n, spec.window)),  # its group's keys, all of them
-    windowed=True,
+    windowed=True, min_window=3,
     description="control: every s-th earlier key, s spreading SA's budget evenly over the row",
 ))

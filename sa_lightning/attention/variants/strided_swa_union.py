@@ -47,6 +47,6 @@ STRIDED_SWA_UNION = register_variant(Variant(
                                                                                lengths, q.device),
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(spec.window, n) + -(-n // stride(n, spec.window)),
-    windowed=True,
+    windowed=True, min_window=3,
     description="control, training-free: the strided pattern and SWA's window in one softmax",
 ))

@@ -46,4 +46,4 @@ def gated_with_swa(far: Variant, union: Variant, **fields) -> Variant:
                    keys_computed_at=lambda spec, n: far.keys_computed_at(spec, n) + min(spec.window, n),
                    draw=far.draw, check_draw=far.check_draw, draw_ndim=far.draw_ndim, windowed=True, gated=True,
                    training_free_twin=union.name, local_paths=(SWA.name,),
-                   cpu_graph=far.cpu_graph and SWA.cpu_graph, **fields)
+                   cpu_graph=far.cpu_graph and SWA.cpu_graph, min_window=far.min_window, **fields)
