@@ -1,5 +1,6 @@
 """Zero-shot evaluation: the lm-eval model, the offline tasks, the tables, the callbacks, bad input."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -289,9 +290,9 @@ def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["tasks"] == list(offline.TASK_NAMES)
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
     # per-item records of every (row, seed), and the table's numbers again with their intervals
-    for label in "ab":
-        assert sorted(p.name for p in (tmp_path / "items" / label).iterdir()) == ["seed0.jsonl.gz", "seed1.jsonl.gz"]
-    records = read_records(tmp_path / "items" / "a" / "seed1.jsonl.gz")
+    assert sorted("_".join(p.name.split("_")[:2]) for p in (tmp_path / "cells").glob("*.items.jsonl.gz")) == [
+        f"{label}_s{seed}" for label in "ab" for seed in (0, 1)]
+    records = read_records(next((tmp_path / "cells").glob("a_s1_*.items.jsonl.gz")))
     lastword = [r for r in records if r["task"] == "shakespeare_lastword"]
     assert len(lastword) == 4 and all("acc" in r["scores"] and len(r["ll"]) == 1 for r in lastword)
     model = report["models"]["a"]
@@ -553,3 +554,46 @@ def test_test_and_validate_with_ckpt_path_last_say_what_they_score_and_where_res
     said = validate.stdout + validate.stderr
     assert f"--ckpt_path last: validating {ckpt}" in said and "resuming" not in said and "test set" not in said
     assert f"cli.py validate: scoring the checkpoint {ckpt}; results go to {run_dir / 'logs' / 'version_1'}" in said
+
+
+def test_evaluate_never_writes_over_a_users_files_and_a_stop_keeps_the_previous_set(checkpoint, tmp_path, monkeypatch):
+    """Issue 48: ``evaluate --out DIR`` wrote over a user's table.md there without asking, and a Ctrl-C left the
+    previous run's per-item records half replaced."""
+    import signal
+
+    import sa_lightning.eval.evaluate as evaluate
+    from sa_lightning.utils.runner import Stopped
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "table.md").write_text("my notes\n")
+    args = ["--ckpt", str(checkpoint), "--tasks", "shakespeare_lastword", "--limit", "3", "--seeds", "0", "1"]
+    with pytest.raises(ValueError, match="holds other files and no evaluation of its own .* or pass --overwrite"):
+        evaluate.main([*args, "--out", str(mine)])
+    assert (mine / "table.md").read_text() == "my notes\n" and sorted(p.name for p in mine.iterdir()) == ["table.md"]
+    (mine / "notes.txt").write_text("keep me\n")
+    evaluate.main([*args, "--out", str(mine), "--overwrite"])  # only the evaluation's own names replaced
+    assert (mine / "notes.txt").read_text() == "keep me\n" and "Zero-shot" in (mine / "table.md").read_text()
+
+    out = tmp_path / "eval"
+    evaluate.main([*args, "--out", str(out)])
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")
+              and "tb" not in p.parts}
+    calls = []
+    real = evaluate.run_tasks_with_items
+
+    def interrupted(*a, **k):  # a Ctrl-C while the second cell of a new run is scored
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*a, **k)
+
+    monkeypatch.setattr(evaluate, "run_tasks_with_items", interrupted)
+    with pytest.raises(Stopped) as stopped:
+        evaluate.main([*args[:-3], "--limit", "4", "--seeds", "0", "1", "--out", str(out)])
+    assert stopped.value.code == 128 + signal.SIGINT
+    after = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")
+             and "tb" not in p.parts}
+    assert {k: after[k] for k in before} == before  # the previous set, records included, byte for byte
+    report = json.loads((out / "results.json").read_text())
+    assert all((out / f).is_file() for m in report["models"].values() for f in m["items"])

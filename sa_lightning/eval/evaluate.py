@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import time
 from pathlib import Path
@@ -28,7 +29,8 @@ import numpy as np
 from .harness import Column, layout_for, run_tasks_with_items
 from .table import markdown_table
 from ..utils.argtypes import non_negative_int, positive_int, seed
-from ..utils.atomic import output_folder, replacing_files, write_records, write_text
+from ..utils.atomic import check_results_folder, output_folder, read_records, replacing_files, write_text
+from ..utils.runner import fingerprint, folder_lock, prune_cells, run_cells, spec_digest, unique_seeds
 from ..utils.report import head, row
 from ..utils.stats import (LEVEL, MIN_UNITS, RESAMPLES, Interval, comparison_row, derived_seed, paired_difference,
                            two_level_bootstrap)
@@ -79,8 +81,16 @@ def summarize(per_seed: list[dict[str, dict[str, float]]]) -> tuple[dict, dict]:
 
 
 def slug(label: str) -> str:
-    """A row label as a folder name."""
-    return label.replace(" ", "_").replace("/", "_")
+    """A row label as a file name: letters, digits and ``._+=@-`` kept, any other run of characters one ``_``."""
+    return re.sub(r"[^A-Za-z0-9._+=@-]+", "_", label).strip("_") or "model"
+
+
+def _by_task(records: list[dict]) -> dict[str, list[dict]]:
+    """A cell's per-item records (each with its ``task``) by task, as ``run_tasks_with_items`` returns them."""
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault(r["task"], []).append({k: v for k, v in r.items() if k != "task"})
+    return out
 
 
 def item_matrix(per_seed_items: list[dict[str, list[dict]]], task: str, metric: str) -> tuple[list, np.ndarray] | None:
@@ -170,43 +180,76 @@ def log_tensorboard(folder: Path, metrics: dict[str, dict[str, float]], step: in
             writer.add_scalar(tag, value, step)
 
 
+def cell_id(label: str, sigma_seed: int, spec: dict) -> str:
+    """A (checkpoint, σ seed) cell's file name in ``<out>/cells/``, with a digest of everything that made it: a
+    run with other settings writes cells of its own, so the previous run's set stays whole until the new set is
+    in place (a kill at any instant leaves one set or the other)."""
+    return f"{slug(label)}_s{sigma_seed}_{spec_digest(spec)}"
+
+
 def evaluate(args: argparse.Namespace) -> dict:
     from ..models.checkpoint import load_checkpoint
     from .harness import load_tasks, resolve_tasks
-    from .lm import SALM
 
+    out = check_results_folder(args.out, "evaluation", overwrite=args.overwrite)  # before any checkpoint loads
     loaded = [load_checkpoint(path) for path in args.ckpt]  # a bad checkpoint fails first, in a second
     tasks = resolve_tasks(args.tasks)
     load_tasks(tasks)  # every dataset is at hand before any checkpoint is scored
     labels = _unique(args.label or [label_of(info) for _, info in loaded])
     if len(labels) != len(loaded):
         raise ValueError(f"--label got {len(labels)} names for {len(loaded)} checkpoints; give one per --ckpt.")
+    if len({slug(label) for label in labels}) != len(labels):
+        raise ValueError(f"--label names {', '.join(labels)} share a file name once spaces and slashes are "
+                         "replaced; give labels that differ in letters or digits.")
     if args.baseline is not None and args.baseline not in labels:
         raise ValueError(f"--baseline {args.baseline!r} is none of the rows: {', '.join(labels)}.")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    seeds = {label: seeds_of(info, args.seeds) for (_, info), label in zip(loaded, labels)}
+    given = unique_seeds(args.seeds, "--seeds") if args.seeds else None
+    seeds = {label: seeds_of(info, given) for (_, info), label in zip(loaded, labels)}
+    with folder_lock(out, "evaluation"):
+        return _evaluate(args, out, tasks, loaded, labels, seeds)
+
+
+def _evaluate(args, out: Path, tasks: list[str], loaded: list, labels: list[str], seeds: dict) -> dict:
+    from .lm import SALM
+
+    models = {label: (model, info) for (model, info), label in zip(loaded, labels)}
+    weights = {label: fingerprint(info["path"]) for label, (_, info) in models.items()}
+    todo = [(label, s) for label in labels for s in seeds[label]]
+    print(f"evaluate: {len(labels)} checkpoint(s), {len(todo)} (checkpoint, σ seed) cell(s), tasks "
+          f"{', '.join(tasks)}, limit {args.limit or 'all documents'}; results in {out}/", flush=True)
+
+    def spec_of(cell) -> dict:
+        label, sigma_seed = cell
+        return {"checkpoint": weights[label], "tasks": tasks, "limit": args.limit, "eval_samples": args.eval_samples,
+                "sa_mode": args.sa_mode, "seed": sigma_seed, "tokenizer": args.tokenizer,
+                "bootstrap_iters": args.bootstrap_iters}
+
+    def run(cell, spec) -> dict:
+        label, sigma_seed = cell
+        model, info = models[label]
+        start = time.perf_counter()
+        lm = SALM(model, tokenizer=args.tokenizer or info["tokenizer"], batch_size=args.batch_size,
+                  device=args.device, eval_samples=args.eval_samples, sa_mode=args.sa_mode, seed=sigma_seed)
+        metrics, records = run_tasks_with_items(lm, tasks, limit=args.limit, bootstrap_iters=args.bootstrap_iters,
+                                                seed=sigma_seed)
+        return {"label": label, "seed": sigma_seed, "metrics": metrics, "seconds": time.perf_counter() - start,
+                "items": [{"task": task, **r} for task, task_records in records.items() for r in task_records]}
+
+    done = run_cells(todo, out, lambda c: cell_id(*c, spec_of(c)), spec_of, run, line=lambda r: "scored",
+                     needs="metrics")
+    by_cell = {(r["label"], r["seed"]): r for r in done}
     report = {"tasks": tasks, "limit": args.limit, "eval_samples": args.eval_samples, "sa_mode": args.sa_mode,
               "seeds": seeds, "models": {}}
     means, stds, items = {}, {}, {}
-    for (model, info), label in zip(loaded, labels):
-        per_seed, items[label] = [], []
-        for sigma_seed in seeds[label]:
-            start = time.perf_counter()
-            lm = SALM(model, tokenizer=args.tokenizer or info["tokenizer"], batch_size=args.batch_size,
-                      device=args.device, eval_samples=args.eval_samples, sa_mode=args.sa_mode, seed=sigma_seed)
-            metrics, records = run_tasks_with_items(lm, tasks, limit=args.limit, bootstrap_iters=args.bootstrap_iters,
-                                                    seed=sigma_seed)
-            per_seed.append(metrics)
-            items[label].append(records)
-            write_records(out / "items" / slug(label) / f"seed{sigma_seed}.jsonl.gz",
-                          [{"task": task, **r} for task, task_records in records.items() for r in task_records],
-                          "item records")
-            print(f"[{label}] seed {sigma_seed}: done in {time.perf_counter() - start:.1f}s", flush=True)
+    for label in labels:
+        _, info = models[label]
+        cells_ = [by_cell[(label, s)] for s in seeds[label]]
+        per_seed = [c["metrics"] for c in cells_]
+        items[label] = [_by_task(read_records(out / "cells" / c["items"]["file"])) for c in cells_]
         means[label], stds[label] = summarize(per_seed)
-        report["models"][label] = {"checkpoint": info["path"], "step": info["step"], "arch": info["arch"],
-                                   "per_seed": per_seed, "mean": means[label], "std": stds[label],
-                                   "items": f"items/{slug(label)}"}
+        report["models"][label] = {"checkpoint": info["path"], "weights": weights[label], "step": info["step"],
+                                   "arch": info["arch"], "per_seed": per_seed, "mean": means[label],
+                                   "std": stds[label], "items": [f"cells/{c['items']['file']}" for c in cells_]}
         log_tensorboard(out / "tb" / slug(label), means[label], step=info["step"] or 0)
     columns = layout_for(next(iter(means.values())))
     intervals = {label: intervals_of(items[label], columns, label) for label in labels}
@@ -221,13 +264,13 @@ def evaluate(args: argparse.Namespace) -> dict:
               + "; a perplexity column's is exp of its mean NLL's over documents and seeds (the table above "
               "averages each seed's perplexity); \"–\": not a mean over documents (a rolling perplexity). "
               "Per-item records: "
-              f"{out / 'items'}.")
+              f"{out / 'cells'}.")
     text = f"Zero-shot, tasks: {', '.join(tasks)}; limit={args.limit}; eval_samples={args.eval_samples}; " \
            f"sa_mode={args.sa_mode}; σ seeds: {_seed_counts(seeds)}\n\n{markdown_table(means, columns)}\n" \
            f"With intervals ({method})\n\n{interval_markdown(intervals, columns)}"
     if most > 1:
         spread = {label: std for label, std in stds.items() if len(seeds[label]) > 1}
-        text += f"\nStandard deviation over each row's σ seeds (the rows that draw):\n\n" + \
+        text += "\nStandard deviation over each row's σ seeds (the rows that draw):\n\n" + \
             markdown_table(spread, columns).replace("**", "").replace("<u>", "").replace("</u>", "")
     if args.baseline is not None:
         report["comparisons"] = comparisons_of(items, columns, args.baseline)
@@ -237,8 +280,9 @@ def evaluate(args: argparse.Namespace) -> dict:
     with replacing_files(out, "evaluation") as tmp:  # both, or the previous two whole
         write_text(tmp / "results.json", json.dumps(report, indent=2))
         write_text(tmp / "table.md", text)
+    prune_cells(out, [cell_id(*c, spec_of(c)) for c in todo])
     print(text)
-    print(f"wrote {out / 'results.json'}, {out / 'table.md'}, per-item records in {out / 'items'} and TensorBoard "
+    print(f"wrote {out / 'results.json'}, {out / 'table.md'}, per-item records in {out / 'cells'} and TensorBoard "
           f"logs in {out / 'tb'}")
     return report
 
@@ -277,6 +321,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default=None,
                    help="a row label: add each other row minus it, paired on the same documents, with a verdict")
     p.add_argument("--out", type=output_folder, default="outputs/eval")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out that holds other files (only the evaluation's own names are replaced: "
+                        "cells/, tb/, results.json, table.md; nothing else there is touched or removed)")
     return p
 
 

@@ -149,14 +149,19 @@ def check_output_folder(folder: str | os.PathLike, flag: str = "--out", replaces
     return path
 
 
-def check_results_folder(folder: str | os.PathLike, what: str, flag: str = "--out") -> Path:
-    """A folder that a resumable command (a sweep, a study) fills cell by cell: empty, new, or one that it
-    wrote before (it holds ``cells/``). A folder of other files is refused in one sentence: the command's
-    tables and figures would land among them and replace any of the same name."""
+def check_results_folder(folder: str | os.PathLike, what: str, flag: str = "--out",
+                         overwrite: bool | None = None) -> Path:
+    """A folder that a resumable command (a sweep, a study, an evaluation) fills cell by cell: empty, new, or one
+    that it wrote before (it holds ``cells/``). A folder of other files is refused in one sentence, since the
+    command's tables and figures would land among them and replace any of the same name; a command that takes
+    ``--overwrite`` (``overwrite`` not None) writes there when it is given, replacing only its own names."""
     path = check_output_folder(folder, flag)
-    if path.is_dir() and not (path / "cells").is_dir() and any(path.iterdir()):
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {str(folder)!r} is a file; name a folder.")
+    if path.is_dir() and not (path / "cells").is_dir() and any(path.iterdir()) and not overwrite:
+        also = "" if overwrite is None else " or pass --overwrite to write beside them (only its own files are replaced)"
         raise ValueError(f"{flag} {str(folder)!r} holds other files and no {what} of its own (no cells/ folder); "
-                         f"name an empty or new folder for the {what}.")
+                         f"name an empty or new folder for the {what}{also}.")
     return path
 
 

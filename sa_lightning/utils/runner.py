@@ -163,6 +163,21 @@ def write_cell(path: Path, record: dict) -> dict:
     return record
 
 
+def spec_digest(spec: dict) -> str:
+    """Eight hex digits of a spec: a cell file name that differs whenever what made the cell does."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def prune_cells(out: Path, keep: list[str]) -> None:
+    """Remove the cell files in ``<out>/cells`` whose id is not in ``keep`` (an earlier run's, once this run's
+    set is in place); only the runner's own names (``<id>.json``, ``<id>.items.jsonl.gz``) are touched."""
+    names = {f"{k}.json" for k in keep} | {f"{k}.items.jsonl.gz" for k in keep}
+    for p in (out / "cells").iterdir():
+        if p.name not in names and (p.name.endswith(".json") or p.name.endswith(".items.jsonl.gz")):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
 # ---- the loop ---------------------------------------------------------------------------------------
 def jobs_arg(text) -> int | str:
     """``--jobs``: a count >= 1, or ``auto``."""
