@@ -134,6 +134,11 @@ def main_with_clean_errors() -> None:
         raise SystemExit(f"error: the package {top!r} is not installed for this Python ({sys.executable}); "
                          "activate the environment sa_lightning was installed in, or install it as the README's "
                          "'Set up on a fresh machine' says.") from None
+    except KeyboardInterrupt:  # a Ctrl-C outside a runner's cell loop (which says what it kept): one line
+        if os.environ.get("SA_LIGHTNING_TRACEBACK") == "1":
+            raise
+        print("stopped by SIGINT (Ctrl-C); every file written so far is whole", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     except (ValueError, OSError, ConnectionError, KeyError, _misconfiguration()) as err:
         if os.environ.get("SA_LIGHTNING_TRACEBACK") == "1":
             raise

@@ -38,12 +38,39 @@ def test_a_folder_that_holds_files_is_replaced_only_with_overwrite(tmp_path):
     res = run_cli_here("export", "--ckpt", "no/such.ckpt", "--out", str(out))
     assert res.returncode != 0 and "already holds files; pass --overwrite" in res.stderr
     assert (out / "README.md").read_text() == "the user's own file"
-    export(_model(), out, overwrite=True)
-    assert (out / "config.json").is_file() and "the user's own file" not in (out / "README.md").read_text()
+    with pytest.raises(ValueError, match="holds files that `cli.py export` did not write; --overwrite replaces only"):
+        export(_model(), out, overwrite=True)  # a folder of the user's own: never replaced, --overwrite or not
+    assert (out / "README.md").read_text() == "the user's own file"
+    (out / "README.md").unlink()
+    export(_model(), out)
+    export(_model(), out, overwrite=True)  # an earlier export's folder: replaced
+    assert (out / "config.json").is_file() and (out / atomic.OWNER).read_text() == "export\n"
     assert str(out.resolve()) in (out / "README.md").read_text()  # the card names the folder's path
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
     mode = stat.S_IMODE((out / "model.safetensors").stat().st_mode)
     assert mode & 0o044 == 0o044 & ~atomic._umask(), oct(mode)  # readable by colleagues unless the umask says no
+
+
+def test_overwrite_never_replaces_the_run_folder_it_exports_from(tmp_path):
+    """Issue 48: ``export --ckpt RUN/tb/version_0/checkpoints/last.ckpt --out RUN --overwrite`` replaced the whole
+    run folder, the checkpoint it read, the other checkpoints and the TensorBoard logs, and exited 0."""
+    import torch
+
+    run = tmp_path / "run"
+    ckpts = run / "tb" / "version_0" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    torch.save({"state_dict": {}}, ckpts / "last.ckpt")
+    (ckpts / "step=10.ckpt").write_bytes(b"x")
+    (run / "tb" / "version_0" / "events.out.tfevents.1").write_bytes(b"logs")
+    before = sorted(str(p) for p in run.rglob("*"))
+    res = run_cli_here("export", "--ckpt", str(ckpts / "last.ckpt"), "--out", str(run), "--overwrite")
+    assert res.returncode != 0 and "the input being read; --overwrite never replaces it" in res.stderr.splitlines()[-1]
+    assert sorted(str(p) for p in run.rglob("*")) == before
+    other = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {}}, other)
+    res = run_cli_here("export", "--ckpt", str(other), "--out", str(run), "--overwrite")
+    assert res.returncode != 0 and "holds the checkpoint" in res.stderr.splitlines()[-1]
+    assert sorted(str(p) for p in run.rglob("*")) == before
 
 
 def test_a_full_disk_leaves_the_previous_export_whole_and_says_so_in_one_sentence(tmp_path, monkeypatch):

@@ -43,16 +43,17 @@ the SWA path, the last w keys (`decode: window`).
 
 
 def export(model, folder: str | Path, tokenizer=None, source: dict | None = None, overwrite: bool = False,
-           **inference) -> Path:
+           inputs=(), **inference) -> Path:
     """Writes ``model`` (a ``Transformer``, an ``SATransformerForCausalLM`` or the Qwen3 ``HFBackbone``) and
     ``tokenizer`` to ``folder``. ``inference`` sets ``decode``, ``sa_mode`` and ``sa_seed``.
 
     The folder is built beside ``folder`` and renamed into place when whole: a failure (a full disk) leaves
-    the previous folder as it was. A folder that already holds files is replaced only with ``overwrite``."""
+    the previous folder as it was. A folder that already holds files is replaced only with ``overwrite``, and
+    then only when an earlier export wrote it and it holds none of ``inputs`` and no checkpoint."""
     from ..utils.atomic import replacing_folder
 
     folder = Path(folder)
-    with replacing_folder(folder, "exported model", overwrite=overwrite) as tmp:
+    with replacing_folder(folder, "exported model", overwrite=overwrite, inputs=inputs, owner="export") as tmp:
         _write(model, tmp, tokenizer, source, folder, **inference)
     return folder
 
@@ -91,17 +92,19 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(prog="cli.py export", description=__doc__.splitlines()[0])
     parser.add_argument("--ckpt", required=True, help="a checkpoint written by `cli.py fit`")
     parser.add_argument("--out", required=True, help="the folder to write (built beside it, then renamed into place)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out when it already holds files")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out when an earlier export wrote it (never a folder holding the "
+                        "checkpoint, any checkpoint, or files export did not write)")
     parser.add_argument("--decode", choices=DECODE, default="dense",
                         help="how generation reads the cache: every key (dense) or the SWA path's last w (window)")
     parser.add_argument("--tokenizer", default=None, help="default: the one the checkpoint was trained with")
     args = parser.parse_args(argv)
     from ..utils.atomic import check_replaceable_folder
 
-    check_replaceable_folder(args.out, args.overwrite)  # before the checkpoint is read
+    check_replaceable_folder(args.out, args.overwrite, inputs=[args.ckpt], owner="export")  # before it is read
     model, info = load_checkpoint(args.ckpt)
     tokenizer = load_tokenizer(args.tokenizer or info["tokenizer"])
-    folder = export(model, args.out, tokenizer, source=info, overwrite=args.overwrite, decode=args.decode)
+    folder = export(model, args.out, tokenizer, source=info, overwrite=args.overwrite, inputs=[args.ckpt],
+                    decode=args.decode)
     print(f"exported {args.ckpt} (step {info['step']}) to {folder}; load it with "
           f"`sa_lightning.register_with_transformers()` and AutoModelForCausalLM.from_pretrained({str(folder)!r})", flush=True)
     return folder

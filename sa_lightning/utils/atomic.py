@@ -175,21 +175,44 @@ def output_folder(text: str) -> Path:
         raise argparse.ArgumentTypeError(str(err).replace("--out ", "", 1)) from None
 
 
-def check_replaceable_folder(folder: str | os.PathLike, overwrite: bool, flag: str = "--out") -> Path:
+#: the hidden file a folder that one command owns carries (``replacing_folder``): which command wrote it, so that
+#: ``--overwrite`` replaces only a folder of its own
+OWNER = ".written_by"
+
+
+def check_replaceable_folder(folder: str | os.PathLike, overwrite: bool, flag: str = "--out", inputs=(),
+                             owner: str | None = None) -> Path:
     """``folder`` as a Path that ``replacing_folder`` may replace: ``check_output_folder``'s refusals, a file, and
-    a folder that holds files unless ``overwrite``, each in one sentence (callers check before long work)."""
+    a folder that holds files unless ``overwrite``, each in one sentence (callers check before long work). Even
+    with ``overwrite``, a folder is never replaced that holds one of ``inputs`` (what the command reads), a
+    checkpoint, or anything ``owner`` (the command) did not write itself (it carries no ``OWNER`` file naming it)."""
     path = check_output_folder(folder, flag, replaces=True)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {str(folder)!r} is a file; name a folder.")
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
+    if not path.is_dir() or not any(path.iterdir()):
+        return path
+    if not overwrite:
         raise ValueError(f"{flag} {str(folder)!r} already holds files; pass --overwrite to replace that folder, or "
                          "name another.")
+    resolved = path.resolve()
+    for given in inputs:
+        if resolved in (Path(given).resolve(), *Path(given).resolve().parents):
+            raise ValueError(f"{flag} {str(folder)!r} holds {str(given)!r}, the input being read; --overwrite never "
+                             "replaces it: name another folder.")
+    kept = next((p for p in path.rglob("*.ckpt")), None)
+    if kept is not None:
+        raise ValueError(f"{flag} {str(folder)!r} holds the checkpoint {str(kept)!r}; --overwrite never replaces a "
+                         "folder with checkpoints in it: name another folder.")
+    mark = path / OWNER
+    if owner is not None and (not mark.is_file() or mark.read_text().strip() != owner):
+        raise ValueError(f"{flag} {str(folder)!r} holds files that `cli.py {owner}` did not write; --overwrite "
+                         "replaces only a folder of its own: name another folder (or empty that one yourself).")
     return path
 
 
 @contextlib.contextmanager
 def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite: bool = False,
-                     flag: str = "--out") -> Iterator[Path]:
+                     flag: str = "--out", inputs=(), owner: str | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside ``folder`` to build its new content in; on success the new folder takes
     its place at once (the old one, when ``overwrite``, is moved aside and then removed).
 
@@ -197,7 +220,7 @@ def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite:
     ``OSError`` (a full disk) becomes a one-sentence ``WriteError``."""
     import shutil
 
-    folder = check_replaceable_folder(folder, overwrite, flag)
+    folder = check_replaceable_folder(folder, overwrite, flag, inputs, owner)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = folder.parent / f".{folder.name}.{os.getpid()}{PARTIAL}"
@@ -210,6 +233,8 @@ def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite:
     old = folder.parent / f".{folder.name}.{os.getpid()}.old"
     try:
         yield tmp
+        if owner is not None:
+            (tmp / OWNER).write_text(owner + "\n")
         mode = 0o777 & ~_umask()
         for p in (tmp, *tmp.rglob("*")):  # temporary files are private (0600): the result is not
             os.chmod(p, mode if p.is_dir() else mode & 0o666)
