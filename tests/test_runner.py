@@ -136,3 +136,20 @@ def test_items_are_written_before_the_record_that_marks_a_cell_done(tmp_path):
     assert record["items"] == {"file": "c1.items.jsonl.gz", "count": 1}
     with gzip.open(tmp_path / "cells" / "c1.items.jsonl.gz", "rt") as f:
         assert json.loads(f.readline()) == {"a": 1}
+
+
+def test_a_label_with_a_bar_or_a_newline_stays_one_table_cell():
+    from sa_lightning.eval.evaluate import slug
+    from sa_lightning.utils.report import row
+
+    line = row(["SA | mine\nv2", 1.5])
+    assert line == "| SA \\| mine v2 | 1.5 |" and line.count(" | ") == 1
+    assert slug("SA | mine\nv2") == "SA_mine_v2" and slug("Full (w=32)") == "Full_w=32"
+
+
+def test_a_ctrl_c_outside_a_cell_loop_is_one_line(tmp_path):
+    code = ("import os, signal, sys; sys.argv = ['cli.py', 'x']; import sa_lightning.main as m; "
+            "m.main = lambda: os.kill(os.getpid(), signal.SIGINT); m.main_with_clean_errors()")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 130 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == "stopped by SIGINT (Ctrl-C); every file written so far is whole"

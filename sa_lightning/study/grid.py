@@ -86,7 +86,8 @@ def trained_checkpoint(saved: dict, spec: dict) -> dict | None:
 
     args = [str(a) for a in spec.get("fit_args") or []]
     if not saved or not args or [str(a) for a in (saved.get("spec") or {}).get("fit_args") or []] != args \
-            or "--trainer.default_root_dir" not in args[:-1]:
+            or "--trainer.default_root_dir" not in args[:-1] \
+            or (saved.get("spec") or {}).get("inputs") != spec.get("inputs"):
         return None
     folder = Path(args[args.index("--trainer.default_root_dir") + 1])
     found = sorted(folder.glob("tb/version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
@@ -136,5 +137,20 @@ def run_cells(cells: list[dict], out: Path, cell_id: Callable[[dict], str], spec
               "checkpoint, not trained", flush=True)
         return {**spec, "trained": trained}
 
-    return runner.run_cells(cells, out, cell_id, spec_of, run, line, loaded, jobs, given=given, setup=_quiet_fit,
-                            needs="scores")
+    def spec_with_inputs(cell: dict) -> dict:
+        spec = spec_of(cell)
+        inputs = config_fingerprint(spec.get("fit_args") or [])
+        return spec if inputs is None else {**spec, "inputs": inputs}
+
+    return runner.run_cells(cells, out, cell_id, spec_with_inputs, run, line, loaded, jobs, given=given,
+                            setup=_quiet_fit, needs="scores")
+
+
+def config_fingerprint(args: list) -> str | None:
+    """The fingerprint of the config file a cell's ``fit`` line reads (``--config``): a cell trained from a config
+    since edited is trained again, not reused because its path is the same."""
+    args = [str(a) for a in args]
+    if "--config" not in args[:-1]:
+        return None
+    path = Path(args[args.index("--config") + 1])
+    return runner.fingerprint(path) if path.is_file() else None
