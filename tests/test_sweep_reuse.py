@@ -103,3 +103,23 @@ def test_two_sweeps_into_one_folder_at_once_are_refused(two_models, tmp_path):
     held.release()
     assert res.returncode != 0 and "another sweep writing there" in res.stderr
     assert not list((out / "cells").iterdir())
+
+
+def test_items_cut_short_are_named_by_compare_and_run_again_by_a_rerun(two_models, tmp_path, capsys):
+    """Issue 48: a cut-short ``cells/*.items.jsonl.gz`` gave a 38-line EOFError traceback on ``--compare`` and on a
+    plain rerun, which did not rerun the damaged cell."""
+    from sa_lightning.inference.sweep import main
+
+    args = ["--model", str(two_models[0]), "--dtype", "float32", "--tasks", "[shakespeare_lastword]",
+            "--modes", "[full, swa]", "--windows", "[8]", "--limit", "5", "--out", str(tmp_path)]
+    main(args)
+    items = tmp_path / "cells" / "swa_w8_s0_shakespeare_lastword.items.jsonl.gz"
+    items.write_bytes(items.read_bytes()[:-10])
+    capsys.readouterr()
+    main([*args, "--compare"])
+    out = capsys.readouterr().out
+    assert "1 of 2 cells done" in out and "swa_w8_s0_shakespeare_lastword" in out and "cut short" in out
+    main(args)
+    out = capsys.readouterr().out
+    assert "2 cells, 1 already done, 1 to run (1 of them again" in out and "swa_w8_s0_shakespeare_lastword" in out
+    assert len(main([*args, "--compare"])["rows"]) == 2

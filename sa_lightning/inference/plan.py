@@ -213,9 +213,14 @@ def write_items(path: Path, items: list[dict]) -> None:
 
 
 def read_items(out: Path, cell: Cell) -> list[dict] | None:
-    """A cell's per-item records, or None where it has none (a cell written before sweeps kept them)."""
+    """A cell's per-item records, or None where it has none (a cell written before sweeps kept them) or they do not
+    read back whole (cut short: the report leaves the cell out and names it; a plain rerun runs it again)."""
+    from ..utils.runner import read_cell
+
     path = items_path(out, cell)
-    return read_records(path) if path.exists() else None
+    if not path.exists() or not read_cell(cell_path(out, cell), "items", quiet=True):
+        return None
+    return read_records(path)
 
 
 def made_by(cfg: "SweepConfig", cell: Cell, weights: str | None = None) -> dict:
