@@ -153,3 +153,28 @@ def test_a_ctrl_c_outside_a_cell_loop_is_one_line(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 130 and "Traceback" not in res.stderr
     assert res.stderr.strip() == "stopped by SIGINT (Ctrl-C); every file written so far is whole"
+
+
+def test_a_preset_is_the_configs_own_or_a_second_yaml_file(tmp_path):
+    presets = {"quick": {"seeds": [0]}}
+    assert runner.preset_values(presets, "quick", "study.yaml") == {"seeds": [0]}
+    second = tmp_path / "mine.yaml"
+    second.write_text("seeds: [3, 4]\nlimit: 10\npresets: {x: {}}\n")
+    assert runner.preset_values(presets, str(second), "study.yaml") == {"seeds": [3, 4], "limit": 10}
+    with pytest.raises(ValueError, match=r"unknown preset 'fast'; study.yaml has quick \(or pass a YAML file"):
+        runner.preset_values(presets, "fast", "study.yaml")
+    with pytest.raises(ValueError, match=r"preset '.*mine.yaml' sets unknown field\(s\) limit"):
+        runner.preset_values(presets, str(second), "this config", known={"seeds"})
+
+
+def test_a_sweep_and_a_study_take_a_second_yaml_as_their_preset(tmp_path):
+    from sa_lightning.inference.plan import load_config
+    from sa_lightning.study import pretrain
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("windows: [16]\nlimit: 3\n")
+    cfg = load_config(["--config", "configs/sweep/tiny.yaml", "--preset", str(mine)])
+    assert cfg.windows == [16] and cfg.limit == 3
+    mine.write_text("seeds: [5, 6]\nlimit: 7\n")
+    settings = pretrain.load_settings("configs/study/pretrain.yaml", str(mine), {})
+    assert settings["seeds"] == [5, 6] and settings["limit"] == 7

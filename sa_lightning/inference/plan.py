@@ -313,15 +313,11 @@ def load_config(argv: list[str] | None = None, description: str | None = None) -
             ([arg, "true"] if arg == "--compare" and (i + 1 == len(argv) or argv[i + 1].startswith("--")) else [arg])]
     args = vars(parser.parse_args(argv))
     if args.get("preset"):
-        presets = args.get("presets") or {}
-        if args["preset"] not in presets:
-            raise ValueError(f"unknown preset {args['preset']!r}; this config has "
-                             f"{', '.join(presets) or 'no presets'}.")
-        unknown = set(presets[args["preset"]]) - set(SweepConfig.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"preset {args['preset']!r} sets unknown field(s) {', '.join(sorted(unknown))}.")
+        from ..utils.runner import preset_values
+
+        values = preset_values(args.get("presets"), args["preset"], "this config", SweepConfig.__dataclass_fields__)
         # the preset goes in as flags right after the config file: over the file, under the user's own flags
-        flags = [part for key, value in presets[args["preset"]].items()
+        flags = [part for key, value in values.items()
                  for part in (f"--{key}", value if isinstance(value, str) else json.dumps(value))]
         cut = max((i + (1 if a.startswith("--config=") else 2) for i, a in enumerate(argv)
                    if a == "--config" or a.startswith("--config=")), default=0)

@@ -27,9 +27,7 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict, require
     presets = raw.pop("presets", {}) or {}
     settings = copy.deepcopy(raw)
     if preset:
-        if preset not in presets:
-            raise ValueError(f"unknown preset {preset!r}; {path} has {', '.join(presets) or 'none'}.")
-        settings.update(presets[preset])
+        settings.update(runner.preset_values(presets, preset, str(path)))
     settings.update({k: v for k, v in overrides.items() if v is not None})
     for key in required:
         if not settings.get(key):

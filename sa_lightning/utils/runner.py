@@ -126,6 +126,30 @@ def stopped_line(err: Stopped, done: int, total: int, out: Path) -> str:
             "again to go on from there")
 
 
+# ---- presets ----------------------------------------------------------------------------------------
+def preset_values(presets: dict | None, preset: str, where: str, known=None) -> dict:
+    """What ``--preset`` sets over a config, for every command that has presets (sweeps and studies): the config's
+    ``presets[NAME]``, or a second YAML file (``--preset my_quick.yaml``) laid over the first. ``known``: the
+    fields a preset may set; another is refused in one sentence, naming it."""
+    import yaml
+
+    presets = presets or {}
+    if preset in presets:
+        values = presets[preset]
+    elif str(preset).endswith((".yaml", ".yml")) and Path(preset).is_file():
+        values = yaml.safe_load(Path(preset).read_text()) or {}
+        values.pop("presets", None)
+    else:
+        raise ValueError(f"unknown preset {preset!r}; {where} has {', '.join(presets) or 'no presets'} (or pass a "
+                         "YAML file of overrides as --preset FILE.yaml).")
+    if not isinstance(values, dict):
+        raise ValueError(f"preset {preset!r} must be a mapping of config fields, got {type(values).__name__}.")
+    unknown = sorted(set(values) - set(known)) if known is not None else []
+    if unknown:
+        raise ValueError(f"preset {preset!r} sets unknown field(s) {', '.join(unknown)} ({where}).")
+    return values
+
+
 # ---- cell files -------------------------------------------------------------------------------------
 def items_file(record_path: Path) -> Path:
     return record_path.with_name(record_path.name[:-len(".json")] + ".items.jsonl.gz")
