@@ -178,3 +178,20 @@ def test_a_sweep_and_a_study_take_a_second_yaml_as_their_preset(tmp_path):
     mine.write_text("seeds: [5, 6]\nlimit: 7\n")
     settings = pretrain.load_settings("configs/study/pretrain.yaml", str(mine), {})
     assert settings["seeds"] == [5, 6] and settings["limit"] == 7
+
+
+@pytest.mark.parametrize("study, text, said", [
+    ("pretrain", "models: [full]\nseeds: [zero]\n", "seeds has the wrong type (Expected a <class 'int'>"),
+    ("pretrain", "models: [full]\nseeds: [0]\nlimt: 5\n", "sets unknown field(s) 'limt'; its fields are models, seeds"),
+    ("long_range", "tasks: [passkey]\nvariants: sa\ndepths: [2]\nwindows: [16]\nseeds: [0]\n",
+     "variants has the wrong type (Expected a <class 'list'>"),
+])
+def test_a_study_config_of_the_wrong_type_is_one_sentence_naming_the_file_and_key(tmp_path, study, text, said):
+    import importlib
+
+    module = importlib.import_module(f"sa_lightning.study.{study}")
+    config = tmp_path / "study.yaml"
+    config.write_text(text)
+    with pytest.raises(ValueError) as err:
+        module.load_settings(config, None, {})
+    assert str(err.value).startswith(str(config)) and said in str(err.value) and "\n" not in str(err.value)

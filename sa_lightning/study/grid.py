@@ -20,15 +20,20 @@ from ..utils.quiet import quiet_lightning
 from ..utils.runner import jobs_arg
 
 
-def load_settings(path: str | Path, preset: str | None, overrides: dict, required: tuple[str, ...]) -> dict:
-    """The config file's top level, then its ``presets[preset]``, then the command line's flags (those not None);
-    each key of ``required`` must hold at least one entry."""
+def load_settings(path: str | Path, preset: str | None, overrides: dict, required: tuple[str, ...],
+                  typed=None) -> dict:
+    """The config file's top level, then its ``presets[preset]`` (or a second YAML file), then the command line's
+    flags (those not None), checked against the study's config dataclass ``typed`` (each field's type, no unknown
+    field); each key of ``required`` must hold at least one entry."""
     raw = yaml.safe_load(Path(path).read_text()) or {}
     presets = raw.pop("presets", {}) or {}
     settings = copy.deepcopy(raw)
     if preset:
         settings.update(runner.preset_values(presets, preset, str(path)))
     settings.update({k: v for k, v in overrides.items() if v is not None})
+    if typed is not None:
+        kept = runner.typed_settings(typed, settings, str(path) + (f" with preset {preset!r}" if preset else ""))
+        settings = {k: v for k, v in kept.items() if k in settings}
     for key in required:
         if not settings.get(key):
             raise ValueError(f"the study needs at least one entry in {key!r} ({path}).")

@@ -29,6 +29,8 @@ import argparse
 import math
 import statistics
 import time
+from dataclasses import dataclass
+from typing import Any
 from itertools import product
 from pathlib import Path
 
@@ -46,9 +48,37 @@ GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
 
 
 # ---- the study's settings ------------------------------------------------------------------------
+@dataclass
+class LongRangeConfig:
+    """The study's config (``configs/study/long_range.yaml``): what each field may hold.
+
+    Args:
+        tasks: synthetic tasks (``passkey``, ``mqar``), each trained from ``fit_config`` with ``{task}`` filled in.
+        variants, depths, windows, seeds: the grid; every (task, variant, depth, window, seed) is one cell.
+        eval_samples: K draws averaged at validation. eval_seeds: σ seeds at K = 1 for a model that draws.
+        jobs: cells trained at once (a count, or ``auto``). fit_overrides: ``fit`` arguments for every cell.
+        comparisons: ``{a: <variant>, b: <variant>}`` each, paired on the same answers and pooled over seeds.
+        out: the output folder.
+    """
+
+    tasks: list[str]
+    variants: list[str]
+    depths: list[int]
+    windows: list[int]
+    seeds: list[int]
+    eval_samples: list[int] | None = None
+    eval_seeds: list[int] | None = None
+    jobs: int | str | None = None
+    fit_config: str = "configs/synthetic/{task}.yaml"
+    fit_overrides: dict[str, Any] | None = None
+    comparisons: list[dict] | None = None
+    out: str = "outputs/study/long_range"
+
+
 def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict:
-    """The config file's top level, then its ``presets[preset]``, then the command line's flags."""
-    settings = grid.load_settings(path, preset, overrides, GRID_KEYS)
+    """The config file's top level, then its ``presets[preset]`` (or a second YAML file), then the command line's
+    flags, checked against ``LongRangeConfig``."""
+    settings = grid.load_settings(path, preset, overrides, GRID_KEYS, LongRangeConfig)
     if any(k < 1 for k in settings.get("eval_samples", [1])):
         raise ValueError("eval_samples must be >= 1.")
     seeds = settings.get("eval_seeds", [0])

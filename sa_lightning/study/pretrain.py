@@ -29,8 +29,10 @@ import argparse
 import json
 import math
 import time
+from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +55,36 @@ TASK_METRICS = {"shakespeare_lastword": "acc", "shakespeare_choice": "acc_norm"}
 
 
 # ---- settings --------------------------------------------------------------------------------------
+@dataclass
+class PretrainConfig:
+    """The study's config (``configs/study/pretrain.yaml``): what each field may hold.
+
+    Args:
+        models: ``<variant>@<window>`` or a variant without a window (``full``).
+        seeds: training seeds; every model trains once per seed, paired by seed in the comparisons.
+        jobs: cells trained at once (a count, or ``auto``).
+        fit_config: the ``cli.py fit`` config every cell trains (its model, seed and window swapped in).
+        fit_overrides: ``fit`` arguments for every cell (``trainer.max_steps: 160``).
+        limit: documents of each offline task.
+        eval_seeds: σ seeds a model that draws is scored under (``eval_seed``: one, from configs before them).
+        comparisons: ``{a: <model>, b: <model>}`` each, A − B paired by training seed.
+        margins: ``{column: δ}``: A − B is called equivalent within ±δ where two one-sided tests say so.
+        out: the output folder.
+    """
+
+    models: list[str]
+    seeds: list[int]
+    jobs: int | str | None = None
+    fit_config: str = "configs/tiny.yaml"
+    fit_overrides: dict[str, Any] | None = None
+    limit: int | None = None
+    eval_seeds: list[int] | None = None
+    eval_seed: int | None = None
+    comparisons: list[dict] | None = None
+    margins: dict[str, float] | None = None
+    out: str = "outputs/study/pretrain"
+
+
 def parse_model(name: str) -> tuple[str, int | None]:
     """``sa@32`` -> ("sa", 32); ``full`` -> ("full", None). The variant is checked against the registry."""
     variant, sep, window = str(name).partition("@")
@@ -67,7 +99,7 @@ def parse_model(name: str) -> tuple[str, int | None]:
 
 
 def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict:
-    settings = grid.load_settings(path, preset, overrides, GRID_KEYS)
+    settings = grid.load_settings(path, preset, overrides, GRID_KEYS, PretrainConfig)
     for name in settings["models"]:
         parse_model(name)
     bad = [s for s in settings["seeds"] if not isinstance(s, int) or isinstance(s, bool) or s < 0]

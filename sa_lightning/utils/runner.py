@@ -150,6 +150,31 @@ def preset_values(presets: dict | None, preset: str, where: str, known=None) -> 
     return values
 
 
+def typed_settings(cls, settings: dict, where: str) -> dict:
+    """``settings`` (a config file's fields, its preset's and the command line's, merged) checked against the
+    dataclass ``cls`` the way jsonargparse reads every other config of the CLI: each field's type, and no field
+    that ``cls`` does not have. A wrong one is refused in one sentence naming ``where`` and the key."""
+    import dataclasses
+
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls, nested_key=None, fail_untyped=False)
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        raise ValueError(f"{where} sets unknown field(s) {', '.join(map(repr, unknown))}; its fields are "
+                         f"{', '.join(known)}.")
+    try:
+        parsed = parser.parse_object({k: v for k, v in settings.items() if v is not None})
+    except Exception as err:  # jsonargparse's ArgumentError: 'Parser key "seeds": Expected a <class 'int'>...'
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        key = next((line.split('"')[1] for line in lines if line.startswith("Parser key")), None)
+        said = next((line for line in lines if line.startswith("Expected")), lines[-1] if lines else str(err))
+        raise ValueError(f"{where}: {key or 'a field'} has the wrong type ({said}).") from None
+    return {k: v for k, v in vars(parsed).items() if k in known}
+
+
 # ---- cell files -------------------------------------------------------------------------------------
 def items_file(record_path: Path) -> Path:
     return record_path.with_name(record_path.name[:-len(".json")] + ".items.jsonl.gz")
