@@ -36,7 +36,7 @@ import traceback
 from datetime import date
 from pathlib import Path
 
-from .utils.atomic import output_folder, replacing_files, write_text
+from .utils.atomic import add_overwrite, check_own_files, output_folder, replacing_files, write_text
 from .utils.checkout import checkout_root
 from .utils.report import head, number, row
 
@@ -54,6 +54,7 @@ ROOT = checkout_root()  # a checkout: tests/ lives here; None for an installed c
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py doctor", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=output_folder, default=Path("outputs/doctor"))
+    add_overwrite(p)
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU (what CI runs)")
     p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     p.add_argument("--budget_scale", type=float, default=1.0, help="multiply every stage's time budget")
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"error: --budget takes STAGE=SECONDS with a stage among {', '.join(STAGES)} and seconds "
                              f"> 0, got {item!r}.")
         budgets[stage] = float(seconds)
+    check_own_files(args.out, ["report.md", "report.json"], args.overwrite, "doctor report")  # before any stage
     (args.out / "stages").mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     for i, name in enumerate(args.stages, 1):
@@ -192,7 +194,7 @@ def write_report(out: Path, stages, elapsed: float) -> dict:
         if r.get("summary"):
             lines += ["", f"## {name}: {r['status']}", "", r["summary"].rstrip()]
     report = {"date": date.today().isoformat(), "elapsed_s": round(elapsed, 1), "stages": records}
-    with replacing_files(out, "doctor report") as tmp:  # both, or the previous two whole
+    with replacing_files(out, "doctor report", overwrite=True) as tmp:  # checked before the first stage
         write_text(tmp / "report.json", json.dumps(report, indent=2))
         write_text(tmp / "report.md", "\n".join(lines) + "\n")
     return report
@@ -398,7 +400,7 @@ def stage_table2(out: Path, tiny: bool) -> dict:
 
     argv = (["--preset", "cpu", "--lengths", "256", "512", "--repeats", "1", "--same-process", "--no-memory",
              "--variants", "full_window", SWA.name, SA.name] if tiny else ["--preset", "paper"])
-    rows = bench_attention([*argv, "--out", str(out / "table2")])
+    rows = bench_attention([*argv, "--out", str(out / "table2"), "--overwrite"])  # the doctor's own folder
     by = {(r["n"], r["variant"]): r["ms"] for r in rows}
     lines = head(["n", "SA ms", "full_window ms", "speed-up", "paper A100: SA ms", "full ms", "speed-up"], "---:")
     for n in sorted({r["n"] for r in rows}):

@@ -109,3 +109,20 @@ def test_a_sweep_or_study_never_writes_into_a_folder_of_other_files(command, tmp
     res = run_cli_here(*args, "--out", str(tmp_path))
     assert res.returncode != 0 and "holds other files and no" in res.stderr.strip().splitlines()[-1], res.stderr[-800:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.tex"]
+
+
+def test_an_analysis_never_replaces_a_users_file_of_the_same_name_without_overwrite(tmp_path):
+    """Issue 48's output contract for every command that writes a set of files into a folder the user names: a
+    file the project did not write there is kept unless --overwrite (the manifest ``.written_by.json`` records
+    what each command wrote, so its own files are replaced on a rerun without asking)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "connection.png").write_bytes(b"my figure")
+    args = ("analyze", "connection", "--out", str(out), "--trials", "3")
+    res = run_cli_here(*args)
+    assert res.returncode != 0 and "holds 'connection.png', which the analysis would replace and no command of " \
+        "this project wrote there" in res.stderr.strip().splitlines()[-1]
+    assert (out / "connection.png").read_bytes() == b"my figure" and not (out / "connection.csv").exists()
+    assert run_cli_here(*args, "--overwrite").returncode == 0
+    assert (out / "connection.png").read_bytes() != b"my figure"
+    assert run_cli_here(*args).returncode == 0  # its own files now: replaced without asking

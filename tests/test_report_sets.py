@@ -50,7 +50,7 @@ def test_a_set_is_moved_in_whole_or_not_at_all(tmp_path):
     assert str(err.value).startswith(f"the report {str(tmp_path / 'b.csv')!r} could not be written (No space left on "
                                      f"device); nothing in {str(tmp_path)!r} was replaced")
     assert _files(tmp_path) == before and sorted(before) == ["a.md", "b.csv", "notes.txt"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.md", "b.csv", "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [atomic.MANIFEST, "a.md", "b.csv", "notes.txt"]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..attention import get_variant, variant_label
 from ..attention.variants import SA, SWA
-from ..utils.atomic import output_folder, replacing_files, savefig
+from ..utils.atomic import add_overwrite, output_folder, replacing_files, savefig
 from ..utils.report import power_of_two_ticks, pyplot, spread
 from ..utils.tables import write_csv
 from . import graphs, mechanism
@@ -304,6 +304,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--sources", type=int, default=64, help="tokens tracked per coverage draw")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=output_folder, default=Path("outputs/analysis"))
+    add_overwrite(parser)
     return parser
 
 
@@ -330,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     chosen = args.trials
     for name in RUNNERS if args.what == "all" else [args.what]:
         args.trials = DEFAULT_TRIALS.get(name, 1) if chosen is None else chosen
-        with replacing_files(args.out, "analysis") as tmp:  # the check's CSVs and PNG together
+        with replacing_files(args.out, "analysis", args.overwrite) as tmp:  # the check's CSVs and PNG together
             RUNNERS[name](argparse.Namespace(**{**vars(args), "out": tmp}))
             written = sorted(p.name for p in tmp.iterdir())
         print(f"wrote {', '.join(written)} in {args.out}")

@@ -22,7 +22,7 @@ import torch
 
 from ..attention import AttentionSpec, get_variant, masks
 from ..attention.variants import SA, SA_SWA, SWA
-from ..utils.atomic import output_folder, replacing_files, savefig
+from ..utils.atomic import add_overwrite, output_folder, replacing_files, savefig
 from ..utils.report import pyplot
 from ..utils.tables import write_csv
 from .attention_maps import layer_gates, layer_qk, variant_maps
@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--tokens", type=int, default=None, help="tokens per sequence (default: the model's max_seq_len)")
     p.add_argument("--sequences", type=int, default=8, help="how many sequences")
     p.add_argument("--out", type=output_folder, default=Path("outputs/analysis"))
+    add_overwrite(p)
     args = p.parse_args(argv)
     for name, value in (("--tokens", args.tokens), ("--sequences", args.sequences)):
         if value is not None and value < 1:
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> Path:
     summary, buckets = summary_rows(data), distance_rows(data, model)
     title = (f"SA+SWA gates, {info['path']} (step {info['step']}), w={model.cfg.attention.window}, "
              f"{len(sequences)} held-out sequences of {tokens} tokens")
-    with replacing_files(args.out, "gate analysis") as tmp:  # the three together, or the previous three whole
+    with replacing_files(args.out, "gate analysis", args.overwrite) as tmp:  # the three together, or the previous three whole
         write_csv(tmp / "gates.csv", summary, digits=6)
         write_csv(tmp / "gates_by_distance.csv", buckets, digits=6)
         savefig(draw(data, buckets, title), tmp / "gates.png", dpi=150)

@@ -29,7 +29,7 @@ import torch
 
 from ..attention import VARIANTS, AttentionSpec, get_variant, invert_permutation, variant_label
 from ..attention.variants import FULL, MOBA, SA, SA_SWA, SWA
-from ..utils.atomic import output_folder, replacing_files, savefig, write_text
+from ..utils.atomic import add_overwrite, output_folder, replacing_files, savefig, write_text
 from ..utils.report import head, number, power_of_two_ticks, pyplot, row, spread
 from ..utils.tables import write_csv
 from .machine import describe, positive_int, sync
@@ -297,6 +297,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="run every length in this process (default: one process per length, as in the paper)")
     parser.add_argument("--child-result", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=output_folder, default=Path("outputs/bench"))
+    add_overwrite(parser)
     return parser
 
 
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = run(args, argv)
     name = f"attention_{args.preset}{'_fwd' if args.forward_only else ''}"
     table = markdown(rows, args)
-    with replacing_files(args.out, "benchmark") as tmp:  # the three together, or the previous three whole
+    with replacing_files(args.out, "benchmark", args.overwrite) as tmp:  # the three together, or the previous three whole
         write_csv(tmp / f"{name}.csv", rows)
         write_text(tmp / f"{name}.md", table)
         plot(rows, tmp / f"{name}.png", args)

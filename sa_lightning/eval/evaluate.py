@@ -277,7 +277,7 @@ def _evaluate(args, out: Path, tasks: list[str], loaded: list, labels: list[str]
         text += (f"\nEach row minus {args.baseline}, paired on the same documents (a paired bootstrap that draws "
                  f"them once for both sides), with a verdict worded from the interval:\n\n"
                  f"{comparison_markdown(report['comparisons'])}")
-    with replacing_files(out, "evaluation") as tmp:  # both, or the previous two whole
+    with replacing_files(out, "evaluation", overwrite=True) as tmp:  # its own folder, or --overwrite given
         write_text(tmp / "results.json", json.dumps(report, indent=2))
         write_text(tmp / "table.md", text)
     prune_cells(out, [cell_id(*c, spec_of(c)) for c in todo])

@@ -332,7 +332,7 @@ def report(cfg: SweepConfig, out: Path) -> dict:
     lacking = compare.lacking_sentence(out, loaded.lacking)
     text = markdown(cfg, table, lacking)
     cols = [*cfg.tasks, "avg"]
-    with replacing_files(out, "sweep report") as tmp:
+    with replacing_files(out, "sweep report", overwrite=True) as tmp:  # its own folder (cells/)
         write_text(tmp / "config.json", json.dumps(asdict(cfg), indent=2))
         write_text(tmp / "results.json", json.dumps({"config": asdict(cfg), "rows": table}, indent=2))
         write_csv(tmp / "results.csv", table,

@@ -628,7 +628,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         loaded=lambda saved: {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}})
     summary = {"table.md": table(results), "reach.md": reach(results),
                "compare.md": compare(results, settings.get("comparisons") or [])}
-    with replacing_files(out, "study report") as tmp:
+    with replacing_files(out, "study report", overwrite=True) as tmp:  # its own folder (cells/)
         write_csv(tmp / "results.csv", rows(results))
         for name, text in summary.items():
             write_text(tmp / name, text)

@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     table_rows = rows(results, settings["models"])
     compared, comparison_rows = compare(results, settings.get("comparisons") or [], settings.get("margins"))
     text = table(table_rows, settings)
-    with replacing_files(out, "study report") as tmp:
+    with replacing_files(out, "study report", overwrite=True) as tmp:  # its own folder (cells/)
         write_csv(tmp / "results.csv", table_rows, fields=list(dict.fromkeys(k for r in table_rows for k in r)))
         write_text(tmp / "table.md", text)
         write_text(tmp / "compare.md", compared)

@@ -180,6 +180,13 @@ def output_folder(text: str) -> Path:
 OWNER = ".written_by"
 
 
+def add_overwrite(parser) -> None:
+    """``--overwrite`` for a command that writes a set of files into a folder the user names."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files of the same names in --out that this project did not write there (the "
+                             "user's own, or an older version's); without it they are refused and kept")
+
+
 def check_replaceable_folder(folder: str | os.PathLike, overwrite: bool, flag: str = "--out", inputs=(),
                              owner: str | None = None) -> Path:
     """``folder`` as a Path that ``replacing_folder`` may replace: ``check_output_folder``'s refusals, a file, and
@@ -253,14 +260,45 @@ def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite:
     shutil.rmtree(old, ignore_errors=True)
 
 
+#: the hidden file that records which of a folder's files a command wrote (``replacing_files``): a file of the
+#: same name that is not in it is the user's, and is replaced only with ``--overwrite``
+MANIFEST = ".written_by.json"
+
+
+def _manifest(folder: Path) -> dict:
+    try:
+        found = json.loads((folder / MANIFEST).read_text())
+        return found if isinstance(found, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def check_own_files(folder: str | os.PathLike, names, overwrite: bool, what: str = "results") -> None:
+    """Refuse, in one sentence, to replace a file in ``folder`` named in ``names`` that no command of this project
+    wrote there (``MANIFEST`` does not list it), unless ``overwrite``: the contract of every command that writes
+    a set of files into a folder the user names. Commands call it before long work where they know their names;
+    ``replacing_files`` calls it again before it moves anything in."""
+    folder = Path(folder)
+    if overwrite or not folder.is_dir():
+        return
+    owned = _manifest(folder)
+    theirs = sorted(n for n in names if (folder / n).exists() and n not in owned)
+    if theirs:
+        raise ValueError(f"{str(folder)!r} holds {', '.join(map(repr, theirs[:3]))}"
+                         f"{' and more' if len(theirs) > 3 else ''}, which the {what} would replace and no command "
+                         "of this project wrote there (or an older version that kept no record); pass --overwrite to "
+                         "replace them, or name another folder. Nothing was replaced.")
+
+
 @contextlib.contextmanager
-def replacing_files(folder: str | os.PathLike, what: str = "results") -> Iterator[Path]:
+def replacing_files(folder: str | os.PathLike, what: str = "results", overwrite: bool = False) -> Iterator[Path]:
     """Yield a new hidden folder inside ``folder`` (``.<what>.<pid>.<random>.partial``) to write a set of files
     in, each under its final name; when the block ends without an error, each file is renamed onto that name in
     ``folder``. The hidden folder is removed either way.
 
     ``folder`` may hold other files (a sweep's resumable ``cells/``, an earlier analysis): only the names the
-    block wrote are replaced, and none of them before the whole set is written. The renames stay on one file
+    block wrote are replaced, and none of them before the whole set is written; a file of one of those names that
+    no command of this project wrote (``check_own_files``) is refused unless ``overwrite``. The renames stay on one file
     system and take no space, so a failure while the set is built (a full disk, a plot that raises) leaves every
     earlier file whole; an ``OSError`` becomes a one-sentence ``WriteError`` naming the file in ``folder``. The
     random part keeps array jobs of one sweep on several nodes (equal pids) out of each other's folders; a
@@ -284,8 +322,13 @@ def replacing_files(folder: str | os.PathLike, what: str = "results") -> Iterato
             raise WriteError(err.errno, f"{describe_os_error(err, what)}; nothing in {str(folder)!r} was replaced, "
                              f"its previous {what} (if any) is intact; free space or pass a writable folder, then run "
                              "again.", err.filename) from None
-        for p in sorted(tmp.iterdir()):
-            os.replace(p, folder / p.name)
+        names = sorted(p.name for p in tmp.iterdir())
+        check_own_files(folder, names, overwrite, what)
+        owned = _manifest(folder)
+        for name in names:
+            os.replace(tmp / name, folder / name)
+        write_text(folder / MANIFEST, json.dumps({**owned, **{name: what for name in names}}, indent=1,
+                                                  sort_keys=True))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
