@@ -231,6 +231,7 @@ def rows(results: list[dict], models: list[str]) -> list[dict]:
             entry.update({column: ci.mean, f"{column}:lo": ci.lo, f"{column}:hi": ci.hi, f"{column}:items": ci.items,
                           f"{column}:seeds": ci.seeds, f"{column}:form": ci.form,
                           f"{column}:seed_sd": float(spread.std(ddof=1)) if len(spread) > 1 else None,
+                          f"{column}:per_seed": [float(x) for x in spread],
                           f"{column}:sigma_sd": sigma_sd(results, model, column)})
         entry["eval_seeds"] = max((len(r.get("eval_seeds") or [0]) for r in results if r["model"] == model), default=1)
         out.append(entry)
@@ -352,23 +353,35 @@ def compare(results: list[dict], comparisons: list[dict], margins: dict | None =
     return "\n".join(lines + ["", note]) + "\n", out
 
 
-def plot(table_rows: list[dict], path: Path) -> None:
-    """One panel per column: each model's mean with its 95% interval, models in the config's order."""
+def plot(table_rows: list[dict], path: Path, settings: dict | None = None) -> None:
+    """One panel per column: each model's mean (its marker), each training seed's score (small hollow dots beside
+    it), and its 95% interval over the seeds (a solid bar) or, under five seeds, their range (a dashed bar)."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(COLUMNS), figsize=(4.4 * len(COLUMNS), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(COLUMNS), figsize=(4.4 * len(COLUMNS), 3.9), squeeze=False)
     for ax, (column, name, _) in zip(axes[0], COLUMNS):
         for i, r in enumerate(table_rows):
             if column not in r:
                 continue
-            variant, _ = parse_model(r["model"])
+            variant = get_variant(parse_model(r["model"])[0])
             lo, hi = r[f"{column}:lo"], r[f"{column}:hi"]
-            err = [[r[column] - lo], [hi - r[column]]] if lo == lo else None
-            ax.errorbar([i], [r[column]], yerr=err, marker=get_variant(variant).marker, color=get_variant(variant).color,
-                        capsize=3, markersize=6)
+            err = [[r[column] - lo], [hi - r[column]]] if lo is not None and lo == lo else None
+            bars = ax.errorbar([i], [r[column]], yerr=err, marker=variant.marker, color=variant.color, capsize=3,
+                               markersize=6, zorder=3)
+            if r.get(f"{column}:form") == "range":
+                for line in bars[2]:
+                    line.set_linestyle("--")
+            seeds = r.get(f"{column}:per_seed") or []
+            ax.scatter([i + 0.18 + 0.04 * (k - (len(seeds) - 1) / 2) for k in range(len(seeds))], seeds, s=10,
+                       facecolors="none", edgecolors=variant.color, linewidths=0.8, alpha=0.8, zorder=2)
         ax.set_xticks(range(len(table_rows)), [label(r["model"]) for r in table_rows], rotation=45, ha="right",
                       fontsize=7)
         ax.set_title(name)
         ax.grid(alpha=0.3, axis="y")
+    if settings is not None:
+        steps = (settings.get("fit_overrides") or {}).get("trainer.max_steps", "the fit config's")
+        fig.suptitle(f"{steps} steps, training seeds {settings['seeds']}, {settings.get('limit') or 'all'} documents "
+                     f"per task; bar: 95% t interval over the seeds (dashed: their range, under {MIN_UNITS} seeds); "
+                     "dots: each seed", fontsize=8)
     fig.tight_layout()
     savefig(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
@@ -417,7 +430,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         write_text(tmp / "table.md", text)
         write_text(tmp / "compare.md", compared)
         write_text(tmp / "compare.json", json.dumps({"scheme": "seeds", "comparisons": comparison_rows}, indent=2))
-        plot(table_rows, tmp / "table1.png")
+        plot(table_rows, tmp / "table1.png", settings)
     print("\n" + text + "\n" + compared)
     print(f"wrote {out}/results.csv, table.md, compare.md, compare.json and table1.png "
           f"({time.perf_counter() - start:.0f} s)")
