@@ -44,7 +44,7 @@ def test_a_folder_that_holds_files_is_replaced_only_with_overwrite(tmp_path):
     (out / "README.md").unlink()
     export(_model(), out)
     export(_model(), out, overwrite=True)  # an earlier export's folder: replaced
-    assert (out / "config.json").is_file() and (out / atomic.OWNER).read_text() == "export\n"
+    assert (out / "config.json").is_file() and (out / atomic.OWNER).read_text().splitlines()[:2] == ["export", "README.md"]
     assert str(out.resolve()) in (out / "README.md").read_text()  # the card names the folder's path
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
     mode = stat.S_IMODE((out / "model.safetensors").stat().st_mode)
@@ -126,3 +126,14 @@ def test_an_analysis_never_replaces_a_users_file_of_the_same_name_without_overwr
     assert run_cli_here(*args, "--overwrite").returncode == 0
     assert (out / "connection.png").read_bytes() != b"my figure"
     assert run_cli_here(*args).returncode == 0  # its own files now: replaced without asking
+
+
+def test_overwrite_keeps_a_file_the_user_added_to_an_exported_folder(tmp_path):
+    from sa_lightning.models.export import export
+
+    out = tmp_path / "model"
+    export(_model(), out)
+    (out / "my_eval.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"did not write \('my_eval.json'\); --overwrite replaces only a folder"):
+        export(_model(), out, overwrite=True)
+    assert (out / "my_eval.json").read_text() == "{}"

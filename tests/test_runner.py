@@ -195,3 +195,50 @@ def test_a_study_config_of_the_wrong_type_is_one_sentence_naming_the_file_and_ke
     with pytest.raises(ValueError) as err:
         module.load_settings(config, None, {})
     assert str(err.value).startswith(str(config)) and said in str(err.value) and "\n" not in str(err.value)
+
+
+def test_one_kind_of_run_never_reports_replaces_or_prunes_anothers_cells(tmp_path):
+    from sa_lightning.utils import atomic
+
+    out = tmp_path / "sweep"
+    runner.run_cells([1], out, _id, lambda c: {"v": 1}, _scored, line=lambda r: "ok", kind="sweep")
+    assert (out / "cells" / atomic.CELLS_KIND).read_text() == "sweep\n"
+    with pytest.raises(ValueError, match="holds the cells of a sweep, not of a evaluation"):
+        atomic.check_results_folder(out, "evaluation", overwrite=True)
+    with pytest.raises(ValueError, match="holds the cells of a sweep, not of a study"):
+        runner.run_cells([1], out, _id, lambda c: {"v": 1}, _scored, line=lambda r: "ok", kind="study")
+    runner.prune_cells(out, [], "evaluation")  # not its cells: nothing removed
+    assert (out / "cells" / "c1.json").is_file()
+    # a run stopped before its first cell leaves only its lock: the folder is still its own to use
+    fresh = tmp_path / "fresh"
+    runner.folder_lock(fresh, "study").release()
+    assert atomic.check_results_folder(fresh, "study") == fresh
+
+
+def test_a_signal_the_process_ignores_stays_ignored():
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup does
+    try:
+        with runner.stopping():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_too_few_seeds_leave_the_positive_control_unknown_and_pairs_must_match():
+    import numpy as np
+
+    from sa_lightning.utils import stats
+
+    three = stats.seed_difference([(np.ones(4), np.zeros(4))] * 3)
+    assert stats.headroom(three) is None and stats.headroom_label(stats.headroom(three)) == "–"
+    with pytest.raises(ValueError, match="pairs seed by seed, got 5 seeds for A and 3 for B"):
+        stats.difference(np.zeros((5, 4)), np.zeros((3, 4)), "seeds")
+
+
+def test_a_preset_file_that_is_not_a_mapping_is_one_sentence(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- seeds\n- limit\n")
+    with pytest.raises(ValueError, match="must be a mapping of config fields, got list"):
+        runner.preset_values({}, str(bad), "study.yaml")

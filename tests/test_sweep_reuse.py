@@ -123,3 +123,20 @@ def test_items_cut_short_are_named_by_compare_and_run_again_by_a_rerun(two_model
     out = capsys.readouterr().out
     assert "2 cells, 1 already done, 1 to run (1 of them again" in out and "swa_w8_s0_shakespeare_lastword" in out
     assert len(main([*args, "--compare"])["rows"]) == 2
+
+
+def test_a_cell_from_before_weights_were_fingerprinted_runs_again_instead_of_being_refused(two_models, tmp_path,
+                                                                                           capsys):
+    from sa_lightning.inference.sweep import main
+
+    args = ["--model", str(two_models[0]), "--dtype", "float32", "--tasks", "[shakespeare_lastword]", "--modes",
+            "[full]", "--limit", "2", "--out", str(tmp_path)]
+    main(args)
+    cell = tmp_path / "cells" / "full_wall_s0_shakespeare_lastword.json"
+    record = json.loads(cell.read_text())
+    del record["made_by"]["weights"]
+    cell.write_text(json.dumps(record))
+    capsys.readouterr()
+    main(args)
+    assert "1 cells, 0 already done, 1 to run" in capsys.readouterr().out
+    assert json.loads(cell.read_text())["made_by"]["weights"]

@@ -29,7 +29,8 @@ import numpy as np
 from .harness import Column, layout_for, run_tasks_with_items
 from .table import markdown_table
 from ..utils.argtypes import non_negative_int, positive_int, seed
-from ..utils.atomic import check_results_folder, output_folder, read_records, replacing_files, write_text
+from ..utils.atomic import (check_own_files, check_results_folder, output_folder, read_records, replacing_files,
+                            write_text)
 from ..utils.runner import fingerprint, folder_lock, prune_cells, run_cells, spec_digest, unique_seeds
 from ..utils.report import head, row
 from ..utils.stats import (LEVEL, MIN_UNITS, RESAMPLES, Interval, comparison_row, derived_seed, paired_difference,
@@ -192,6 +193,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     from .harness import load_tasks, resolve_tasks
 
     out = check_results_folder(args.out, "evaluation", overwrite=args.overwrite)  # before any checkpoint loads
+    check_own_files(out, ["results.json", "table.md"], args.overwrite, "evaluation")
     loaded = [load_checkpoint(path) for path in args.ckpt]  # a bad checkpoint fails first, in a second
     tasks = resolve_tasks(args.tasks)
     load_tasks(tasks)  # every dataset is at hand before any checkpoint is scored
@@ -236,8 +238,8 @@ def _evaluate(args, out: Path, tasks: list[str], loaded: list, labels: list[str]
                 "items": [{"task": task, **r} for task, task_records in records.items() for r in task_records]}
 
     done = run_cells(todo, out, lambda c: cell_id(*c, spec_of(c)), spec_of, run, line=lambda r: "scored",
-                     needs="metrics")
-    by_cell = {(r["label"], r["seed"]): r for r in done}
+                     needs="metrics", kind="evaluation")
+    by_cell = dict(zip(todo, done))  # in grid order (a reused cell may carry another label of the same file name)
     report = {"tasks": tasks, "limit": args.limit, "eval_samples": args.eval_samples, "sa_mode": args.sa_mode,
               "seeds": seeds, "models": {}}
     means, stds, items = {}, {}, {}
@@ -277,10 +279,10 @@ def _evaluate(args, out: Path, tasks: list[str], loaded: list, labels: list[str]
         text += (f"\nEach row minus {args.baseline}, paired on the same documents (a paired bootstrap that draws "
                  f"them once for both sides), with a verdict worded from the interval:\n\n"
                  f"{comparison_markdown(report['comparisons'])}")
-    with replacing_files(out, "evaluation", overwrite=True) as tmp:  # its own folder, or --overwrite given
+    with replacing_files(out, "evaluation", overwrite=args.overwrite) as tmp:  # both, or the previous two whole
         write_text(tmp / "results.json", json.dumps(report, indent=2))
         write_text(tmp / "table.md", text)
-    prune_cells(out, [cell_id(*c, spec_of(c)) for c in todo])
+    prune_cells(out, [cell_id(*c, spec_of(c)) for c in todo], "evaluation")
     print(text)
     print(f"wrote {out / 'results.json'}, {out / 'table.md'}, per-item records in {out / 'cells'} and TensorBoard "
           f"logs in {out / 'tb'}")

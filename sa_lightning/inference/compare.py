@@ -63,7 +63,9 @@ SEGMENT = 64
 def units(scores: TaskScores) -> np.ndarray:
     """(seeds, units) of one setting's task: its items, or, for a perplexity task with fewer than ``MIN_UNITS``
     documents, each document's per-token NLL cut into segments of ``SEGMENT`` tokens (a block bootstrap: a
-    percentile bootstrap over 2 or 3 documents is their [min, max], which covers 51% or 73%, not 95%)."""
+    percentile bootstrap over 2 or 3 documents is their [min, max], which covers 51% or 73%, not 95%). The segments
+    are resampled as exchangeable units, so such an interval holds the variation within these documents, not from
+    one document to another: it speaks for the text scored, and the reports say how many documents it rests on."""
     if scores.tokens is None or scores.matrix.shape[1] >= MIN_UNITS or scores.tokens.shape[2] < 2 * SEGMENT:
         return scores.matrix
     return segments(scores.tokens, SEGMENT)

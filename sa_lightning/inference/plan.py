@@ -248,8 +248,13 @@ def is_done(path: Path, cell: Cell, made: dict | None = None) -> bool:
     defaults = {f.name: f.default for f in fields(PatchSpec)}
     if not (isinstance(stored, dict) and {**defaults, **stored} == asdict(cell.spec)):
         return False
-    if made is not None and record.get("made_by") != made:
-        then = record.get("made_by")
+    then = record.get("made_by")
+    if made is not None and isinstance(then, dict) and "weights" not in then and made.get("weights") is not None \
+            and {**then, "weights": made["weights"]} == made:
+        return False  # a cell from before weights were fingerprinted: run again, since its model cannot be checked
+    if made is not None and then is not None:
+        then = {**{k: None for k in made}, **then}  # a field added since (weights, for a Hub model) reads as None
+    if made is not None and then != made:
         differ = ("it records no model, tokenizer or limit (written before sweeps kept them)" if then is None else
                   ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in made.items() if then.get(k) != v))
         raise ValueError(f"{path} was made with other settings: {differ}; pass another --out (or remove that "

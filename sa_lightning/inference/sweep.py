@@ -134,7 +134,9 @@ def _run(cfg: SweepConfig, source, out: Path, todo: list[Cell]) -> dict:
                     "made_by": made[cell.key], "metrics": metrics, "keys_per_query": budget,
                     "seconds": time.perf_counter() - start, "items": items}
 
-        run_cells(pending, out, lambda c: c.key, lambda c: asdict(c.spec), run_one, line=_line, needs="items")
+        # ``pending`` holds the cells ``is_done`` found missing, damaged or made otherwise (weights included): all run
+        run_cells(pending, out, lambda c: c.key, lambda c: asdict(c.spec), run_one, line=_line, needs="items",
+                  kind="sweep", reuse=lambda saved, spec: False)
     return report(cfg, out)
 
 

@@ -97,7 +97,8 @@ class ExportHF(Callback):
         if not trainer.is_global_zero:
             return
         export(pl_module.net, folder, getattr(trainer.datamodule, "tokenizer", None),  # the run's own folder
-               source={"path": "cli.py fit", "step": trainer.global_step}, overwrite=True, decode=self.decode)
+               source={"path": "cli.py fit", "step": trainer.global_step}, overwrite=True, decode=self.decode,
+               owner=None)
         print(f"exported the Hugging Face model to {folder}", flush=True)
 
 

@@ -43,7 +43,7 @@ the SWA path, the last w keys (`decode: window`).
 
 
 def export(model, folder: str | Path, tokenizer=None, source: dict | None = None, overwrite: bool = False,
-           inputs=(), **inference) -> Path:
+           inputs=(), owner: str | None = "export", **inference) -> Path:
     """Writes ``model`` (a ``Transformer``, an ``SATransformerForCausalLM`` or the Qwen3 ``HFBackbone``) and
     ``tokenizer`` to ``folder``. ``inference`` sets ``decode``, ``sa_mode`` and ``sa_seed``.
 
@@ -53,7 +53,7 @@ def export(model, folder: str | Path, tokenizer=None, source: dict | None = None
     from ..utils.atomic import replacing_folder
 
     folder = Path(folder)
-    with replacing_folder(folder, "exported model", overwrite=overwrite, inputs=inputs, owner="export") as tmp:
+    with replacing_folder(folder, "exported model", overwrite=overwrite, inputs=inputs, owner=owner) as tmp:
         _write(model, tmp, tokenizer, source, folder, **inference)
     return folder
 

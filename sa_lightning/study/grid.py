@@ -90,7 +90,7 @@ def trained_checkpoint(saved: dict, spec: dict) -> dict | None:
     args = [str(a) for a in spec.get("fit_args") or []]
     if not saved or not args or [str(a) for a in (saved.get("spec") or {}).get("fit_args") or []] != args \
             or "--trainer.default_root_dir" not in args[:-1] \
-            or (saved.get("spec") or {}).get("inputs") != spec.get("inputs"):
+            or (saved.get("spec") or {}).get("inputs", spec.get("inputs")) != spec.get("inputs"):
         return None
     folder = Path(args[args.index("--trainer.default_root_dir") + 1])
     found = sorted(folder.glob("tb/version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
@@ -146,7 +146,7 @@ def run_cells(cells: list[dict], out: Path, cell_id: Callable[[dict], str], spec
         return spec if inputs is None else {**spec, "inputs": inputs}
 
     return runner.run_cells(cells, out, cell_id, spec_with_inputs, run, line, loaded, jobs, given=given,
-                            setup=_quiet_fit, needs="scores")
+                            setup=_quiet_fit, needs="scores", kind="study")
 
 
 def config_fingerprint(args: list) -> str | None:

@@ -158,7 +158,13 @@ def check_results_folder(folder: str | os.PathLike, what: str, flag: str = "--ou
     path = check_output_folder(folder, flag)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {str(folder)!r} is a file; name a folder.")
-    if path.is_dir() and not (path / "cells").is_dir() and any(path.iterdir()) and not overwrite:
+    kind = path / "cells" / CELLS_KIND
+    if kind.is_file() and kind.read_text().strip() != what:
+        raise ValueError(f"{flag} {str(folder)!r} holds the cells of a {kind.read_text().strip()}, not of a {what}; "
+                         f"name another folder for the {what} (nothing there was touched).")
+    ours = {".run.lock", MANIFEST, OWNER}  # what a run interrupted before its first cell leaves behind
+    if path.is_dir() and not (path / "cells").is_dir() and any(p.name not in ours for p in path.iterdir()) \
+            and not overwrite:
         also = "" if overwrite is None else " or pass --overwrite to write beside them (only its own files are replaced)"
         raise ValueError(f"{flag} {str(folder)!r} holds other files and no {what} of its own (no cells/ folder); "
                          f"name an empty or new folder for the {what}{also}.")
@@ -211,9 +217,16 @@ def check_replaceable_folder(folder: str | os.PathLike, overwrite: bool, flag: s
         raise ValueError(f"{flag} {str(folder)!r} holds the checkpoint {str(kept)!r}; --overwrite never replaces a "
                          "folder with checkpoints in it: name another folder.")
     mark = path / OWNER
-    if owner is not None and (not mark.is_file() or mark.read_text().strip() != owner):
-        raise ValueError(f"{flag} {str(folder)!r} holds files that `cli.py {owner}` did not write; --overwrite "
-                         "replaces only a folder of its own: name another folder (or empty that one yourself).")
+    written = mark.read_text().split("\n") if mark.is_file() else []
+    if owner is not None:
+        others = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p != mark
+                        and str(p.relative_to(path)) not in written[1:])
+        if not written or written[0].strip() != owner or others:
+            extra = f" ({', '.join(map(repr, others[:3]))}{' and more' if len(others) > 3 else ''})" \
+                if written and written[0].strip() == owner else ""
+            raise ValueError(f"{flag} {str(folder)!r} holds files that `cli.py {owner}` did not write{extra}; "
+                             "--overwrite replaces only a folder of its own: name another folder (or empty that "
+                             "one yourself).")
     return path
 
 
@@ -240,8 +253,9 @@ def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite:
     old = folder.parent / f".{folder.name}.{os.getpid()}.old"
     try:
         yield tmp
-        if owner is not None:
-            (tmp / OWNER).write_text(owner + "\n")
+        if owner is not None:  # the command, then every file it wrote: --overwrite replaces nothing else
+            files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
+            (tmp / OWNER).write_text("\n".join([owner, *files]) + "\n")
         mode = 0o777 & ~_umask()
         for p in (tmp, *tmp.rglob("*")):  # temporary files are private (0600): the result is not
             os.chmod(p, mode if p.is_dir() else mode & 0o666)
@@ -259,6 +273,10 @@ def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite:
         raise
     shutil.rmtree(old, ignore_errors=True)
 
+
+#: the hidden file in ``<out>/cells/`` that names the kind of run whose cells they are (a sweep, a study, an
+#: evaluation), so that one kind never reports, replaces or prunes another's
+CELLS_KIND = ".kind"
 
 #: the hidden file that records which of a folder's files a command wrote (``replacing_files``): a file of the
 #: same name that is not in it is the user's, and is replaced only with ``--overwrite``
@@ -324,11 +342,11 @@ def replacing_files(folder: str | os.PathLike, what: str = "results", overwrite:
                              "again.", err.filename) from None
         names = sorted(p.name for p in tmp.iterdir())
         check_own_files(folder, names, overwrite, what)
-        owned = _manifest(folder)
+        # recorded first: a kill between the renames never leaves a file of ours that looks like the user's
+        write_text(folder / MANIFEST, json.dumps({**_manifest(folder), **{name: what for name in names}}, indent=1,
+                                                 sort_keys=True))
         for name in names:
             os.replace(tmp / name, folder / name)
-        write_text(folder / MANIFEST, json.dumps({**owned, **{name: what for name in names}}, indent=1,
-                                                  sort_keys=True))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -34,7 +34,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .atomic import read_records, remove_stale_partials, write_records, write_text
+from .atomic import CELLS_KIND, read_records, remove_stale_partials, write_records, write_text
 from .load import cores_available
 from .runlock import RunLock
 
@@ -107,12 +107,18 @@ def stopping() -> Iterator[None]:
     """Within the block, SIGTERM, SIGINT and SIGHUP raise ``Stopped`` in the main thread (where the runner waits),
     so that its ``finally`` stops the workers; the previous handlers come back after it."""
     def handler(signum, frame):
+        for s in previous:  # a second signal while the workers are being stopped is not a second traceback
+            signal.signal(s, signal.SIG_IGN)
         raise Stopped(signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.signal(s, handler) for s in SIGNALS}
+    # a signal the process was told to ignore (nohup's SIGHUP, a background job's SIGINT) stays ignored; one whose
+    # handler was installed from C (getsignal gives None) is left alone too
+    previous = {s: h for s in SIGNALS if (h := signal.getsignal(s)) not in (signal.SIG_IGN, None)}
+    for s in previous:
+        signal.signal(s, handler)
     try:
         yield
     finally:
@@ -138,7 +144,8 @@ def preset_values(presets: dict | None, preset: str, where: str, known=None) -> 
         values = presets[preset]
     elif str(preset).endswith((".yaml", ".yml")) and Path(preset).is_file():
         values = yaml.safe_load(Path(preset).read_text()) or {}
-        values.pop("presets", None)
+        if isinstance(values, dict):
+            values.pop("presets", None)
     else:
         raise ValueError(f"unknown preset {preset!r}; {where} has {', '.join(presets) or 'no presets'} (or pass a "
                          "YAML file of overrides as --preset FILE.yaml).")
@@ -217,9 +224,13 @@ def spec_digest(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
-def prune_cells(out: Path, keep: list[str]) -> None:
+def prune_cells(out: Path, keep: list[str], kind: str) -> None:
     """Remove the cell files in ``<out>/cells`` whose id is not in ``keep`` (an earlier run's, once this run's
-    set is in place); only the runner's own names (``<id>.json``, ``<id>.items.jsonl.gz``) are touched."""
+    set is in place): only in a ``cells/`` that ``run_cells`` marked as ``kind``'s, and only the runner's own names
+    (``<id>.json``, ``<id>.items.jsonl.gz``)."""
+    marked = out / "cells" / CELLS_KIND
+    if not marked.is_file() or marked.read_text().strip() != kind:
+        return
     names = {f"{k}.json" for k in keep} | {f"{k}.items.jsonl.gz" for k in keep}
     for p in (out / "cells").iterdir():
         if p.name not in names and (p.name.endswith(".json") or p.name.endswith(".items.jsonl.gz")):
@@ -288,10 +299,12 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
               run: Callable[[object, dict], dict], line: Callable[[dict], str],
               loaded: Callable[[dict], dict] = lambda saved: saved, jobs: int | str | None = 1,
               given: Callable[[object, dict, dict], dict] | None = None, setup: Callable[[], None] | None = None,
-              needs: str | None = None) -> list[dict]:
+              needs: str | None = None, kind: str | None = None,
+              reuse: Callable[[dict, dict], bool] = lambda saved, spec: saved.get("spec") == spec) -> list[dict]:
     """Every cell's record, in grid order: the one on disk when its ``spec`` is this run's (``loaded`` turns it
     back from JSON), else ``run(cell, spec)``'s, written as soon as it finishes (``write_cell``). ``given(cell,
-    saved, spec)`` may hand ``run`` more than the spec from an earlier record of the cell (a study's trained checkpoint).
+    saved, spec)`` may hand ``run`` more than the spec from an earlier record of the cell (a study's trained checkpoint);
+    ``reuse(saved, spec)`` decides whether a record on disk stands for the cell (default: its spec is this one).
     With ``jobs`` > 1 (or ``auto``, ``plan_jobs``) the cells to run go to that many worker processes (``run`` and
     ``setup``, each worker's start, must then be module-level functions); a cell that fails stops the run once
     the cells in flight are written. One line per cell as it finishes: its place in the grid, its id,
@@ -299,6 +312,13 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
     (``Stopped``), the finished cells kept."""
     (out / "cells").mkdir(parents=True, exist_ok=True)
     remove_stale_partials(out / "cells")
+    if kind is not None:
+        mark = out / "cells" / CELLS_KIND
+        if mark.is_file() and mark.read_text().strip() != kind:
+            raise ValueError(f"{out} holds the cells of a {mark.read_text().strip()}, not of a {kind}; name another "
+                             "folder (nothing there was touched).")
+        if not mark.is_file() and not any((out / "cells").glob("*.json")):  # a folder of before: left unclaimed
+            write_text(mark, kind + "\n")
     start = time.perf_counter()
     results: dict[int, dict] = {}
     todo = []
@@ -315,7 +335,7 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
     for i, cell in enumerate(cells, 1):
         path, spec = out / "cells" / f"{cell_id(cell)}.json", spec_of(cell)
         saved = read_cell(path, needs)
-        if saved.get("spec") == spec:
+        if saved and reuse(saved, spec):
             finish(i, cell, loaded(saved), "done before")
         else:
             todo.append((i, cell, path, spec, given(cell, saved, spec) if given else spec))
@@ -355,9 +375,15 @@ def _in_workers(todo: list, processes: int, threads: int, run, setup, keep) -> N
                 if future.exception() is not None:
                     failed = failed or future.exception()  # the rest never start; those in flight finish
                     continue
-                keep(i, cell, path, {**future.result(), "spec": spec})
+                try:
+                    keep(i, cell, path, {**future.result(), "spec": spec})
+                except Exception as err:  # a cell that cannot be written: the others in flight still finish
+                    failed = failed or err
     except BaseException:  # a signal, or the runner's own failure: no worker outlives it
         _kill_workers(pids)
+        for process in list((getattr(pool, "_processes", None) or {}).values()):  # those still starting too
+            with contextlib.suppress(Exception):
+                process.kill()
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)

@@ -227,7 +227,11 @@ def difference(a, b, scheme: str = "items", *, resamples: int = RESAMPLES, seed:
     unit); the items of a seed may differ from another seed's (each model validated on its own draw)."""
     scheme = _scheme(scheme)
     if scheme == "seeds":
-        return seed_difference(list(zip(_rows(a), _rows(b))), level=level)
+        rows_a, rows_b = _rows(a), _rows(b)
+        if len(rows_a) != len(rows_b):
+            raise ValueError(f"a difference over training seeds pairs seed by seed, got {len(rows_a)} seeds for A and "
+                             f"{len(rows_b)} for B.")
+        return seed_difference(list(zip(rows_a, rows_b)), level=level)
     a, b = _matrix(a, "a"), _matrix(b, "b")
     if a.shape[1] != b.shape[1]:
         raise ValueError(f"a paired difference needs the same items on both sides, got {a.shape[1]} and "
@@ -316,13 +320,13 @@ def pooled_paired_difference(groups, *, resamples: int = RESAMPLES, seed: int = 
 HEADROOM_NOTE = ("Headroom: the positive control, full attention against SWA on the row's own items at B's window "
                  "(and sink); yes where full attention is better, no where it is not: such a row cannot rank long-range "
                  "variants (each would tie or lose for want of anything to gain), whatever its verdict; – where the "
-                 "run lacks the full-attention or the SWA result.")
+                 "run lacks the full-attention or the SWA result, or has too few units for the control's interval.")
 
 
 def headroom(full_minus_swa: "Interval | None", lower_is_better: bool = False) -> bool | None:
     """The positive control from its paired interval, full attention − SWA: True where full attention is better,
     False where not, None where there is no such interval (a side missing)."""
-    if full_minus_swa is None:
+    if full_minus_swa is None or full_minus_swa.form != "interval":  # too few units: the control is not known
         return None
     return full_minus_swa.verdict(lower_is_better) == BETTER
 
