@@ -93,9 +93,9 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
     runner.folder_lock(out, "sweep").release()  # the holder is gone: so is its lock
 
 
-def _stop_run(out, pids):
-    """The child of the signal test: two workers that would run for ten minutes."""
-    runner.run_cells([1, 2, 3], Path(out), _id, lambda c: {"pids": pids}, _slow, line=lambda r: "ok", jobs=2,
+def _stop_run(out, pids, jobs=2):
+    """The child of the signal test: two workers (or the runner itself, with one job) that would run for minutes."""
+    runner.run_cells([1, 2, 3], Path(out), _id, lambda c: {"pids": pids}, _slow, line=lambda r: "ok", jobs=int(jobs),
                      given=lambda cell, saved, spec: {**spec})
 
 
@@ -108,18 +108,18 @@ def _alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_every_worker_keeps_the_finished_cells_and_exits_in_one_line(tmp_path, signum):
+@pytest.mark.parametrize("signum, jobs", [(signal.SIGTERM, 2), (signal.SIGINT, 2), (signal.SIGHUP, 1)])
+def test_a_signal_stops_every_worker_keeps_the_finished_cells_and_exits_in_one_line(tmp_path, signum, jobs):
     pids = tmp_path / "pids"
     pids.mkdir()
-    code = "import sys; from tests.test_runner import _stop_run; _stop_run(sys.argv[1], sys.argv[2])"
-    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run"), str(pids)], cwd=ROOT,
+    code = "import sys; from tests.test_runner import _stop_run; _stop_run(*sys.argv[1:])"
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run"), str(pids), str(jobs)], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while len(list(pids.iterdir())) < 2 and time.time() < deadline:
+    while len(list(pids.iterdir())) < jobs and time.time() < deadline:
         time.sleep(0.1)
     workers = [int(p.name) for p in pids.iterdir()]
-    assert len(workers) == 2, child.communicate(timeout=5)
+    assert len(workers) == jobs, child.communicate(timeout=5)
     child.send_signal(signum)
     _, err = child.communicate(timeout=30)
     assert child.returncode == 128 + signum
