@@ -44,7 +44,8 @@ def test_a_folder_that_holds_files_is_replaced_only_with_overwrite(tmp_path):
     (out / "README.md").unlink()
     export(_model(), out)
     export(_model(), out, overwrite=True)  # an earlier export's folder: replaced
-    assert (out / "config.json").is_file() and (out / atomic.OWNER).read_text().splitlines()[:2] == ["export", "README.md"]
+    assert (out / "config.json").is_file()
+    assert (out / atomic.OWNER).read_text().splitlines()[:2] == ["export", "README.md"]  # the command, its files
     assert str(out.resolve()) in (out / "README.md").read_text()  # the card names the folder's path
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
     mode = stat.S_IMODE((out / "model.safetensors").stat().st_mode)

@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> Path:
     summary, buckets = summary_rows(data), distance_rows(data, model)
     title = (f"SA+SWA gates, {info['path']} (step {info['step']}), w={model.cfg.attention.window}, "
              f"{len(sequences)} held-out sequences of {tokens} tokens")
-    with replacing_files(args.out, "gate analysis", args.overwrite) as tmp:  # the three together, or the previous three whole
+    with replacing_files(args.out, "gate analysis", args.overwrite) as tmp:  # the three together, or none
         write_csv(tmp / "gates.csv", summary, digits=6)
         write_csv(tmp / "gates_by_distance.csv", buckets, digits=6)
         savefig(draw(data, buckets, title), tmp / "gates.png", dpi=150)

@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = run(args, argv)
     name = f"attention_{args.preset}{'_fwd' if args.forward_only else ''}"
     table = markdown(rows, args)
-    with replacing_files(args.out, "benchmark", args.overwrite) as tmp:  # the three together, or the previous three whole
+    with replacing_files(args.out, "benchmark", args.overwrite) as tmp:  # the three together, or none
         write_csv(tmp / f"{name}.csv", rows)
         write_text(tmp / f"{name}.md", table)
         plot(rows, tmp / f"{name}.png", args)

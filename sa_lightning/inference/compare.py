@@ -340,8 +340,8 @@ def lacking_sentence(out: Path, lacking: list[str]) -> str | None:
         return None
     names = ", ".join(lacking[:6]) + (f" and {len(lacking) - 6} more" if len(lacking) > 6 else "")
     return (f"{len(lacking)} cell(s) in {out / 'cells'} have no per-item records that read back whole (written "
-            f"before sweeps kept them, or cut short) and are left out of every interval and comparison: {names}; run the sweep again without --compare "
-            "to rerun them.")
+            f"before sweeps kept them, or cut short) and are left out of every interval and comparison: {names}; run "
+            "the sweep again without --compare to rerun them.")
 
 
 def _interval_cell(d: dict, spec: str) -> str:

@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(prog="cli.py export", description=__doc__.splitlines()[0])
     parser.add_argument("--ckpt", required=True, help="a checkpoint written by `cli.py fit`")
     parser.add_argument("--out", required=True, help="the folder to write (built beside it, then renamed into place)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out when an earlier export wrote it (never a folder holding the "
-                        "checkpoint, any checkpoint, or files export did not write)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out when an earlier export wrote it (never a folder holding the checkpoint, "
+                             "any checkpoint, or files export did not write)")
     parser.add_argument("--decode", choices=DECODE, default="dense",
                         help="how generation reads the cache: every key (dense) or the SWA path's last w (window)")
     parser.add_argument("--tokenizer", default=None, help="default: the one the checkpoint was trained with")

@@ -386,7 +386,8 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
                                   diff.map(lambda x: 100 * x).text("+.1f"), diff.verdict(),
                                   headroom_label(None if own else control((task, depth, window, seed))), len(a)]))
     notes = ["", "A − B in percentage points of accuracy beyond SWA's receptive field L·(w−1), on the same validation "
-             "answers; 95% interval: a paired percentile bootstrap over those answers (``utils.stats``, items scheme). One trained "
+             "answers; 95% interval: a paired percentile bootstrap over those answers (``utils.stats``, items "
+             "scheme). One trained "
              "model per cell: the interval holds the validation set's noise (each answer of a model that draws "
              "counted as its mean over the evaluation σ seeds at K = 1), not the training seed's. Here the "
              "setting is the cell (task, L, w, seed), on the answers beyond SWA's field at K = 1. " + HEADROOM_NOTE]
@@ -425,7 +426,8 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
     seed's difference on its own validation answers, and their mean with a t interval over the seeds (``utils.stats``
     seeds scheme; a range under five seeds, with no verdict), the verdict worded from it. The per-seed rows above hold
     one trained model each; these are the rows that speak for the variants. Empty with one seed."""
-    from ..utils.stats import HEADROOM_NOTE, MIN_UNITS, headroom, headroom_label, seed_difference
+    from ..utils.stats import (HEADROOM_NOTE, MIN_UNITS, Interval, headroom, headroom_label, seed_comparison,
+                               seed_difference)
 
     by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
     settings = sorted({(r["task"], r["depth"], r["window"]) for r in results})
@@ -449,11 +451,12 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
                 if len(pairs) < 2:
                     continue
                 seeds = sorted(pairs)
-                diff = seed_difference([pairs[s] for s in seeds])
+                compared = seed_comparison({s: pairs[s] for s in seeds})
+                diff = Interval.from_dict(compared)
                 own = FULL.name in (c["a"], c["b"])
                 room = None if own else control(task, depth, window, tuple(seeds))
                 rates = [(sum(a) / len(a), sum(b) / len(b)) for a, b in (pairs[s] for s in seeds)]
-                each = ", ".join(f"{100 * (ra - rb):+.1f}" for ra, rb in rates)
+                each = ", ".join(f"{100 * d:+.1f}" for d in compared["per_seed"].values())
                 mean_a, mean_b = (sum(r[i] for r in rates) / len(rates) for i in (0, 1))
                 spreads = [sd for sd in (sigma_sd(by[(task, c["a"], depth, window, s)],
                                                   by[(task, c["b"], depth, window, s)], k) for s in seeds)
@@ -463,7 +466,7 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
                                   diff.map(lambda x: 100 * x).text("+.1f"),
                                   f"{100 * diff.seed_sd:.1f}",
                                   f"{100 * sum(spreads) / len(spreads):.1f}" if spreads else "–",
-                                  diff.verdict(),
+                                  compared["verdict"],
                                   headroom_label(None if own else room), diff.items]))
     if not lines:
         return []
@@ -473,8 +476,9 @@ def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
                   ["---"] * 6 + ["---:"] * 3 + ["---"] + ["---:"] * 3 + ["---", "---", "---:"]),
             *lines, "",
             "Means over the training seeds (each seed's model answered its own validation set, drawn from that seed), "
-            "in percentage points beyond SWA's receptive field. 95% interval: a t interval over the per-seed differences "
-            "(each the mean over that seed's answers), since a training seed moves all the answers of its model; with "
+            "in percentage points beyond SWA's receptive field. 95% interval: a t interval over the per-seed "
+            "differences (each the mean over that seed's answers), since a training seed moves all the answers of "
+            "its model; with "
             f"fewer than {MIN_UNITS} seeds there is no 95% interval, only the range of the per-seed differences, and "
             "no verdict. Each seed's own difference is listed. seed SD: the standard deviation "
             "of the per-seed differences. σ SD: the standard deviation of A − B over the evaluation σ seeds (each "

@@ -41,7 +41,7 @@ from ..attention.variants import FULL, SWA
 from ..utils import runner
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, pyplot, row
-from ..utils.stats import (HEADROOM_NOTE, MIN_UNITS, comparison_row, estimate, headroom, headroom_label, per_seed,
+from ..utils.stats import (HEADROOM_NOTE, MIN_UNITS, Interval, estimate, headroom, headroom_label, seed_comparison,
                            seed_difference)
 from ..utils.tables import write_csv
 from . import grid
@@ -328,26 +328,25 @@ def compare(results: list[dict], comparisons: list[dict], margins: dict | None =
             if not pairs:
                 unpaired.append(f"{label(c['a'])} − {label(c['b'])} (no training seed trained both)")
                 break
-            diff = seed_difference(list(pairs.values()))
             own, at = FULL.name in (va, vb), (column, wb or wa)  # own: the positive control's own row
             if not own and at not in controls:
                 controls[at] = _headroom(results, column, lower, at[1])
             room = None if own else controls[at]
             unit = "+.3f" if column == "val_ppl" else "+.1f"
-            seeds = per_seed(list(pairs.values()))
-            entry = comparison_row(diff, lower, margins.get(column), a=c["a"], b=c["b"], column=column,
-                                   headroom=room, per_seed=dict(zip(pairs, seeds)))
+            entry = seed_comparison(pairs, lower, margins.get(column), a=c["a"], b=c["b"], column=column,
+                                    headroom=room)
             out.append(entry)
-            lines.append(row([label(c["a"]), label(c["b"]), name.replace("PPL", "NLL/token"), diff.text(unit),
-                              ", ".join(f"{x:{unit}}" for x in seeds), entry["verdict"], headroom_label(room),
-                              diff.items, diff.seeds]))
+            lines.append(row([label(c["a"]), label(c["b"]), name.replace("PPL", "NLL/token"),
+                              Interval.from_dict(entry).text(unit),
+                              ", ".join(f"{x:{unit}}" for x in entry["per_seed"].values()), entry["verdict"],
+                              headroom_label(room), entry["items"], entry["seeds"]]))
     note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points), "
             "paired by training seed: A's and B's models of one seed share the initialisation and the data order. "
             f"95% interval: a t interval over the per-seed differences (each the mean over the seed's items), since a "
             f"training seed moves every item of its model at once; with fewer than {MIN_UNITS} seeds there is no 95% "
             "interval, only the range of the per-seed differences, and no verdict. The verdict is worded from the "
-            "interval" + (f"; \"equivalent within ±δ\" from two one-sided tests (the 90% interval inside ±δ) at the "
-                          f"config's margins {margins}" if margins else "") + ". " + HEADROOM_NOTE)
+            "interval" + (f"; \"equivalent within ±δ\" from two one-sided tests (the 90% interval inside ±δ) "
+                          f"at the config's margins {margins}" if margins else "") + ". " + HEADROOM_NOTE)
     if unpaired:
         note += f" Not compared (a model this run leaves out): {', '.join(unpaired)}."
     return "\n".join(lines + ["", note]) + "\n", out

@@ -165,7 +165,8 @@ def check_results_folder(folder: str | os.PathLike, what: str, flag: str = "--ou
     ours = {".run.lock", MANIFEST, OWNER}  # what a run interrupted before its first cell leaves behind
     if path.is_dir() and not (path / "cells").is_dir() and any(p.name not in ours for p in path.iterdir()) \
             and not overwrite:
-        also = "" if overwrite is None else " or pass --overwrite to write beside them (only its own files are replaced)"
+        also = "" if overwrite is None else \
+            " or pass --overwrite to write beside them (only its own files are replaced)"
         raise ValueError(f"{flag} {str(folder)!r} holds other files and no {what} of its own (no cells/ folder); "
                          f"name an empty or new folder for the {what}{also}.")
     return path

@@ -78,8 +78,10 @@ def fingerprint(path: str | os.PathLike) -> str:
     samples of 1 MiB spread over them): what names a model or a checkpoint in a cell's spec."""
     path = Path(path)
     h = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
-                                                 and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    def hidden(p: Path) -> bool:
+        return any(part.startswith(".") for part in p.relative_to(path).parts)
+
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and not hidden(p))
     for p in files:
         _file_digest(p, h)
     return h.hexdigest()[:16]
@@ -303,7 +305,8 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
               reuse: Callable[[dict, dict], bool] = lambda saved, spec: saved.get("spec") == spec) -> list[dict]:
     """Every cell's record, in grid order: the one on disk when its ``spec`` is this run's (``loaded`` turns it
     back from JSON), else ``run(cell, spec)``'s, written as soon as it finishes (``write_cell``). ``given(cell,
-    saved, spec)`` may hand ``run`` more than the spec from an earlier record of the cell (a study's trained checkpoint);
+    saved, spec)`` may hand ``run`` more than the spec from an earlier record of the cell (a study's trained
+    checkpoint);
     ``reuse(saved, spec)`` decides whether a record on disk stands for the cell (default: its spec is this one).
     With ``jobs`` > 1 (or ``auto``, ``plan_jobs``) the cells to run go to that many worker processes (``run`` and
     ``setup``, each worker's start, must then be module-level functions); a cell that fails stops the run once

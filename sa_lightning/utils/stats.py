@@ -351,3 +351,14 @@ def verdict(lo: float | None, hi: float | None, lower_is_better: bool = False) -
 def comparison_row(diff: Interval, lower_is_better: bool = False, margin: float | None = None, **fields) -> dict:
     """One comparison's row for JSON and the tables: ``fields`` (a, b, column, ...), the interval, its verdict."""
     return {**fields, **diff.as_dict(), "verdict": diff.verdict(lower_is_better, margin)}
+
+
+def seed_comparison(pairs: dict, lower_is_better: bool = False, margin: float | None = None, **fields) -> dict:
+    """A − B over training seeds, as one comparison row: ``pairs`` is {training seed: (A's items, B's items)},
+    A's and B's models of one seed scored on the same items. The row holds the interval over seeds
+    (``seed_difference``), its verdict, and ``per_seed``: each seed's own mean difference, which every report
+    shows beside the interval. The one place a trained comparison is made, for every study."""
+    seeds = list(pairs)
+    diff = seed_difference([pairs[s] for s in seeds])
+    return comparison_row(diff, lower_is_better, margin, **fields,
+                          per_seed=dict(zip(seeds, per_seed([pairs[s] for s in seeds]))))
