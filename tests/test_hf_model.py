@@ -211,6 +211,21 @@ def test_export_writes_model_tokenizer_and_card_and_generate_streams_the_same_gr
     assert sampled[0] == sampled[1]  # seeded
 
 
+def test_each_prompt_of_a_file_draws_its_own_sample_and_the_file_is_reproducible(checkpoint, tmp_path):
+    """Issue 51: the seed was reset before each prompt, so every prompt of a file drew the same sample."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("ROMEO:\nROMEO:\nROMEO:\n")
+    args = ["generate", "--ckpt", str(checkpoint), "--prompt_file", str(prompts), "--max_new_tokens", "8",
+            "--temperature", "1.5", "--seed", "1"]
+    first, again = run_cli_here(*args), run_cli_here(*args)
+    assert first.returncode == 0 and first.stdout == again.stdout, first.stderr[-2000:]
+    lines = first.stdout.strip().split("\n")
+    continuations = [line.removeprefix("ROMEO:") for line in lines if line.startswith("ROMEO:")]
+    assert len(continuations) == 3 and len(set(continuations)) > 1, first.stdout
+    nan = run_cli_here("generate", "--ckpt", str(checkpoint), "--prompt", "x", "--temperature", "nan")
+    assert nan.returncode != 0 and "--temperature must be a finite number >= 0" in nan.stderr.splitlines()[-1]
+
+
 @pytest.mark.slow  # fresh interpreters: what a user's script sees, with and without the registration
 def test_from_pretrained_needs_the_registration_or_trust_remote_code(exported):
     """``sa_lightning.register_with_transformers()`` registers the classes; importing sa_lightning alone

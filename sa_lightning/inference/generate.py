@@ -11,8 +11,11 @@ variant, and each new token reads the KV cache (``--decode dense``, or ``window`
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+
+from ..utils.stats import derived_seed
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max_new_tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above 0: sampling")
     p.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
-    p.add_argument("--seed", type=int, default=0, help="seeds the sampling and SA's sigma")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seeds the sampling (each prompt of a file its own draw from the seed and its line) and SA's "
+                        "sigma")
     p.add_argument("--decode", choices=DECODE, default=None,
                    help="Transformer++ only: every cached key (dense, the default) or the SWA path's last w (window)")
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
@@ -36,8 +41,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check(args) -> list[str]:
-    if args.temperature < 0:
-        raise ValueError(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}.")
+    if not (args.temperature >= 0 and math.isfinite(args.temperature)):  # nan and inf too, not greedy in silence
+        raise ValueError(f"--temperature must be a finite number >= 0 (0 is greedy), got {args.temperature}.")
     if not 0 < args.top_p <= 1:
         raise ValueError(f"--top_p must be in (0, 1], got {args.top_p}.")
     if args.max_new_tokens < 1:
@@ -158,7 +163,9 @@ def main(argv: list[str] | None = None) -> list[str]:
         budget = args.max_new_tokens if limit is None else min(args.max_new_tokens, limit - ids.shape[1])
         if budget < args.max_new_tokens:
             print(f"[prompt {i + 1}: {budget} new tokens reach max_seq_len={limit}]", file=sys.stderr, flush=True)
-        torch.manual_seed(args.seed)
+        # each prompt its own draw, from (--seed, its line): a file's prompts are not sampled alike, and a rerun of
+        # the file gives every prompt its same continuation
+        torch.manual_seed(derived_seed(args.seed, "prompt", i))
         sampling = {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p} \
             if args.temperature > 0 else {"do_sample": False}
         print(prompt, end="", flush=True)
