@@ -342,6 +342,10 @@ def test_attention_maps_command_draws_every_variant(checkpoint, tmp_path):
         torch.testing.assert_close(weights.sum(-1), torch.ones(27, dtype=weights.dtype))
         assert not visible.triu(1).any()  # causal
     assert maps["swa"][1].sum() < maps["sa_swa"][1].sum() <= maps["full"][1].sum()
+    # the title says the window the masks are drawn at and the one the model trained with (issue 51: "w=8" alone,
+    # for a model trained at w=32)
+    title = fig._suptitle.get_text()
+    assert "masks drawn at w=8" in title and f"trained at w={model.cfg.attention.window}" in title
     proc = run_cli_here("analyze", "attention-maps", "--ckpt", str(checkpoint), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "attention_maps.png").stat().st_size > 10_000

@@ -166,7 +166,9 @@ def attention_maps(model: Transformer, tokenizer, *, text: str | None = None, to
     maps = variant_maps(q.cpu(), k.cpu(), head, list(variants), window, block_size=max(1, window // 2),
                         top_k=2, seed=seed, layer=layer, perm=own, gates=gates)
     labels = [tokenizer.decode([t]).replace("\n", "\\n") for t in ids]
-    title = f"Attention weights, layer {layer}, head {head}, {len(ids)} tokens, w={window} ({model.cfg.attention.variant} model)"
+    trained = model.cfg.attention
+    title = (f"Attention weights, layer {layer}, head {head}, {len(ids)} tokens; masks drawn at w={window}, on the "
+             f"queries and keys of a {trained.variant} model trained at w={trained.window}")
     for gated in (get_variant(v) for v in variants if get_variant(v).gated):
         title += (f"; {gated.label} weighted by its learned gates" if gates and set(gates) == set(gated.paths) else
                   f"; {gated.label}: equal weights (the model learned no gates for its paths)")
