@@ -63,8 +63,8 @@ COMMANDS: dict[str, Command | Group] = {
     "prepare": Command("sa_lightning.data.prepare"),
     "evaluate": Command("sa_lightning.eval.evaluate", heavy=True),
     "sweep": Command("sa_lightning.inference.sweep", heavy=True),
-    "export": Command("sa_lightning.models.export"),
-    "generate": Command("sa_lightning.inference.generate"),
+    "export": Command("sa_lightning.models.export", heavy=True),
+    "generate": Command("sa_lightning.inference.generate", heavy=True),
     "fetch": Command("sa_lightning.models.sources"),
     "submit": Command("sa_lightning.cluster"),
     "bench": Group("a benchmark", "python cli.py bench attention", {
@@ -134,6 +134,12 @@ def main_with_clean_errors() -> None:
         raise SystemExit(f"error: the package {top!r} is not installed for this Python ({sys.executable}); "
                          "activate the environment sa_lightning was installed in, or install it as the README's "
                          "'Set up on a fresh machine' says.") from None
+    except BrokenPipeError:  # `cli.py generate ... | head`: the reader has what it wanted; nothing to say
+        try:  # the interpreter's own flush of stdout at exit must not fail again (Python's documented remedy)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        raise SystemExit(0) from None
     except KeyboardInterrupt:  # a Ctrl-C outside a runner's cell loop (which says what it kept): one line
         if os.environ.get("SA_LIGHTNING_TRACEBACK") == "1":
             raise

@@ -133,6 +133,11 @@ def test_generate_names_what_is_wrong_with_a_model_or_prompt_path(tmp_path):
                               "--prompt_file", str(tmp_path / "notes")))
     assert line == f"error: --prompt_file '{tmp_path / 'notes'}' is a folder; pass a text file in it, with one " \
                    "prompt per line."
+    latin = tmp_path / "prompts.txt"
+    latin.write_bytes("café\n".encode("latin-1"))  # issue 51: named neither the file nor the flag
+    line = _line(run_cli_here("generate", "--ckpt", str(tmp_path / "none.ckpt"), "--prompt_file", str(latin)))
+    assert line == f"error: --prompt_file '{latin}' is not UTF-8 text (byte 3: invalid continuation byte); save it " \
+                   "as UTF-8, with one prompt per line."
 
 
 # ---- 82: a tokenizer path that does not exist -----------------------------------------------------------

@@ -211,6 +211,14 @@ def test_export_writes_model_tokenizer_and_card_and_generate_streams_the_same_gr
     assert sampled[0] == sampled[1]  # seeded
 
 
+def test_generate_into_a_pipe_closed_early_ends_quietly(checkpoint):
+    """Issue 51: ``generate ... | head -c 10`` ended in a "Broken pipe ... fix that path" error."""
+    cmd = f"{sys.executable} cli.py generate --ckpt {checkpoint} --prompt ROMEO: --max_new_tokens 200 | head -c 3"
+    res = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout == "ROM", res.stderr[-1000:]
+    assert "Broken pipe" not in res.stderr and "Traceback" not in res.stderr
+
+
 def test_each_prompt_of_a_file_draws_its_own_sample_and_the_file_is_reproducible(checkpoint, tmp_path):
     """Issue 51: the seed was reset before each prompt, so every prompt of a file drew the same sample."""
     prompts = tmp_path / "prompts.txt"

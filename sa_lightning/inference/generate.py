@@ -61,7 +61,12 @@ def _check(args) -> list[str]:
                                 "per line.")
     if not path.is_file():
         raise FileNotFoundError(f"--prompt_file {str(path)!r} does not exist.")
-    prompts = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"--prompt_file {str(path)!r} is not UTF-8 text (byte {err.start}: {err.reason}); save it "
+                         "as UTF-8, with one prompt per line.") from None
+    prompts = [line for line in text.splitlines() if line.strip()]
     if not prompts:
         raise ValueError(f"--prompt_file {str(path)!r} holds no prompt (one per line).")
     return prompts
