@@ -146,7 +146,7 @@ def run_cells(cells: list[dict], out: Path, cell_id: Callable[[dict], str], spec
         return spec if inputs is None else {**spec, "inputs": inputs}
 
     return runner.run_cells(cells, out, cell_id, spec_with_inputs, run, line, loaded, jobs, given=given,
-                            setup=_quiet_fit, needs="scores", kind="study")
+                            setup=_quiet_fit, needs="scores", kind="study", announce=True)
 
 
 def config_fingerprint(args: list) -> str | None:

@@ -302,7 +302,8 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
               loaded: Callable[[dict], dict] = lambda saved: saved, jobs: int | str | None = 1,
               given: Callable[[object, dict, dict], dict] | None = None, setup: Callable[[], None] | None = None,
               needs: str | None = None, kind: str | None = None,
-              reuse: Callable[[dict, dict], bool] = lambda saved, spec: saved.get("spec") == spec) -> list[dict]:
+              reuse: Callable[[dict, dict], bool] = lambda saved, spec: saved.get("spec") == spec,
+              announce: bool = False) -> list[dict]:
     """Every cell's record, in grid order: the one on disk when its ``spec`` is this run's (``loaded`` turns it
     back from JSON), else ``run(cell, spec)``'s, written as soon as it finishes (``write_cell``). ``given(cell,
     saved, spec)`` may hand ``run`` more than the spec from an earlier record of the cell (a study's trained
@@ -311,8 +312,8 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
     With ``jobs`` > 1 (or ``auto``, ``plan_jobs``) the cells to run go to that many worker processes (``run`` and
     ``setup``, each worker's start, must then be module-level functions); a cell that fails stops the run once
     the cells in flight are written. One line per cell as it finishes: its place in the grid, its id,
-    ``line(record)``, its time and the run's so far. A signal stops every worker and exits in one line
-    (``Stopped``), the finished cells kept."""
+    ``line(record)``, its time and the run's so far; with ``announce`` (cells that take minutes), one as it
+    starts. A signal stops every worker and exits in one line (``Stopped``), the finished cells kept."""
     (out / "cells").mkdir(parents=True, exist_ok=True)
     remove_stale_partials(out / "cells")
     if kind is not None:
@@ -347,16 +348,20 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
         with stopping():
             if processes == 1:
                 for i, cell, path, spec, arg in todo:
+                    if announce:
+                        print(f"[{i}/{len(cells)}] {cell_id(cell)}: started", flush=True)
                     keep(i, cell, path, {**run(cell, arg), "spec": spec})
             else:
-                _in_workers(todo, processes, threads, run, setup, keep)
+                _in_workers(todo, processes, threads, run, setup, keep,
+                            (lambda i, cell: print(f"[{i}/{len(cells)}] {cell_id(cell)}: started", flush=True))
+                            if announce else None)
     except Stopped as err:
         print(stopped_line(err, len(results), len(cells), out), file=sys.stderr, flush=True)
         raise
     return [results[i] for i in sorted(results)]
 
 
-def _in_workers(todo: list, processes: int, threads: int, run, setup, keep) -> None:
+def _in_workers(todo: list, processes: int, threads: int, run, setup, keep, started=None) -> None:
     """The cells of ``todo`` in ``processes`` spawned workers, at most that many submitted at once (a failure
     stops the rest from starting); every worker is killed when this returns or raises (a signal included)."""
     print(f"{len(todo)} cell(s) to run, {processes} at a time ({threads} thread(s) each)", flush=True)
@@ -370,6 +375,8 @@ def _in_workers(todo: list, processes: int, threads: int, run, setup, keep) -> N
             while waiting and failed is None and len(running) < processes:
                 i, cell, path, spec, arg = waiting.pop(0)
                 running[pool.submit(run, cell, arg)] = (i, cell, path, spec)
+                if started is not None:
+                    started(i, cell)
             if not running:
                 break
             done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
