@@ -324,6 +324,8 @@ def test_test_command_runs_the_zero_shot_tasks_and_logs_them(checkpoint, tmp_pat
     written = list(tmp_path.rglob("test_step2.json"))
     assert written, list(tmp_path.rglob("*"))
     assert set(json.loads(written[0].read_text())) == set(offline.TASK_NAMES)
+    # the table says how many documents it scored (issue 51: fit's 50 and test's all looked alike)
+    assert written[0].with_suffix(".md").read_text().startswith("Zero-shot at step 2, the first 4 documents of each")
     assert "test/ppl" in cli.trainer.callback_metrics
     header = next(tmp_path.rglob("metrics.csv")).read_text().splitlines()[0]
     assert "eval/shakespeare_lastword/acc" in header and "eval/shakespeare_rolling/word_perplexity" in header

@@ -71,11 +71,13 @@ class ZeroShotEval(EveryNSteps):
                 logger.log_metrics(scalars(results), step=step)
             from ..eval.evaluate import label_of
 
-            table = markdown_table({label_of({"arch": pl_module.arch.to_dict()}): results}, layout_for(results))
+            scored = f"the first {limit} documents of each task" if limit else "every document of each task"
+            table = f"Zero-shot at step {step}, {scored}.\n\n" + markdown_table(
+                {label_of({"arch": pl_module.arch.to_dict()}): results}, layout_for(results))
             folder.mkdir(parents=True, exist_ok=True)
             write_text(folder / f"{name}.json", json.dumps(results, indent=2))
             write_text(folder / f"{name}.md", table)
-            print(f"\nzero-shot at step {step} ({folder / name}.md):\n{table}", flush=True)
+            print(f"\nzero-shot at step {step}, {scored} ({folder / name}.md):\n{table}", flush=True)
         trainer.strategy.barrier("zero_shot_eval")
 
 
