@@ -152,3 +152,32 @@ def test_every_shipped_trainer_config_writes_checkpoints_atomically(tmp_path):
     (tmp_path / "own.yaml").write_text(yaml.safe_dump(own))
     cli = run(["--config", str(tmp_path / "own.yaml"), "--trainer.default_root_dir", str(tmp_path)], run=False)
     assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+def test_torch_and_safetensors_reports_of_a_full_disk_are_one_sentence(tmp_path, monkeypatch):
+    """Issue 51: a full disk during a checkpoint save ended in 90-100 lines from torch's zip writer (a
+    RuntimeError, not an OSError), and during export in a 23-line SafetensorError. Both are the same sentence as
+    any other full disk now (checked by hand on a 512 KiB tmpfs; simulated here)."""
+    import shutil
+
+    from sa_lightning.utils import atomic
+
+    target = tmp_path / "last.ckpt"
+    target.write_bytes(b"old")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10, 10, 0))
+    with pytest.raises(atomic.WriteError) as err:
+        with atomic.replacing(target, "checkpoint", fsync=True) as tmp, open(tmp, "wb") as fh:
+            fh.write(b"partial")
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    assert str(err.value).startswith(f"the checkpoint {str(target)!r} could not be written (No space left on device)")
+    assert target.read_bytes() == b"old" and "\n" not in str(err.value)
+
+    class SafetensorError(Exception):
+        pass
+
+    with pytest.raises(atomic.WriteError, match=r"could not be written \(No space left on device\); nothing was "):
+        with atomic.replacing_folder(tmp_path / "model", "exported model"):
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    with pytest.raises(RuntimeError, match="something else"):  # another RuntimeError is not a full disk
+        with atomic.replacing(target, "checkpoint"):
+            raise RuntimeError("something else")

@@ -19,6 +19,7 @@ import contextlib
 import gzip
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Iterator
 
@@ -118,14 +119,37 @@ def replacing(path: str | os.PathLike, what: str = "file", fsync: bool = False) 
         if fsync:
             _fsync_folder(path.parent)
     except BaseException as err:
+        written = tmp.stat().st_size if tmp.exists() else 0
         with contextlib.suppress(OSError):
             tmp.unlink()
+        err = _stream_writer_error(err, path, written)
         if isinstance(err, OSError) and not isinstance(err, WriteError):
             err.filename = str(path) if err.filename in (None, str(tmp)) else err.filename
             raise WriteError(err.errno, f"{describe_os_error(err, what)}; nothing was replaced, the previous "
                              f"{what} there (if any) is intact; free space or pass a writable folder, then run "
                              "again.", str(path)) from None
         raise
+
+
+def _stream_writer_error(err: BaseException, path: Path, written: int) -> BaseException:
+    """torch's zip writer reports a failed write (a full disk) as a ``RuntimeError`` from ``inline_container.cc``
+    ("unexpected pos", "PytorchStreamWriter failed writing file"), safetensors as a ``SafetensorError`` ("... (os
+    error 28)"): the ``OSError`` each stands for (for torch's, ENOSPC where the disk has less room left than the
+    file had reached), so that it ends in one sentence like any other."""
+    import errno
+
+    text = str(err)
+    if type(err).__name__ == "SafetensorError" and "os error" in text:  # safetensors: "... (os error 28)"
+        code = int(text.rsplit("os error", 1)[1].strip(" )") or 0) or errno.EIO
+        return OSError(code, os.strerror(code), str(path))
+    if not isinstance(err, RuntimeError) or not ("inline_container" in text or "PytorchStreamWriter" in text):
+        return err
+    try:
+        full = shutil.disk_usage(path.parent).free <= max(written, 1 << 20)
+    except OSError:
+        full = False
+    code = errno.ENOSPC if full else errno.EIO
+    return OSError(code, os.strerror(code), str(path))
 
 
 def _umask() -> int:
@@ -267,6 +291,7 @@ def replacing_folder(folder: str | os.PathLike, what: str = "folder", overwrite:
         shutil.rmtree(tmp, ignore_errors=True)
         if old.exists() and not folder.exists():
             os.replace(old, folder)  # the swap broke between its two renames: put the old folder back
+        err = _stream_writer_error(err, folder, 0)
         if isinstance(err, OSError) and not isinstance(err, WriteError):
             raise WriteError(err.errno, f"{describe_os_error(err, what)}; nothing was replaced, the previous "
                              f"{what} {str(folder)!r} (if any) is intact; free space or pass a writable folder, "
