@@ -195,3 +195,16 @@ def test_a_missing_dependency_is_one_sentence_naming_the_python(monkeypatch):
     monkeypatch.setattr(entry, "main", lacking("sa_lightning.nothing"))
     with pytest.raises(ModuleNotFoundError):
         entry.main_with_clean_errors()
+
+
+# ---- 108: a YAML value of the wrong type -----------------------------------------------------------------
+def test_a_config_value_of_the_wrong_type_names_the_file_and_the_key(tmp_path):
+    """Issue 51: ``data.batch_size: four`` printed 78 lines of usage and a 10-line union dump, and never named the
+    file."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data:\n  init_args:\n    batch_size: four\n")
+    res = run_cli_here("fit", "--config", "configs/tiny.yaml", "--config", str(bad))
+    assert res.returncode != 0 and len(res.stderr.strip().splitlines()) <= 2, res.stderr[-2000:]
+    assert _line(res) == f"error: data.batch_size: expected int, got four (set in {bad})."
+    flag = run_cli_here("fit", "--config", "configs/tiny.yaml", "--data.init_args.batch_size", "four")
+    assert _line(flag) == "error: data.batch_size: expected int, got four (set in the flag --data.init_args.batch_size)."

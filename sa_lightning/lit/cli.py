@@ -18,8 +18,10 @@ The private Lightning step this needs (reading ``--ckpt_path`` before instantiat
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
@@ -338,8 +340,43 @@ def run(args: list[str] | None = None, run: bool = True) -> SACLI:
         return _make_cli(None, run)
     except SIGTERMException:  # a SystemExit with status 0: `fit && test` would go on with a half-trained model
         raise SystemExit(STOPPED_BY_SIGNAL) from None
+    except argparse.ArgumentError as err:  # jsonargparse's, with exit_on_error off: one sentence, not the usage
+        raise ValueError(config_error(str(err), sys.argv[1:])) from None
     finally:
         sys.argv = saved
+
+
+def config_error(message: str, argv: list[str]) -> str:
+    """jsonargparse's nested report of a bad config value ("Parser key "data": ... Parser key "batch_size":
+    Expected a <class 'int'>. Got value: four") as one sentence: the key's path, what it expected and got, and the
+    ``--config`` file that sets it."""
+    import re
+
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    keys = [m.group(1) for line in lines if (m := re.match(r'Parser key "([^"]+)"', line))]
+    expected = next((line for line in reversed(lines) if line.startswith("Expected")), None)
+    if not keys or expected is None:
+        return " ".join(lines[:3]) + " (cli.py fit --help lists every option)"
+    said = expected.replace("Expected a <class '", "expected ").replace("'>. Got value:", ", got")
+    flag = next((a.split("=")[0] for a in reversed(argv) if a.startswith("--") and
+                 (a.split("=")[0].endswith("." + keys[-1]) or a.split("=")[0] == "--" + keys[-1])), None)
+    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
+    where = f"the flag {flag}" if flag else next((path for path in reversed(configs) if _sets_key(path, keys[-1])),
+                                                  "the command line")
+    return f"{'.'.join(keys)}: {said} (set in {where})."
+
+
+def _sets_key(path: str, key: str) -> bool:
+    """Whether the YAML file ``path`` sets ``key`` at any depth."""
+    import yaml
+
+    def has(node) -> bool:
+        return isinstance(node, dict) and (key in node or any(has(v) for v in node.values()))
+
+    try:
+        return has(yaml.safe_load(Path(path).read_text()))
+    except (OSError, yaml.YAMLError):
+        return False
 
 
 #: the exit status (1) and line of a run stopped by SIGTERM, SIGUSR1 or Ctrl-C (after ``SaveOnSignal`` saved)
@@ -353,7 +390,9 @@ def _make_cli(args, run: bool) -> SACLI:
         subclass_mode_data=True,
         args=args,
         run=run,
-        parser_kwargs={"parser_mode": "omegaconf+"},  # ${...} interpolation after the command line
+        # ${...} interpolation after the command line; a bad value raises (``config_error`` makes it one sentence
+        # naming the file and the key) instead of printing the whole usage
+        parser_kwargs={"parser_mode": "omegaconf+", "exit_on_error": False},
         # a requeued job writes into the same run folder: overwrite instead of failing on config.yaml
         save_config_kwargs={"overwrite": True},
         # the data modules shard exactly by themselves; checkpoints are atomic even in a config of the user's own
