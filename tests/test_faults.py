@@ -229,7 +229,8 @@ def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_valida
     assert refused.stderr.strip().splitlines()[-1] == (
         "error: the checkpoint's data stream cannot continue in this run, because data.batch_size was 4 but is 8 now; "
         "the number of ranks (trainer.devices x trainer.num_nodes) was 2 but is 1 now; resume as the checkpoint was "
-        "written (--data.batch_size 4, trainer.devices x trainer.num_nodes = 2) or start a new run without --ckpt_path.")
+        "written (--data.batch_size 4, trainer.devices x trainer.num_nodes = 2), or start a new run from its weights "
+        "alone with --model.init_weights <the checkpoint> instead of --ckpt_path (a fresh data stream and optimizer).")
     rest = _fit(tmp_path, tmp_path / "rest", ckpt_path=str(step2), extra=[*stream_args, *ddp],
                 env={"MASTER_PORT": ddp_port()})
     assert rest.returncode == 0, rest.stderr[-3000:]

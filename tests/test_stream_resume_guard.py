@@ -79,7 +79,8 @@ def test_a_resume_with_other_settings_is_refused_naming_both_values(saved, chang
         _dm(cache, folder, **change).load_state_dict(state)
     message = str(err.value)
     assert message.startswith("the checkpoint's data stream cannot continue in this run, because ")
-    assert message.endswith("or start a new run without --ckpt_path.") and "\n" not in message
+    assert message.endswith("--model.init_weights <the checkpoint> instead of --ckpt_path (a fresh data stream and "
+                            "optimizer).") and "\n" not in message
 
 
 def test_validate_and_test_restore_the_state_without_reading_the_stream(saved):
@@ -103,8 +104,8 @@ def test_a_deleted_or_edited_shard_is_refused_naming_the_file(saved, tmp_path):
         f.write(json.dumps({"text": "added since"}) + "\n")
     grown = (moved / "train-00001.jsonl").stat().st_size
     with pytest.raises(ValueError, match=re.escape(
-            f"data.train's files were 4 but are 4 now (train-00001.jsonl was {size} bytes and is {grown} now); "
-            "resume as the checkpoint was written (data.train's files as they were) or start a new run")):
+            f"data.train's 4 files changed (train-00001.jsonl was {size} bytes and is {grown} now); "
+            "resume as the checkpoint was written (data.train's files as they were), or start a new run")):
         _dm(cache, moved).load_state_dict(state)
     gone = (moved / "train-00003.jsonl").stat().st_size
     (moved / "train-00003.jsonl").unlink()

@@ -91,8 +91,8 @@ def _source_differences(saved: dict, now: dict) -> list[tuple[str, str]]:
         change = _file_changes(saved.get("files") or [], now.get("files") or [])
         if change:
             n, m = len(saved.get("files") or []), len(now.get("files") or [])
-            found.append((f"data.train's files were {n} but are {m} now ({change})",
-                          "data.train's files as they were"))
+            found.append((f"data.train's files were {n} but are {m} now ({change})" if n != m else
+                          f"data.train's {n} files changed ({change})", "data.train's files as they were"))
         return found
     for key, what in (("dataset", "data.train.path"), ("name", "data.train.name"), ("split", "data.train.split"),
                       ("revision", "data.train's revision"), ("num_shards", "data.train's shard count")):
@@ -133,4 +133,6 @@ def check_stream_resume(state: dict, now: dict, say=print) -> None:
         said = "; ".join(what for what, _ in found)
         fixes = ", ".join(fix for _, fix in found)
         raise ValueError(f"the checkpoint's data stream cannot continue in this run, because {said}; resume as the "
-                         f"checkpoint was written ({fixes}) or start a new run without --ckpt_path.")
+                         f"checkpoint was written ({fixes}), or start a new run from its weights alone with "
+                         "--model.init_weights <the checkpoint> instead of --ckpt_path (a fresh data stream and "
+                         "optimizer).")
