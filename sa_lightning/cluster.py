@@ -32,6 +32,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 from .utils.checkout import PACKAGE, checkout_root
@@ -81,12 +82,17 @@ def _submit(script: Path, dry_run: bool, extra: list[str] = ()) -> str | None:
     return job
 
 
-def sweep_pairs(config: str):
-    """The sweep's distinct (mode, window or MoBA block size) pairs, one per array task, and its config."""
+def sweep_pairs(config: str, extra: list[str] = ()):
+    """The sweep's distinct (mode, window or MoBA block size) pairs, one per array task, and its config, read with
+    the command line's own overrides (``extra``: ``--out``, ``--modes``, ...) as the array tasks will read it; its
+    tasks are checked against lm-eval's names here, before anything is queued."""
     from .attention import get_variant
+    from .eval.harness import resolve_tasks
+    from .eval.position import is_position_task
     from .inference.plan import cells, load_config
 
-    cfg = load_config(["--config", config])
+    cfg = load_config(["--config", config, *extra])
+    resolve_tasks([t for t in cfg.tasks if not is_position_task(t)] or ["offline"])  # an unknown task fails now
     pairs = []
     for cell in cells(cfg):
         setting = cell.spec.block_size if get_variant(cell.mode).blocked else (cell.spec.window or 0)
@@ -101,19 +107,24 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("job", choices=("pretrain", "prepare", "sweep"))
     p.add_argument("--config", required=True)
     p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--gpus_per_node", type=int, default=None, help="default: 4 for pretrain, 1 for sweep")
-    p.add_argument("--cpus_per_task", type=int, default=None, help="default: 8 (pretrain, sweep), 32 (prepare)")
+    # sbatch spells these with dashes: both spellings are this command's, never passed on to the job
+    p.add_argument("--gpus_per_node", "--gpus-per-node", type=int, default=None,
+                   help="default: 4 for pretrain, 1 for sweep")
+    p.add_argument("--cpus_per_task", "--cpus-per-task", type=int, default=None,
+                   help="default: 8 (pretrain, sweep), 32 (prepare)")
     p.add_argument("--prepare", action="store_true",
                    help="pretrain: tokenize into the cache in a CPU job first, then train with --data.mode cache")
-    p.add_argument("--prepare_time", default="12:00:00", help="--prepare: the tokenizing job's time limit")
+    p.add_argument("--prepare_time", "--prepare-time", default="12:00:00",
+                   help="--prepare: the tokenizing job's time limit")
     p.add_argument("--time", default="48:00:00")
-    p.add_argument("--job_name", default=None)
-    p.add_argument("--run_dir", default=None, help="pretrain: the fixed run directory (default runs/<config name>)")
+    p.add_argument("--job_name", "--job-name", default=None)
+    p.add_argument("--run_dir", "--run-dir", default=None,
+                   help="pretrain: the fixed run directory (default runs/<config name>)")
     p.add_argument("--sbatch", action="append", default=[], help="an extra #SBATCH option, e.g. --sbatch=--account=abc")
     p.add_argument("--offline", action="store_true",
                    help="the jobs export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 (local caches only); "
                         "by default they unset them and may use the Hugging Face Hub")
-    p.add_argument("--dry_run", action="store_true")
+    p.add_argument("--dry_run", "--dry-run", action="store_true")
     args, extra = p.parse_known_args(argv)
     if not Path(args.config).is_file():
         raise FileNotFoundError(f"config {args.config!r} does not exist.")
@@ -159,6 +170,7 @@ def main(argv: list[str] | None = None) -> Path:
         after = [f"--dependency=afterok:{job or '<prepare job>'}"]
         common["extra_args"] = shlex.join([*extra, "--data.mode", "cache"])
     if args.job == "pretrain":
+        check_fit_args(args.config, extra)
         run_dir = args.run_dir or f"runs/{stem}"
         fields = {**common, "job_name": args.job_name or f"sa_{stem}", "nodes": args.nodes,
                   "gpus_per_node": args.gpus_per_node or 4, "run_dir": shlex.quote(run_dir)}
@@ -167,7 +179,8 @@ def main(argv: list[str] | None = None) -> Path:
     else:
         if args.nodes != 1:
             raise ValueError("the sweep runs one model per array task: --nodes must be 1.")
-        pairs, cfg = sweep_pairs(args.config)
+        pairs, cfg = sweep_pairs(args.config, extra)
+        common["extra_args"] = shlex.join(_without_out(extra))  # the script's own --out is cfg.out, which has it
         fields = {**common, "job_name": args.job_name or f"sweep_{stem}", "gpus_per_node": args.gpus_per_node or 1,
                   "out": shlex.quote(cfg.out), "last_index": len(pairs) - 1,
                   "cells": " ".join(shlex.quote(f"{m} {s}") for m, s in pairs)}
@@ -177,10 +190,35 @@ def main(argv: list[str] | None = None) -> Path:
     job = _submit(script, args.dry_run, after)
     if args.job == "sweep":
         report = (f"{common['hub_env']}; cd {common['workdir']} && "
-                  f"python {common['cli']} sweep --config {common['config']} --out {fields['out']}")
+                  f"python {common['cli']} sweep --config {common['config']} --out {fields['out']} "
+                  f"{common['extra_args']}").rstrip()
         _submit_wrap(report, f"afterany:{job or '<array job>'}", fields["job_name"] + "_report", args.dry_run,
                      args.sbatch)
     return script
+
+
+def _without_out(args: list[str]) -> list[str]:
+    """``args`` without ``--out X`` / ``--out=X``."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--out":
+            skip = True
+        elif not a.startswith("--out="):
+            out.append(a)
+    return out
+
+
+def check_fit_args(config: str, extra: list[str]) -> None:
+    """What a pretrain job's ``cli.py fit`` would refuse at its start (an unknown flag, a value of the wrong type),
+    refused here before it queues: the job's command line parsed and printed (``--print_config``), nothing built."""
+    done = subprocess.run([sys.executable, "-m", "sa_lightning.main", "fit", "--config", config, *extra,
+                           "--print_config"], capture_output=True, text=True)
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["(no message)"])[-1].removeprefix("error: ")
+        raise ValueError(f"the job's `cli.py fit --config {config} {shlex.join(extra)}` would fail at its start: "
+                         f"{said}")
 
 
 def _write(script: Path, text: str, dry_run: bool) -> Path:

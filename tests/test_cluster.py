@@ -256,3 +256,27 @@ def test_sigusr1_under_slurm_saves_requeues_and_the_requeued_job_resumes_exactly
     assert [s["step"] for s in requeued] == [4, 5, 6]
     assert [s["rows"] for s in requeued] == [s["rows"] for s in first[3:]]
     assert [s["loss"] for s in requeued] == pytest.approx([s["loss"] for s in first[3:]], rel=1e-6, abs=1e-6)
+
+
+def test_submit_checks_what_a_job_would_refuse_before_anything_queues(tmp_path, monkeypatch):
+    """Issue 51: ``submit sweep --out X`` sent X to the array tasks only; ``submit pretrain --gpus-per-node 8``
+    and a bad fit argument failed only when the job started; an unknown task was not checked at submit time."""
+    pretrain = str(ROOT / "configs/pretrain_360m.yaml")
+    proc, env = _submit(tmp_path, monkeypatch, "pretrain", "--config", pretrain, "--gpus-per-node", "8")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "#SBATCH --gpus-per-node=8" in (tmp_path / "runs/pretrain_360m/submit_pretrain.sbatch").read_text()
+    Path(env["SHIM_LOG"]).unlink()
+    proc, env = _submit(tmp_path, monkeypatch, "pretrain", "--config", pretrain, "--trainer.max_stepz", "5")
+    assert proc.returncode != 0 and "would fail at its start" in proc.stderr.strip().splitlines()[-1]
+    assert "max_stepz" in proc.stderr.strip().splitlines()[-1] and not Path(env["SHIM_LOG"]).exists()
+    sweep = str(ROOT / "configs/sweep/tiny.yaml")
+    proc, env = _submit(tmp_path, monkeypatch, "sweep", "--config", sweep, "--out", "elsewhere")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = (tmp_path / "elsewhere" / "submit_sweep.sbatch").read_text()
+    assert "--out elsewhere" in text and "--out outputs" not in text
+    report = Path(env["SHIM_LOG"]).read_text().splitlines()[1]
+    assert "--out elsewhere" in report
+    Path(env["SHIM_LOG"]).unlink()
+    proc, env = _submit(tmp_path, monkeypatch, "sweep", "--config", sweep, "--tasks", "[hellaswg]")
+    assert proc.returncode != 0 and "unknown task 'hellaswg'" in proc.stderr.strip().splitlines()[-1]
+    assert not Path(env["SHIM_LOG"]).exists()
