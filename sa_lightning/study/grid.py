@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -122,7 +123,9 @@ def fit_cell(spec: dict):
 
 
 def _quiet_fit() -> None:
-    """A worker's start: the command line's quiet output for ``fit``."""
+    """A worker's start: the command line's quiet output for ``fit``, and no progress bars (lm-eval's, the
+    datasets'): several workers' bars share the terminal with the runner's lines, which they would cut into."""
+    os.environ["TQDM_DISABLE"] = "1"
     quiet_lightning("fit")
 
 
