@@ -148,8 +148,14 @@ def run_cells(cells: list[dict], out: Path, cell_id: Callable[[dict], str], spec
         inputs = config_fingerprint(spec.get("fit_args") or [])
         return spec if inputs is None else {**spec, "inputs": inputs}
 
+    def reuse(saved: dict, spec: dict) -> bool:
+        """The same spec; or, for a record written before specs named their config's fingerprint, the same spec
+        but that (its fit arguments name the same config file, whose bytes it did not record)."""
+        kept = saved.get("spec") or {}
+        return kept == spec or ("inputs" not in kept and kept == {k: v for k, v in spec.items() if k != "inputs"})
+
     return runner.run_cells(cells, out, cell_id, spec_with_inputs, run, line, loaded, jobs, given=given,
-                            setup=_quiet_fit, needs="scores", kind="study", announce=True)
+                            setup=_quiet_fit, needs="scores", kind="study", announce=True, reuse=reuse)
 
 
 def config_fingerprint(args: list) -> str | None:
