@@ -212,10 +212,19 @@ def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
             series = list(_series(cfg, table))
             # at each w_eff the series sit a little apart; the measured budget (x_of) is plotted as measured
             for (mode, sink, rows), dodge in zip(series, _dodges(len(series)) if xkey is None else [1.0] * len(series)):
-                pts = sorted((r["w_eff"] if xkey is None else r.get(xkey), r[col]) for r in rows
+                pts = sorted((r["w_eff"] if xkey is None else r.get(xkey), r[col], r.get(f"{col}:lo"),
+                              r.get(f"{col}:hi")) for r in rows
                              if r.get(col) is not None and (xkey is None or r.get(xkey) is not None))
                 if pts:
-                    ax.plot([x * dodge for x, _ in pts], [y for _, y in pts], **_style(mode, sink))
+                    style = _style(mode, sink)
+                    xs, ys = [p[0] * dodge for p in pts], [p[1] for p in pts]
+                    ax.plot(xs, ys, **style)
+                    bars = [(x, y, lo, hi) for x, (_, y, lo, hi) in zip(xs, pts) if lo is not None and hi is not None]
+                    if bars:  # the table's interval (or range) of each point, thin, in the series' colour
+                        ax.errorbar([b[0] for b in bars], [b[1] for b in bars],
+                                    yerr=[[max(0.0, b[1] - b[2]) for b in bars], [max(0.0, b[3] - b[1]) for b in bars]],
+                                    linestyle="none", color=style["color"], elinewidth=0.8, capsize=1.5, alpha=0.6,
+                                    zorder=2)
             ax.set_xscale("log", base=2)
             if xkey is None:
                 ticks = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
@@ -227,8 +236,11 @@ def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
                 ax.set_yscale("log")
             ax.grid(alpha=0.3, which="both")
         _legend(fig, axes)
+        seeds = f"σ seeds {', '.join(map(str, cfg.seeds))}" if len(cfg.seeds) > 1 else f"σ seed {cfg.seeds[0]}"
         fig.suptitle(f"{cfg.model}: training-free prefill attention" +
-                     (", score against the measured budget" if x_of else ""), fontsize=10)
+                     (", score against the measured budget" if x_of else "") +
+                     f"\n{cfg.limit or 'all'} documents per task (task_limits apart), {seeds}; bars: 95% interval "
+                     "over documents (a range under five)", fontsize=9)
         written.append(_save(fig, out / f"{name}.png"))
     position = position_plot(cfg, table, out)
     return written + ([position] if position else [])
