@@ -217,8 +217,10 @@ def _evaluate(args, out: Path, tasks: list[str], loaded: list, labels: list[str]
     models = {label: (model, info) for (model, info), label in zip(loaded, labels)}
     weights = {label: fingerprint(info["path"]) for label, (_, info) in models.items()}
     todo = [(label, s) for label in labels for s in seeds[label]]
-    print(f"evaluate: {len(labels)} checkpoint(s), {len(todo)} (checkpoint, σ seed) cell(s), tasks "
-          f"{', '.join(tasks)}, limit {args.limit or 'all documents'}; results in {out}/", flush=True)
+    print(f"evaluate: {len(labels)} checkpoint(s), tasks {', '.join(tasks)}, "
+          f"{'the first ' + str(args.limit) if args.limit else 'every'} document(s) of each, σ seeds "
+          f"{_seed_counts(seeds)} (a model that draws nothing is scored once): {len(todo)} cell(s), results in "
+          f"{out}/", flush=True)
 
     def spec_of(cell) -> dict:
         label, sigma_seed = cell
