@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..utils.atomic import output_folder, write_text
+from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, row
 from .machine import describe, positive_int
 
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--batch_size", type=positive_int, default=32)
     p.add_argument("--skip_timing", action="store_true")
     p.add_argument("--out", type=output_folder, default="outputs/bench")
+    add_overwrite(p)
     args = p.parse_args(argv)
     model, info = load_checkpoint(args.ckpt)
     tokenizer = load_tokenizer(info["tokenizer"])
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     text = "\n".join(lines) + "\n"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "eval.md", text)
+    with replacing_files(out, "benchmark", args.overwrite) as tmp:  # never a file of the user's own
+        write_text(tmp / "eval.md", text)
     print(text)
     return lines

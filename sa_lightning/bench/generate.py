@@ -20,7 +20,7 @@ import torch
 
 from ..attention import VARIANTS
 from ..attention.variants import SA_SWA
-from ..utils.atomic import output_folder, write_text
+from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.device import check_device
 from ..utils.report import head, row
 from .machine import describe, positive_int, sync
@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--out", type=output_folder, default="outputs/bench_generate")
+    add_overwrite(p)
     args = p.parse_args(argv)
     device, dtype = check_device(args.device), getattr(torch, args.dtype)
     rows = []
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     lines += [row([r["shape"], r["params_M"], f"{r['cached']:.1f}", f"{r['recomputed']:.1f}",
                    f"{r['speedup']:.1f}x"]) for r in rows]
     out = Path(args.out)
-    write_text(out / "generate.md", "\n".join(lines) + "\n")
+    with replacing_files(out, "benchmark", args.overwrite) as tmp:  # never a file of the user's own
+        write_text(tmp / "generate.md", "\n".join(lines) + "\n")
     print(f"wrote {out / 'generate.md'}", flush=True)
     return rows

@@ -26,7 +26,7 @@ import torch
 
 from ..attention import variant_names
 from ..attention.variants import SWA
-from ..utils.atomic import output_folder, write_text
+from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.device import check_device
 from ..utils.report import head, row
 from .machine import available_bytes, describe, positive_int, sync
@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--out", type=output_folder, default="outputs/bench")
+    add_overwrite(p)
     args = p.parse_args(argv)
     if args.layers and args.model not in RANDOM_MODELS:
         p.error(f"--layers applies to the random models ({', '.join(RANDOM_MODELS)}), not to {args.model!r}.")
@@ -186,6 +187,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     text = markdown(rows, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "prefill.md", text)
+    with replacing_files(out, "benchmark", args.overwrite) as tmp:  # never a file of the user's own
+        write_text(tmp / "prefill.md", text)
     print(text)
     return rows

@@ -40,7 +40,7 @@ from ..models import ModelConfig, Transformer
 from ..models.flops import matmul_params, train_flops_per_token
 from .machine import describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
-from ..utils.atomic import output_folder, write_text
+from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, number, row
 
 PRESETS = {
@@ -240,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time each variant eager (off), under torch.compile (on), or both side by side")
     p.add_argument("--no-data", dest="data", action="store_false", help="skip the data pipeline timing")
     p.add_argument("--out", type=output_folder, default="outputs/bench")
+    add_overwrite(p)
     return p
 
 
@@ -257,6 +258,7 @@ def main(argv: list[str] | None = None):
     text = markdown(rows, data, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / f"train_{args.preset}.md", text)
+    with replacing_files(out, "benchmark", args.overwrite) as tmp:  # never a file of the user's own
+        write_text(tmp / f"train_{args.preset}.md", text)
     print(text)
     return rows, data
