@@ -310,7 +310,7 @@ def test_bad_input_is_one_sentence(checkpoint, tmp_path):
     with pytest.raises(ValueError, match="exceeds the model's max_seq_len=64"):
         SATransformerForCausalLM.from_transformer(_net("sa"))(torch.ones(1, 65, dtype=torch.long))
     res = run_cli_here("generate", "--ckpt", str(checkpoint), "--prompt", "x", "--temperature", "-0.5")
-    assert res.returncode != 0 and "--temperature must be >= 0 (0 is greedy), got -0.5." in res.stderr
+    assert res.returncode != 0 and "--temperature must be a finite number >= 0 (0 is greedy), got -0.5." in res.stderr
     res = run_cli_here("generate", "--ckpt", str(checkpoint), "--prompt", "ROMEO: " * 300)
     assert res.returncode != 0 and "and the model's max_seq_len is 64: it leaves no room" in res.stderr, res.stderr
     res = run_cli_here("generate", "--ckpt", str(checkpoint), "--prompt", "x", "--decode", "window",

