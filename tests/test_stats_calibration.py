@@ -101,3 +101,13 @@ def test_segments_cut_long_documents_into_equal_units():
     assert stats.segments(tokens, 4).tolist() == [1.5, 5.5]  # the last two tokens left out
     with pytest.raises(ValueError, match="at least 16 tokens"):
         stats.segments(tokens, 16)
+
+
+def test_too_few_documents_are_resampled_as_segments_and_enough_as_themselves():
+    tokens = np.arange(2 * 3 * 130.0).reshape(2, 3, 130)  # (seeds, documents, tokens)
+    items = tokens.mean(axis=2)
+    assert stats.block_units(items, tokens).shape == (2, 6)  # 3 documents: 2 segments of 64 tokens each
+    assert stats.block_units(items).shape == (2, 3)  # no per-token values: the documents
+    assert stats.block_units(items, tokens[..., :100]).shape == (2, 3)  # under two segments a document: the same
+    many = np.zeros((2, 5, 130))
+    assert stats.block_units(many.mean(axis=2), many).shape == (2, 5)  # five documents are units enough

@@ -27,9 +27,9 @@ from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.report import head, row
-from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, Interval, comparison_row, derived_seed,
-                           headroom, headroom_label, paired_difference, percentile_interval, replicates, seed_spread,
-                           segments)
+from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval, block_units,
+                           comparison_row, derived_seed, headroom, headroom_label, paired_difference,
+                           percentile_interval, replicates, seed_spread)
 from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
                    metric_of, read_items)
 
@@ -56,19 +56,9 @@ class TaskScores:
                           None if self.tokens is None else self.tokens[:, cols])
 
 
-#: the tokens of one unit of a block bootstrap, where a position task has fewer than ``MIN_UNITS`` documents
-SEGMENT = 64
-
-
 def units(scores: TaskScores) -> np.ndarray:
-    """(seeds, units) of one setting's task: its items, or, for a perplexity task with fewer than ``MIN_UNITS``
-    documents, each document's per-token NLL cut into segments of ``SEGMENT`` tokens (a block bootstrap: a
-    percentile bootstrap over 2 or 3 documents is their [min, max], which covers 51% or 73%, not 95%). The segments
-    are resampled as exchangeable units, so such an interval holds the variation within these documents, not from
-    one document to another: it speaks for the text scored, and the reports say how many documents it rests on."""
-    if scores.tokens is None or scores.matrix.shape[1] >= MIN_UNITS or scores.tokens.shape[2] < 2 * SEGMENT:
-        return scores.matrix
-    return segments(scores.tokens, SEGMENT)
+    """(seeds, units) of one setting's task: its items, or too few documents' segments (``utils.stats.block_units``)."""
+    return block_units(scores.matrix, scores.tokens)
 
 
 @dataclass
@@ -273,9 +263,7 @@ def delta_nll_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
                 parts["all"] = (0, mine.shape[2])
                 cells_ = {}
                 for name, (lo, hi) in parts.items():
-                    few = len(ids) < MIN_UNITS and hi - lo >= 2 * SEGMENT  # too few documents: segments instead
-                    a_units, b_units = ((segments(x[:, :, lo:hi], SEGMENT) if few else x[:, :, lo:hi].mean(axis=2))
-                                        for x in (mine, full))
+                    a_units, b_units = (block_units(x[:, :, lo:hi].mean(axis=2), x[:, :, lo:hi]) for x in (mine, full))
                     diff = paired_difference(a_units, b_units, seed=derived_seed(0, task, *setting, name))
                     cells_[name] = comparison_row(diff, lower_is_better=True)
                 rows.append({"task": task, "mode": setting[0], "w_eff": setting[1], "sink": setting[2],

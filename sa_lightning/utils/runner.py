@@ -34,7 +34,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .atomic import CELLS_KIND, read_records, remove_stale_partials, write_records, write_text
+from .atomic import CELLS_KIND, remove_stale_partials, write_records, write_text
 from .load import cores_available
 from .runlock import RunLock
 
@@ -189,6 +189,13 @@ def items_file(record_path: Path) -> Path:
     return record_path.with_name(record_path.name[:-len(".json")] + ".items.jsonl.gz")
 
 
+def _lines(path: Path) -> int:
+    """The lines of a gzipped JSON-lines file, read to its end: a file cut short fails gzip's own length and CRC
+    check (``EOFError``), so the count checks it whole without parsing a record."""
+    with gzip.open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
 def read_cell(path: Path, needs: str | None = None, quiet: bool = False) -> dict:
     """A finished cell's record, or {} (run it) when there is none or it is damaged: a record cut short, one
     without ``needs`` (a key every record of this kind holds), or per-item records that do not read back whole
@@ -200,7 +207,7 @@ def read_cell(path: Path, needs: str | None = None, quiet: bool = False) -> dict
         whole = isinstance(saved, dict) and (needs is None or needs in saved)
         items = saved.get("items") if whole else None
         if isinstance(items, dict) and "count" in items:
-            whole = len(read_records(path.with_name(items["file"]))) == items["count"]
+            whole = _lines(path.with_name(items["file"])) == items["count"]
         if whole:
             return saved
     except (OSError, ValueError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, TypeError, KeyError):

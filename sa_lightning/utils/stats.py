@@ -291,6 +291,23 @@ def segments(tokens, length: int) -> np.ndarray:
         *tokens.shape[:-2], -1)
 
 
+#: the tokens of one unit of a block bootstrap, where a perplexity task has fewer than ``MIN_UNITS`` documents
+SEGMENT = 64
+
+
+def block_units(items, tokens=None, length: int = SEGMENT) -> np.ndarray:
+    """The units an interval over documents resamples: ``items`` ((seeds, documents), each document's mean) when
+    there are ``MIN_UNITS`` documents or more, or no per-token values; else ``tokens`` ((seeds, documents, tokens))
+    cut into segments of ``length`` tokens (``segments``), where each document holds at least two. A percentile
+    bootstrap over 2 or 3 documents is their [min, max] (51% or 73% coverage, not 95%). The segments are resampled
+    as exchangeable units, so such an interval holds the variation within these documents, not from one document
+    to another: it speaks for the text scored."""
+    items = np.asarray(items, dtype=np.float64)
+    if tokens is None or items.shape[-1] >= MIN_UNITS or np.shape(tokens)[-1] < 2 * length:
+        return items
+    return segments(tokens, length)
+
+
 # ---- the earlier names, each one scheme ------------------------------------------------------------------
 def bootstrap_mean(values, *, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> Interval:
     """The mean of ``values`` (one per item) with its interval over items."""
