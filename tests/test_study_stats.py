@@ -53,23 +53,54 @@ def test_compare_pools_the_training_seeds_with_each_seeds_own_difference():
              "swa": (0.6, 0.95, 0.8, 0.97, 0.7, 0.99), "full": (1.0,) * 6}
     cells = [_cell(v, r[s], seed=s) for v, r in rates.items() for s in range(6)]
     text = compare(cells, [{"a": "sa", "b": "random"}, {"a": "sa", "b": "swa"}])
-    head, pooled = text.split("## Pooled over training seeds")
-    assert sum(line.startswith("| passkey") for line in head.splitlines()) == 12  # one row per seed and comparison
-    assert "| task | L | w | seed | K | A | B |" in head and "| passkey | 2 | 16 | 2 | 1 | sa | random |" in head
-    rows = {tuple(c.strip() for c in line.strip(" |").split("|"))[5]: [c.strip() for c in line.strip(" |").split("|")]
-            for line in pooled.splitlines() if line.startswith("| passkey")}
+    pooled, alone = text.split("## Each trained model alone")  # the rows that decide come first
+    assert pooled.startswith("## Over training seeds: accuracy beyond")
+    assert sum(line.startswith("| passkey") for line in alone.splitlines()) == 12  # one row per seed and comparison
+    assert "| task | L | w | seed | K | A | B |" in alone and "| passkey | 2 | 16 | 2 | 1 | sa | random |" in alone
+    table_rows = [[c.strip() for c in line.strip(" |").split("|")] for line in pooled.splitlines()
+                  if line.startswith("| passkey") and line.count("|") == 13]
+    rows = {r[5]: r for r in table_rows}
     assert set(rows) == {"random", "swa"}
     sa_random, sa_swa = rows["random"], rows["swa"]
-    assert sa_random[6] == "6" and len(sa_random[9].split(", ")) == 6  # six seeds, each one's own difference
-    assert sa_random[12] == "–"  # one σ draw per model: no σ spread to show
-    assert sa_random[13] == "better" and sa_random[14] == "yes"  # full beats SWA at every seed: headroom
-    assert sa_swa[13] == "not separable at this size"  # the seeds disagree
-    assert "t interval over the per-seed differences" in pooled
+    assert sa_random[6] == "6" and len(sa_random[8].split(", ")) == 6  # six seeds, each one's own difference
+    assert sa_random[10] == "better" and sa_random[11] == "yes"  # full beats SWA at every seed: headroom
+    assert sa_swa[10] == "not separable at this size"  # the seeds disagree
+    assert "t interval over the seeds" in pooled and "Power of this design" in pooled
+    summary = {r[4]: r for r in ([c.strip() for c in line.strip(" |").split("|")] for line in pooled.splitlines()
+                                 if line.startswith("| passkey") and line.count("|") == 11)}
+    assert summary["full"][9] == "6/6" and summary["random"][9] == "0/6"  # the seeds that reached 90%
     # three seeds: the range of their differences, and no verdict however far apart the sides are
     three = compare([c for c in cells if c["seed"] < 3], [{"a": "sa", "b": "random"}])
-    (line,) = [r for r in three.split("## Pooled over training seeds")[1].splitlines() if r.startswith("| passkey")]
+    (line,) = [r for r in three.split("## Each trained model alone")[0].splitlines()
+               if r.startswith("| passkey") and r.count("|") == 13]
     assert "3 seeds: range [" in line and "| too few seeds to decide |" in line
-    assert "Pooled over training seeds" not in compare(cells[::6], [{"a": "sa", "b": "random"}])  # one seed: none
+    assert "Over training seeds" not in compare(cells[::6], [{"a": "sa", "b": "random"}])  # one seed: none
+
+
+def test_the_answers_log_probability_is_a_second_outcome_with_an_equivalence_margin():
+    """Where accuracy sits at chance on both sides, the answer's log-probability still ranks them; a margin turns
+    a tight null into "equivalent within ±δ", never a wide one."""
+    cells = []
+    for s in range(6):
+        for variant, shift in (("sa", 0.0), ("random", 0.002 * (-1) ** s), ("swa", 0.0), ("full", 0.0)):
+            cell = _cell(variant, 0.0 if variant != "full" else 1.0, seed=s)
+            n = len(cell["scores"][1]["items"])
+            cell["scores"][1]["logps"] = [-4.0 + shift + 0.01 * ((i * 7 + s) % 5) for i in range(n)]
+            if variant == "full":
+                cell["scores"][1]["logps"] = [-0.01] * n
+            cells.append(cell)
+    text = compare(cells, [{"a": "sa", "b": "random"}], margins={"logp": 0.05})
+    assert "## Over training seeds: log p(answer) beyond" in text
+    section = text.split("## Over training seeds: log p")[1].split("## Each trained model alone")[0]
+    (line,) = [r for r in section.splitlines() if r.startswith("| passkey") and "| sa | random |" in r]
+    assert "equivalent within ±0.05" in line
+    for cell in cells:  # seeds that disagree by ±0.2 nats: not separable, and not equivalent either
+        if cell["variant"] == "random":
+            cell["scores"][1]["logps"] = [lp + 0.2 * (-1) ** cell["seed"] for lp in cell["scores"][1]["logps"]]
+    section = compare(cells, [{"a": "sa", "b": "random"}], margins={"logp": 0.05}).split(
+        "## Over training seeds: log p")[1].split("## Each trained model alone")[0]
+    (line,) = [r for r in section.splitlines() if r.startswith("| passkey") and "| sa | random |" in r]
+    assert "not separable at this size" in line
 
 
 def test_the_table_names_the_seed_where_several_were_trained():
@@ -102,6 +133,5 @@ def test_sigma_seeds_average_each_answer_and_their_spread_is_shown_apart():
     assert sigma_sd(swa, _cell("full", 1.0), 1) is None and beyond_by_eval_seed(swa, 1) is None
     assert "σ SD" in table([cell, swa]) and "(2 σ)" in table([cell, swa])
     cells = [{**c, "seed": s} for s in range(2) for c in (cell, swa, _cell("full", 1.0))]
-    pooled = compare(cells, [{"a": "sa", "b": "swa"}]).split("## Pooled over training seeds")[1]
-    (line,) = [r for r in pooled.splitlines() if r.startswith("| passkey")]
-    assert f"| {100 * sigma_sd(cell, swa, 1):.1f} |" in line and "σ SD" in pooled
+    alone = compare(cells, [{"a": "sa", "b": "swa"}]).split("## Each trained model alone")[1]
+    assert "σ SD" in table(cells) and "(2 σ)" in table(cells) and "evaluation σ seeds" in alone

@@ -59,7 +59,8 @@ class DistanceAccuracy(Callback):
 
     ``keep_items=True`` also keeps, for the last validation or test on this rank, one record per answer in the
     order the data module yields them, ``(distance, correct)`` in ``items``, so that two models validated on
-    the same data can be compared answer by answer (what ``study long-range`` stores and bootstraps).
+    the same data can be compared answer by answer (what ``study long-range`` stores and bootstraps), and in
+    ``logps`` the log-probability the model gave each right answer (where ``LitLM`` returns it), in the same order.
     """
 
     #: the tags that go in TensorBoard's HPARAMS tab beside the module's own (``LitLM``)
@@ -70,6 +71,7 @@ class DistanceAccuracy(Callback):
         self._bucket_of = None
         self.keep_items = keep_items
         self.items: list[tuple[int, bool]] = []
+        self.logps: list[float] = []
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         dm = trainer.datamodule
@@ -86,7 +88,7 @@ class DistanceAccuracy(Callback):
     def _start(self, pl_module) -> None:
         self.metric.reset()
         self.metric.to(pl_module.device)
-        self.items = []
+        self.items, self.logps = [], []
 
     def _update(self, outputs, batch) -> None:
         if not isinstance(outputs, dict) or "predictions" not in outputs:
@@ -96,6 +98,8 @@ class DistanceAccuracy(Callback):
             scored = batch["labels"] != IGNORE
             hit = (outputs["predictions"] == batch["labels"])[scored]
             self.items += list(zip(batch["distance"][scored].tolist(), hit.tolist()))
+            if "answer_logp" in outputs:
+                self.logps += outputs["answer_logp"][scored].tolist()
 
     def _log(self, pl_module, stage: str, prog_bar: bool) -> None:
         values = self.metric.compute()

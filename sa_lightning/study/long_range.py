@@ -37,7 +37,7 @@ from pathlib import Path
 from ..analysis.mechanism import PATTERNED
 from ..attention import VARIANTS, get_variant, sigma_seeds, variant_names
 from ..attention.variants import FULL, SWA
-from ..utils import runner
+from ..utils import runner, trained
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, number, pyplot, ranked_cells, row
 from ..utils.tables import write_csv
@@ -58,6 +58,10 @@ class LongRangeConfig:
         eval_samples: K draws averaged at validation. eval_seeds: σ seeds at K = 1 for a model that draws.
         jobs: cells trained at once (a count, or ``auto``). fit_overrides: ``fit`` arguments for every cell.
         comparisons: ``{a: <variant>, b: <variant>}`` each, paired on the same answers and pooled over seeds.
+        seeds_by_variant: training seeds for some variants instead of ``seeds`` (the references need fewer seeds
+            than the comparisons that decide: ``{full: [0, 1, 2], swa: [0, 1, 2]}``).
+        margins: equivalence margins per outcome (``acc``: points of accuracy, ``logp``: nats), for "equivalent
+            within ±δ" (two one-sided tests over training seeds).
         out: the output folder.
     """
 
@@ -72,6 +76,8 @@ class LongRangeConfig:
     fit_config: str = "configs/synthetic/{task}.yaml"
     fit_overrides: dict[str, Any] | None = None
     comparisons: list[dict] | None = None
+    seeds_by_variant: dict[str, list[int]] | None = None
+    margins: dict[str, float] | None = None
     out: str = "outputs/study/long_range"
 
 
@@ -86,6 +92,12 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
             or len(set(seeds)) != len(seeds):
         raise ValueError(f"eval_seeds must be distinct integers >= 0, got {seeds!r}; nothing was trained.")
     settings["seeds"] = runner.unique_seeds(settings["seeds"], "seeds")
+    own = settings.get("seeds_by_variant") or {}
+    unknown = sorted(set(own) - set(settings["variants"]))
+    if unknown:
+        raise ValueError(f"seeds_by_variant names {', '.join(unknown)}, not among the variants "
+                         f"{settings['variants']!r}; nothing was trained.")
+    settings["seeds_by_variant"] = {v: runner.unique_seeds(seeds, f"seeds_by_variant.{v}") for v, seeds in own.items()}
     check_grid(settings)
     return settings
 
@@ -122,8 +134,11 @@ def eval_seeds(variant: str, settings: dict) -> list[int]:
 
 
 def cells(settings: dict) -> list[dict]:
+    """Every (task, variant, depth, window, seed); a variant in ``seeds_by_variant`` takes its own seeds."""
+    own = settings.get("seeds_by_variant") or {}
     return [dict(task=t, variant=v, depth=int(d), window=int(w), seed=int(s))
-            for t, v, d, w, s in product(*(settings[k] for k in GRID_KEYS))]
+            for t, v, d, w in product(*(settings[k] for k in GRID_KEYS[:-1]))
+            for s in own.get(v, settings["seeds"])]
 
 
 def cell_id(cell: dict) -> str:
@@ -172,13 +187,40 @@ def run_cell(cell: dict, spec: dict) -> dict:
             runs.append({"acc": metrics["val/acc"], "loss": metrics["val/loss"],
                          "buckets": {name: metrics.get(f"val/acc@{name}", math.nan) for name in dm.bucket_names},
                          # each answer in validation order, (distance, 1 if right): cells pair answer by answer
-                         "items": [[d, int(hit)] for d, hit in accuracy.items]})
+                         "items": [[d, int(hit)] for d, hit in accuracy.items],
+                         # the log-probability of each right answer, in the same order: the continuous outcome
+                         "logps": [round(x, 5) for x in accuracy.logps]})
         scores[k] = _mean_of_runs(runs)
     model.eval_seed = 0
-    return {**cell, "seq_len": dm.seq_len, "receptive_field": cell["depth"] * (cell["window"] - 1),
+    receptive_field = cell["depth"] * (cell["window"] - 1)
+    curve = learning_curve(Path(spec["fit_args"][spec["fit_args"].index("--trainer.default_root_dir") + 1]) / "tb",
+                           [name for name in dm.bucket_names if _bucket_bounds(name)[0] > receptive_field])
+    return {**cell, "seq_len": dm.seq_len, "receptive_field": receptive_field,
             "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
             "seconds": round(trained + time.perf_counter() - scoring, 1), "edges": dm.task.edges,
-            "eval_seeds": seeds if draws else seeds[:1], "scores": scores}
+            "eval_seeds": seeds if draws else seeds[:1], "scores": scores, "curve": curve}
+
+
+def learning_curve(log_dir: Path, far_buckets: list[str]) -> list[list[float]]:
+    """``[[step, accuracy beyond SWA's field], ...]`` from the validations during training (TensorBoard's
+    ``val/acc@<bucket>``, the mean over the buckets wholly beyond the field), every version of the cell's log
+    merged by step: what ``learned_step`` reads. Empty where nothing was logged."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    by_step: dict[int, dict[str, float]] = {}
+    for version in sorted(p for p in log_dir.glob("version_*") if p.is_dir()) if far_buckets else []:
+        events = EventAccumulator(str(version), size_guidance={"scalars": 0}).Reload()
+        tags = set(events.Tags().get("scalars", []))
+        for name in far_buckets:
+            for event in events.Scalars(f"val/acc@{name}") if f"val/acc@{name}" in tags else []:
+                by_step.setdefault(int(event.step), {})[name] = float(event.value)
+    return [[step, round(sum(accs.values()) / len(accs), 4)] for step, accs in sorted(by_step.items())
+            if len(accs) == len(far_buckets)]
+
+
+def learned_step(result: dict, target: float = TARGET) -> int | None:
+    """The first validation step at which the cell's accuracy beyond SWA's field reached ``target``, or None."""
+    return next((step for step, acc in result.get("curve") or [] if acc >= target), None)
 
 
 def _mean_of_runs(runs: list[dict]) -> dict:
@@ -191,6 +233,7 @@ def _mean_of_runs(runs: list[dict]) -> dict:
             "buckets": {name: mean(r["buckets"][name] for r in runs) for name in runs[0]["buckets"]},
             "items": [[d, round(mean(r["items"][j][1] for r in runs), 6)]
                       for j, (d, _) in enumerate(runs[0]["items"])],
+            "logps": [round(mean(values), 5) for values in zip(*(r.get("logps") or [] for r in runs))],
             "hits_by_eval_seed": [[hit for _, hit in r["items"]] for r in runs]}
 
 
@@ -341,8 +384,10 @@ TABLE_NOTE = ("beyond L·(w−1): the share of right answers whose key–query d
               "K = 1 a model that draws counts each answer as its mean over the evaluation σ seeds).")
 
 
-def compare(results: list[dict], comparisons: list[dict]) -> str:
-    """Paired differences A − B on the same validation answers beyond SWA's reach: per configured comparison
+def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None) -> str:
+    """Where several training seeds trained a comparison, first the rows that speak for the variants (``pooled``:
+    over training seeds, per outcome). Then each trained model alone, paired differences A − B on the same
+    validation answers beyond SWA's reach: per configured comparison
     (``comparisons: [{a: sa, b: random}, ...]``), per (task, L, w, seed) where both were trained, per K of A
     (B at the same K, or at K = 1 if it draws nothing). The two models were validated on one set (the data seed
     is the cell's seed), so answer j of A and of B is the same question; the interval is a paired percentile
@@ -394,7 +439,10 @@ def compare(results: list[dict], comparisons: list[dict]) -> str:
     if missing:
         notes += ["", "Not compared (a cell saved without its answers, or validated on other data; run it again): "
                   + "; ".join(missing) + "."]
-    return "\n".join(lines + notes + pooled(results, comparisons)) + "\n"
+    over_seeds = pooled(results, comparisons, margins)
+    if not over_seeds:
+        return "\n".join(lines + notes) + "\n"
+    return "\n".join([*over_seeds[1:], "", "## Each trained model alone", "", *lines, *notes]) + "\n"
 
 
 def paired_answers(ra: dict, rb: dict, k: int) -> tuple[list[int], list[int]] | None:
@@ -421,71 +469,107 @@ def _pairs(by: dict, a: str, b: str, task: str, depth: int, window: int, k: int)
     return out
 
 
-def pooled(results: list[dict], comparisons: list[dict]) -> list[str]:
-    """The configured comparisons pooled over training seeds, where two or more seeds trained both sides: each
-    seed's difference on its own validation answers, and their mean with a t interval over the seeds (``utils.stats``
-    seeds scheme; a range under five seeds, with no verdict), the verdict worded from it. The per-seed rows above hold
-    one trained model each; these are the rows that speak for the variants. Empty with one seed."""
-    from ..utils.stats import (HEADROOM_NOTE, MIN_UNITS, Interval, headroom, headroom_label, seed_comparison,
-                               seed_difference)
+#: what a trained cell is scored on beyond SWA's receptive field: accuracy, and the answer's log-probability (a
+#: continuous outcome that moves where accuracy sits at chance or at the ceiling)
+OUTCOMES = (trained.Outcome("acc", "accuracy beyond L·(w−1)", scale=100, spec=".1f", unit="points"),
+            trained.Outcome("logp", "log p(answer) beyond L·(w−1)", spec=".3f", unit="nats"))
 
-    by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
-    settings = sorted({(r["task"], r["depth"], r["window"]) for r in results})
-    lines = []
-    controls: dict[tuple, bool | None] = {}  # the pooled positive control, once per (task, L, w, seeds)
 
-    def control(task: str, depth: int, window: int, seeds: tuple) -> bool | None:
-        key = (task, depth, window, seeds)
-        if key not in controls:
-            pairs = _pairs(by, FULL.name, SWA.name, task, depth, window, 1)
-            controls[key] = None if not set(seeds) <= set(pairs) else headroom(seed_difference(
-                [pairs[s] for s in seeds]))
-        return controls[key]
+def beyond_logps(result: dict, k: int) -> list[float] | None:
+    """The log-probability of each answer beyond SWA's field at K (``beyond_items``' answers), or None for a cell
+    saved without them."""
+    score, start = result["scores"][k], _beyond_from(result)
+    logps, items = score.get("logps"), score.get("items")
+    if not logps or not items or len(logps) != len(items) or start is None:
+        return None
+    return [lp for (distance, _), lp in zip(items, logps) if distance >= start]
 
-    for c in comparisons:
-        for task, depth, window in settings:
-            ks = sorted({k for (t, v, d, w, _), r in by.items() if (t, v, d, w) == (task, c["a"], depth, window)
-                         for k in r["scores"]})
-            for k in ks:
-                pairs = _pairs(by, c["a"], c["b"], task, depth, window, k)
-                if len(pairs) < 2:
+
+def units(results: list[dict], k: int, outcome: str) -> dict[tuple, "trained.Units"]:
+    """Per setting (task, L, w): each variant's items beyond SWA's field at K (B's at 1 where it draws nothing),
+    per training seed, for ``outcome`` (``acc``: 1 right, 0 wrong; ``logp``). A seed's variants share their
+    validation answers (the data seed is the training seed); a cell validated on other answers is left out."""
+    out: dict[tuple, dict] = {}
+    reference: dict[tuple, list] = {}
+    for r in sorted(results, key=lambda r: (r["task"], r["depth"], r["window"], r["seed"], r["variant"])):
+        kk = k if k in r["scores"] else 1
+        if kk not in r["scores"] or not r["scores"][kk].get("items"):
+            continue
+        values = beyond_items(r, kk) if outcome == "acc" else beyond_logps(r, kk)
+        distances = [d for d, _ in r["scores"][kk]["items"]]
+        key = (r["task"], r["depth"], r["window"], r["seed"])
+        if values is None or not values or reference.setdefault(key, distances) != distances:
+            continue
+        out.setdefault(key[:3], {}).setdefault(r["variant"], {})[r["seed"]] = [float(v) for v in values]
+    return out
+
+
+def pooled(results: list[dict], comparisons: list[dict], margins: dict | None = None) -> list[str]:
+    """Over training seeds, where two or more seeds trained a configured comparison: per outcome (``OUTCOMES``),
+    each variant's mean with its interval over the seeds and the share of seeds that learned the task (90% beyond
+    SWA's field), the step at which each did, and A − B paired by seed (``utils.trained``: a t interval over the
+    seeds, a range under five, "equivalent within ±δ" at ``margins``, the positive control's headroom); then the
+    power of the design from its own seed SD. Empty with one seed."""
+    margins = margins or {}
+    pairs = [(c["a"], c["b"]) for c in comparisons]
+    ks = sorted({k for r in results for k in r["scores"]})
+    lines: list[str] = []
+    for outcome in OUTCOMES:
+        summaries, compared = [], []
+        for k in ks:
+            for setting, by_arm in sorted(units(results, k, outcome.key).items()):
+                if max(len(seeds) for seeds in by_arm.values()) < 2:
                     continue
-                seeds = sorted(pairs)
-                compared = seed_comparison({s: pairs[s] for s in seeds})
-                diff = Interval.from_dict(compared)
-                own = FULL.name in (c["a"], c["b"])
-                room = None if own else control(task, depth, window, tuple(seeds))
-                rates = [(sum(a) / len(a), sum(b) / len(b)) for a, b in (pairs[s] for s in seeds)]
-                each = ", ".join(f"{100 * d:+.1f}" for d in compared["per_seed"].values())
-                mean_a, mean_b = (sum(r[i] for r in rates) / len(rates) for i in (0, 1))
-                spreads = [sd for sd in (sigma_sd(by[(task, c["a"], depth, window, s)],
-                                                  by[(task, c["b"], depth, window, s)], k) for s in seeds)
-                           if sd is not None]
-                lines.append(row([task, depth, window, k, c["a"], c["b"], len(seeds), f"{100 * mean_a:.1f}",
-                                  f"{100 * mean_b:.1f}", each,
-                                  diff.map(lambda x: 100 * x).text("+.1f"),
-                                  f"{100 * diff.seed_sd:.1f}",
-                                  f"{100 * sum(spreads) / len(spreads):.1f}" if spreads else "–",
-                                  compared["verdict"],
-                                  headroom_label(None if own else room), diff.items]))
+                arms = {a: by_arm[a] for a in variant_names() if a in by_arm}
+                threshold = TARGET if outcome.key == "acc" else None
+                for entry in trained.summary(arms, outcome, threshold):
+                    steps = [learned_step(r) for r in results if (r["task"], r["depth"], r["window"], r["variant"])
+                             == (*setting, entry["arm"]) and r["seed"] in entry["per_seed"]]
+                    curves = any(r.get("curve") for r in results if r["variant"] == entry["arm"])
+                    learned = sorted(s for s in steps if s is not None) if curves else None
+                    entry.update(setting=(*setting, k), learned_steps=learned)
+                    summaries.append(entry)
+                for entry in trained.comparisons(arms, pairs, outcome, margins.get(outcome.key),
+                                                 control=(FULL.name, SWA.name)):
+                    compared.append({**entry, "setting": (*setting, k)})
+        if not compared:
+            continue
+        lines += ["", f"## Over training seeds: {outcome.name}", "",
+                  *trained.summary_table(summaries, outcome, ["task", "L", "w", "K"],
+                                         "seeds that learned" if outcome.key == "acc" else None)]
+        if outcome.key == "acc":
+            lines += ["", "Seeds that learned: accuracy beyond L·(w−1) of at least 90% at the end; the step at which "
+                      "each first did (validation during training): "
+                      + "; ".join(f"{r['arm']} (L={r['setting'][1]}, w={r['setting'][2]}): "
+                                  + ("no validation curve kept" if r["learned_steps"] is None else
+                                     ", ".join(map(str, r["learned_steps"])) or "none")
+                                  for r in summaries if r["setting"][3] == ks[0]) + "."]
+        lines += ["", *trained.comparison_table(compared, outcome, ["task", "L", "w", "K"])]
+        lines += ["", "Power of this design (a paired t test over its seeds, 5% level, 80% power), from each row's "
+                  "own seed SD: " + "; ".join(_power_text(r, outcome) for r in compared if r.get("seed_sd")) + "."]
     if not lines:
         return []
-    return ["", "## Pooled over training seeds", "",
-            *head(["task", "L", "w", "K", "A", "B", "seeds", "A beyond L·(w−1)", "B", "A − B per seed",
-                   "A − B [95% CI]", "seed SD", "σ SD", "verdict", "headroom", "answers"],
-                  ["---"] * 6 + ["---:"] * 3 + ["---"] + ["---:"] * 3 + ["---", "---", "---:"]),
-            *lines, "",
-            "Means over the training seeds (each seed's model answered its own validation set, drawn from that seed), "
-            "in percentage points beyond SWA's receptive field. 95% interval: a t interval over the per-seed "
-            "differences (each the mean over that seed's answers), since a training seed moves all the answers of "
-            "its model; with "
-            f"fewer than {MIN_UNITS} seeds there is no 95% interval, only the range of the per-seed differences, and "
-            "no verdict. Each seed's own difference is listed. seed SD: the standard deviation "
-            "of the per-seed differences. σ SD: the standard deviation of A − B over the evaluation σ seeds (each "
-            "side validated once per seed at K = 1; a side that draws nothing is the same under every seed), the mean "
-            "over the training seeds; each answer above counts as its mean over those σ seeds. Headroom here is the "
-            "same control pooled over the same seeds. "
-            + HEADROOM_NOTE]
+    return [*lines, "", trained.NOTE + (f" Margins δ: {margins}." if margins else "")]
+
+
+def _power_text(r: dict, outcome: "trained.Outcome") -> str:
+    detectable = trained.power(r["seed_sd"], r["seeds"])
+    return f"{r['a']} − {r['b']}: seed SD {outcome.text(r['seed_sd'])}, detects {outcome.text(detectable)} " \
+           f"{outcome.unit} with {r['seeds']} seeds"
+
+
+def plot_seeds(results: list[dict], path: Path) -> None:
+    """``over_seeds.png``: per (task, L, w) and outcome at K = 1, each variant's training seeds (dots) and their
+    mean with its interval over the seeds (``utils.trained.figure``)."""
+    panels = []
+    for outcome in OUTCOMES:
+        for setting, by_arm in sorted(units(results, 1, outcome.key).items()):
+            arms = {a: by_arm[a] for a in variant_names() if a in by_arm}
+            rows_ = trained.summary(arms, outcome)
+            if rows_:
+                panels.append((f"{setting[0]}, L={setting[1]}, w={setting[2]}: {outcome.name}", rows_, outcome))
+    if panels:
+        trained.figure(panels, path, lambda v: (get_variant(v).color, get_variant(v).marker, get_variant(v).label))
 
 
 def reach(results: list[dict]) -> str:
@@ -631,13 +715,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         run=run_spec, line=line, jobs=settings.get("jobs"),
         loaded=lambda saved: {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}})
     summary = {"table.md": table(results), "reach.md": reach(results),
-               "compare.md": compare(results, settings.get("comparisons") or [])}
+               "compare.md": compare(results, settings.get("comparisons") or [], settings.get("margins"))}
     with replacing_files(out, "study report", overwrite=True) as tmp:  # its own folder (cells/)
         write_csv(tmp / "results.csv", rows(results))
         for name, text in summary.items():
             write_text(tmp / name, text)
         plot(results, tmp / "accuracy_vs_distance.png")
+        if several_seeds(results):
+            plot_seeds(results, tmp / "over_seeds.png")
     print("\n" + "\n".join(summary.values()))
-    print(f"wrote {out}/results.csv, table.md, reach.md, compare.md and accuracy_vs_distance.png "
+    print(f"wrote {out}/results.csv, table.md, reach.md, compare.md, accuracy_vs_distance.png"
+          f"{' and over_seeds.png' if several_seeds(results) else ''} "
           f"({time.perf_counter() - start:.0f} s)")
     return results
