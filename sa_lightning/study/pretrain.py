@@ -38,11 +38,10 @@ import numpy as np
 
 from ..attention import get_variant, sigma_seeds, variant_label
 from ..attention.variants import FULL, SWA
-from ..utils import runner
+from ..utils import runner, trained
 from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
 from ..utils.report import head, pyplot, row
-from ..utils.stats import (HEADROOM_NOTE, MIN_UNITS, Interval, estimate, headroom, headroom_label, seed_comparison,
-                           seed_difference)
+from ..utils.stats import MIN_UNITS, estimate
 from ..utils.tables import write_csv
 from . import grid
 
@@ -281,75 +280,53 @@ def table(table_rows: list[dict], settings: dict) -> str:
                               "over its training seeds (σ):", "", *spread]) + "\n"
 
 
-def seed_pairs(results: list[dict], a: str, b: str, column: str) -> dict[int, tuple[list, list]]:
-    """{training seed: (A's items, B's items)} for each seed that trained both models, on the items both scored:
-    one ``seed_everything`` gives both the same initialisation and data order, so they pair seed by seed."""
-    runs = {(r["model"], r["seed"]): r["scores"][column] for r in results}
-    out = {}
-    for seed in sorted({s for m, s in runs if m == a} & {s for m, s in runs if m == b}):
-        ia, ib = runs[(a, seed)], runs[(b, seed)]
-        width = min(len(ia), len(ib))
-        out[seed] = (ia[:width], ib[:width])
+def units(results: list[dict], column: str) -> "trained.Units":
+    """{model: {training seed: items}} on ``column``, every run cut to the items all scored: one ``seed_everything``
+    gives a seed's models the same initialisation and data order, so they pair seed by seed."""
+    runs = [r for r in results if column in r["scores"]]
+    width = min((len(r["scores"][column]) for r in runs), default=0)
+    out: dict[str, dict[int, list[float]]] = {}
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        out.setdefault(r["model"], {})[r["seed"]] = list(r["scores"][column][:width])
     return out
-
-
-def _difference(results: list[dict], a: str, b: str, column: str):
-    """A − B on ``column`` over the training seeds both trained, paired seed by seed (``utils.stats`` seeds
-    scheme); None where no seed trained both."""
-    pairs = seed_pairs(results, a, b, column)
-    return seed_difference(list(pairs.values())) if pairs else None
-
-
-def _headroom(results: list[dict], column: str, lower: bool, window: int | None) -> bool | None:
-    """The positive control: does full attention beat SWA at ``window`` on ``column``? None where the run has no
-    full-attention model or no SWA at that window."""
-    models = {parse_model(r["model"]): r["model"] for r in results}
-    full, swa = models.get((FULL.name, None)), models.get((SWA.name, window))
-    return None if full is None or swa is None else headroom(_difference(results, full, swa, column), lower)
 
 
 def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None) -> tuple[str, list[dict]]:
     """A − B per configured comparison and column over the training seeds that trained both, paired seed by seed
-    (each seed's mean difference over the same items is one unit; a t interval over them, a range under five);
-    each seed's own difference is shown beside it. ``margins`` ({column: δ}) adds the equivalence test. Each row
-    but the positive control's own also says whether full attention beats SWA at B's window (or A's) on that
-    column: the headroom without which no long-range variant can win."""
-    out, unpaired, controls = [], [], {}  # controls: one per (column, window), whatever the comparisons
+    (``utils.trained``: a t interval over the per-seed differences, a range under five, each seed's own difference
+    beside it); ``margins`` ({column: δ}) adds the equivalence test. Each row but the positive control's own also
+    says whether full attention beats SWA at B's window (or A's) on that column: the headroom without which no
+    long-range variant can win."""
+    out, unpaired, lines = [], [], []
     margins = margins or {}
-    lines = head(["A", "B", "Column", "A − B [95%]", "Per seed", "Verdict", "Headroom", "Items", "Seeds"],
-                 ["---", "---", "---", "---:", "---", "---", "---", "---:", "---:"])
+    models = {parse_model(r["model"]): r["model"] for r in results}
     for c in comparisons:
         if not {c["a"], c["b"]} <= {r["model"] for r in results}:
             unpaired.append(f"{label(c['a'])} − {label(c['b'])}")
             continue
         (va, wa), (vb, wb) = parse_model(c["a"]), parse_model(c["b"])
+        own = FULL.name in (va, vb)  # the positive control's own row
+        control = None if own else (models.get((FULL.name, None)), models.get((SWA.name, wb or wa)))
         for column, name, lower in COLUMNS:
-            pairs = seed_pairs(results, c["a"], c["b"], column)
-            if not pairs:
+            outcome = trained.Outcome(column, name.replace("PPL", "NLL/token"), lower, spec=".3f" if column ==
+                                      "val_ppl" else ".1f")
+            rows_ = trained.comparisons(units(results, column), [(c["a"], c["b"])], outcome, margins.get(column),
+                                        control=None if control is None or None in control else control,
+                                        column=column)
+            if not rows_:
                 unpaired.append(f"{label(c['a'])} − {label(c['b'])} (no training seed trained both)")
                 break
-            own, at = FULL.name in (va, vb), (column, wb or wa)  # own: the positive control's own row
-            if not own and at not in controls:
-                controls[at] = _headroom(results, column, lower, at[1])
-            room = None if own else controls[at]
-            unit = "+.3f" if column == "val_ppl" else "+.1f"
-            entry = seed_comparison(pairs, lower, margins.get(column), a=c["a"], b=c["b"], column=column,
-                                    headroom=room)
-            out.append(entry)
-            lines.append(row([label(c["a"]), label(c["b"]), name.replace("PPL", "NLL/token"),
-                              Interval.from_dict(entry).text(unit),
-                              ", ".join(f"{x:{unit}}" for x in entry["per_seed"].values()), entry["verdict"],
-                              headroom_label(room), entry["items"], entry["seeds"]]))
+            out += rows_
+            lines += trained.comparison_table([{**r, "setting": (outcome.name,)} for r in rows_], outcome,
+                                              ["Column"], label)[2:]
+    table_lines = head(["Column", "A", "B", "seeds", "A − B [95%]", "per seed", "seed SD", "verdict", "headroom"],
+                       ["---", "---", "---", "---:", "---:", "---", "---:", "---", "---"]) + lines
     note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points), "
-            "paired by training seed: A's and B's models of one seed share the initialisation and the data order. "
-            f"95% interval: a t interval over the per-seed differences (each the mean over the seed's items), since a "
-            f"training seed moves every item of its model at once; with fewer than {MIN_UNITS} seeds there is no 95% "
-            "interval, only the range of the per-seed differences, and no verdict. The verdict is worded from the "
-            "interval" + (f"; \"equivalent within ±δ\" from two one-sided tests (the 90% interval inside ±δ) "
-                          f"at the config's margins {margins}" if margins else "") + ". " + HEADROOM_NOTE)
+            "paired by training seed. " + trained.NOTE
+            + (f" Margins δ (\"equivalent within ±δ\"): {margins}." if margins else ""))
     if unpaired:
         note += f" Not compared (a model this run leaves out): {', '.join(unpaired)}."
-    return "\n".join(lines + ["", note]) + "\n", out
+    return "\n".join(table_lines + ["", note]) + "\n", out
 
 
 def plot(table_rows: list[dict], path: Path, settings: dict | None = None) -> None:

@@ -119,8 +119,8 @@ def seeds_needed(seed_sd: float, delta: float, most: int = 1000) -> int | None:
 
 
 # ---- tables and the figure ------------------------------------------------------------------------
-def summary_table(rows_: list[dict], outcome: Outcome, settings: list[str], threshold_label: str | None = None) \
-        -> list[str]:
+def summary_table(rows_: list[dict], outcome: Outcome, settings: list[str], threshold_label: str | None = None,
+                  label: Callable[[str], str] = str) -> list[str]:
     """Markdown lines: one row per (setting, arm); ``rows_`` carry ``setting`` (a tuple, as ``settings`` names)."""
     names = [*settings, "arm", "seeds", f"{outcome.name} [95%]", "per seed", "seed SD",
              *([threshold_label] if threshold_label else [])]
@@ -128,19 +128,21 @@ def summary_table(rows_: list[dict], outcome: Outcome, settings: list[str], thre
                  (["---:"] if threshold_label else []))
     for r in rows_:
         ci = Interval.from_dict(r)
-        lines.append(row([*r["setting"], r["arm"], r["seeds"], _with_form(outcome, ci),
+        lines.append(row([*r["setting"], label(r["arm"]), r["seeds"], _with_form(outcome, ci),
                           ", ".join(outcome.text(v) for v in r["per_seed"].values()), outcome.text(r["seed_sd"]),
                           *([f"{r['reached']}/{r['seeds']}"] if threshold_label else [])]))
     return lines
 
 
-def comparison_table(rows_: list[dict], outcome: Outcome, settings: list[str]) -> list[str]:
+def comparison_table(rows_: list[dict], outcome: Outcome, settings: list[str], label: Callable[[str], str] = str) \
+        -> list[str]:
+    """Markdown lines: one row per comparison (``comparisons``' rows, each with its ``setting`` tuple)."""
     lines = head([*settings, "A", "B", "seeds", f"A − B ({outcome.name}) [95%]", "per seed", "seed SD", "verdict",
                   "headroom"], ["---"] * (len(settings) + 2) + ["---:", "---:", "---", "---:", "---", "---"])
     for r in rows_:
         ci = Interval.from_dict(r)
         room = r.get("headroom")
-        lines.append(row([*r["setting"], r["a"], r["b"], r["seeds"], _with_form(outcome, ci, signed=True),
+        lines.append(row([*r["setting"], label(r["a"]), label(r["b"]), r["seeds"], _with_form(outcome, ci, signed=True),
                           ", ".join(outcome.text(v, signed=True) for v in r["per_seed"].values()),
                           outcome.text(r.get("seed_sd")), r["verdict"],
                           "–" if room is None else ("yes" if room else "no")]))
