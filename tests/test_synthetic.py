@@ -156,6 +156,10 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     path = out / "cells" / "passkey_sa_L1_w8_s0.json"
     cell = json.loads(path.read_text())
     assert cell["steps"] == 4 and len(cell["scores"]["1"]["items"]) == 16  # one answer per validation sequence
+    # the answer's log-probability beside each answer (the continuous outcome), a probability's log at most 0
+    logps = cell["scores"]["1"]["logps"]
+    assert len(logps) == 16 and all(lp <= 0 for lp in logps)
+    assert isinstance(cell["curve"], list)  # validations during training, read back from TensorBoard
     # the quick preset's two σ seeds at K = 1: each answer their mean, each seed's answers kept, the spread shown
     assert cell["eval_seeds"] == [0, 1] and len(cell["scores"]["1"]["hits_by_eval_seed"]) == 2
     assert "hits_by_eval_seed" not in cell["scores"]["2"] and "(2 σ)" in (out / "table.md").read_text()
@@ -199,6 +203,36 @@ def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_pat
     assert {"val/acc", "val/loss", "train/loss"} <= {m.name.tag for m in experiment.metric_infos}
     config = (next(tmp_path.glob("tb/version_*")) / "config.yaml").read_text()
     assert "variant: swa" in config and "SyntheticDataModule" in config
+
+
+def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unknown_variant(monkeypatch):
+    """Issue 49's design: 10 training seeds of each compared variant, 3 of Full and SWA (seeds_by_variant)."""
+    from sa_lightning.study.long_range import cells, load_settings
+
+    monkeypatch.chdir(ROOT)
+    config = "configs/study/long_range.yaml"
+    todo = cells(load_settings(config, "powered", {}))
+    count = {v: sum(c["variant"] == v for c in todo) for v in {c["variant"] for c in todo}}
+    assert count == {"full": 3, "swa": 3, "sa": 10, "random": 10, "sa_swa": 10, "random_swa": 10, "strided": 10}
+    outs = {p: load_settings(config, p, {})["out"] for p in ("pilot", "powered", "mqar-pilot", "mqar", "gpu")}
+    assert len(set(outs.values())) == 5
+    with pytest.raises(ValueError, match="seeds_by_variant names moba"):
+        load_settings(config, "powered", {"seeds_by_variant": {"moba": [0]}})
+
+
+def test_a_learning_curve_and_the_step_a_seed_learned_at_come_from_its_validations(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from sa_lightning.study.long_range import learned_step, learning_curve
+
+    writer = SummaryWriter(str(tmp_path / "tb" / "version_0"))
+    for step, (near, far) in zip((100, 200, 300), ((0.5, 0.2), (0.95, 0.85), (1.0, 0.97))):
+        writer.add_scalar("val/acc@32-63", near, step)
+        writer.add_scalar("val/acc@64-127", far, step)
+    writer.close()
+    curve = learning_curve(tmp_path / "tb", ["32-63", "64-127"])
+    assert curve == [[100, 0.35], [200, 0.9], [300, 0.985]]
+    assert learned_step({"curve": curve}) == 200 and learned_step({"curve": curve[:1]}) is None
 
 
 def test_each_preset_has_its_own_default_output_folder(monkeypatch):

@@ -1,6 +1,7 @@
 """``cli.py study long-range``: does a trained SA model use its long routes?
 
-    python cli.py study long-range [--config configs/study/long_range.yaml] [--preset quick|grid|paper-scale]
+    python cli.py study long-range [--config configs/study/long_range.yaml]
+                                   [--preset quick|pilot|powered|mqar-pilot|mqar|grid|paper-scale]
                                    [--eval_samples 1 4 16] [--out DIR]
 
 Trains every cell of a grid, one (task, variant, depth, window, seed), with ``cli.py fit`` on the
@@ -15,8 +16,11 @@ cell trained before with the same ``fit`` arguments is scored again from its las
 that a quick run never overwrites the full study's cells and tables. At the end: ``results.csv``, ``table.md``
 (accuracy per distance bucket, best **bold** within each (task, depth, window)), ``reach.md`` (the
 depth at which each variant first passes 90% beyond SWA's receptive field, beside the coverage
-analysis's prediction), ``compare.md`` (the configured comparisons, A − B on the same validation answers
-beyond SWA's reach, each with a paired 95% interval and a verdict worded from it) and
+analysis's prediction), ``compare.md`` (where several training seeds trained a comparison, first each variant
+and each configured comparison over the training seeds, ``utils.trained``: for accuracy beyond SWA's reach and for
+the answer's log-probability there, the seeds that learned the task and the step each did, A − B paired by seed
+with a t interval over seeds, and the power of the design; then each trained model alone, A − B on the same
+validation answers with a paired 95% interval over them), ``over_seeds.png`` (several seeds: each seed a dot) and
 ``accuracy_vs_distance.png`` (one line per variant, SWA's receptive field L * (w - 1) drawn as a vertical
 line). Each cell keeps its answers, (distance, right or not) in validation order, so accuracy beyond the
 receptive field carries a bootstrap interval and two cells pair answer by answer. These five are written in a hidden folder beside ``cells/`` and moved
@@ -679,7 +683,8 @@ def plot(results: list[dict], path: Path) -> None:
 # ---- the command ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = grid.parser("long-range", __doc__.split("\n\n")[0], "configs/study/long_range.yaml",
-                         "quick (<= 5 min on 2 CPU cores), grid (L x w, one seed) or paper-scale (GPU)",
+                         "quick (<= 5 min on 2 CPU cores), pilot, powered (the trained test: 56 cells, about 40 min), "
+                         "mqar-pilot, mqar, grid (L x w, one seed) or paper-scale (GPU)",
                          "outputs/study/long_range, long_range_quick, long_range_grid, long_range_paper_scale")
     parser.add_argument("--eval_samples", type=int, nargs="+", help="K permutations averaged at evaluation (SA)")
     for key in GRID_KEYS:
@@ -705,8 +710,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     start = time.perf_counter()
 
     def line(result: dict) -> str:
+        logps = beyond_logps(result, 1) or []
         return "acc/beyond-RF " + "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%"
-                                            for k, v in sorted(result["scores"].items()))
+                                            for k, v in sorted(result["scores"].items())) + \
+            (f", log p beyond-RF {sum(logps) / len(logps):.3f}" if logps else "") + \
+            (f", learned at step {learned_step(result)}" if learned_step(result) is not None else "")
 
     results = grid.run_cells(
         todo, out, cell_id,
