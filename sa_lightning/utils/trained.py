@@ -76,7 +76,8 @@ def summary(units: Units, outcome: Outcome, threshold: float | None = None) -> l
 def comparisons(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, margin: float | None = None,
                 control: tuple[str, str] | None = None, **fields) -> list[dict]:
     """A − B for each (a, b) whose arms both trained some seed, paired seed by seed. ``control`` (full attention,
-    SWA): the positive control, whose difference over the same seeds gives each other row its headroom."""
+    SWA): the positive control, whose difference over every seed it trained (the references may have fewer seeds
+    than the comparisons) gives each other row its headroom: None under five seeds, as every range."""
     out = []
     for a, b in pairs:
         seeds = sorted(set(units.get(a, {})) & set(units.get(b, {})))
@@ -84,9 +85,9 @@ def comparisons(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, ma
             continue
         paired = {s: _same_items(units[a][s], units[b][s]) for s in seeds}
         room = None
-        if control is not None and (a, b) != control and set(seeds) <= set(units.get(control[0], {})) \
-                and set(seeds) <= set(units.get(control[1], {})):
-            ctrl = seed_comparison({s: _same_items(units[control[0]][s], units[control[1]][s]) for s in seeds},
+        ctrl_seeds = sorted(set(units.get(control[0], {})) & set(units.get(control[1], {}))) if control else []
+        if ctrl_seeds and (a, b) != control:  # over every seed the control trained: the setting's own headroom
+            ctrl = seed_comparison({s: _same_items(units[control[0]][s], units[control[1]][s]) for s in ctrl_seeds},
                                    outcome.lower_is_better)
             room = headroom(Interval.from_dict(ctrl), outcome.lower_is_better)
         out.append(seed_comparison(paired, outcome.lower_is_better, margin, a=a, b=b, outcome=outcome.key,
@@ -159,7 +160,8 @@ NOTE = ("Each training seed is one unit: its score is the mean over its items, a
         "of one seed (one initialisation and data order, the same validation items). 95% interval: a t interval "
         f"over the seeds; with fewer than {MIN_UNITS} seeds only their range, and no verdict. \"Equivalent within "
         "±δ\" only from two one-sided tests (the 90% interval inside ±δ). Headroom: whether full attention beats "
-        "SWA over the same seeds (the positive control); a row without it cannot rank long-range variants.")
+        "SWA over the seeds both trained (the positive control of the setting); a row without it cannot rank "
+        "long-range variants.")
 
 
 def figure(panels: list[tuple[str, list[dict], Outcome]], path: Path, style: Callable[[str], tuple[str, str, str]],
