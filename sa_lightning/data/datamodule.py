@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 
 from .corpus import SourceConfig, open_stream, resolve_files, source_identity
 from .packing import PackedBlocks, cache_folder, prepare_tokens
+from .repeats import RepeatedBlocks, RepeatMix
 from .resume import check_stream_resume, stream_identity
 from .sampler import BlockSampler, fit_position
 from .stats import unigram_perplexity
@@ -78,6 +79,10 @@ class LMDataModule(L.LightningDataModule):
         read_batch: stream mode: documents read and tokenized per call in a worker.
         num_workers: DataLoader worker processes (stream mode: the tokenizing readers per rank).
         cache_dir: where packed tokens are cached (``$SA_LIGHTNING_CACHE`` overrides the default).
+        repeats: ``{length, gap}``: a random-token segment planted in every block and repeated ``gap`` tokens later
+            (``data.repeats.RepeatMix``): long-range information inside ordinary text. Validation batches then
+            carry ``repeat``, the mask of the targets that only the copy predicts (``study pretrain`` scores them
+            apart). Cache mode only.
     """
 
     def __init__(
@@ -97,6 +102,7 @@ class LMDataModule(L.LightningDataModule):
         num_workers: int = 0,
         cache_dir: str = DEFAULT_CACHE,
         progress: bool = True,
+        repeats: dict | None = None,
     ):
         super().__init__()
         for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("val_blocks", val_blocks),
@@ -116,6 +122,15 @@ class LMDataModule(L.LightningDataModule):
         self.train_source, self.val_source = train, val
         self.tokenizer_name = tokenizer
         self.tokenizer = load_tokenizer(tokenizer)
+        self.repeats = None
+        if repeats:
+            if self.mode == "stream":
+                raise ValueError("data repeats plants segments in the cached blocks; set data.mode: cache.")
+            unknown = set(repeats) - {"length", "gap", "low"}
+            if unknown:
+                raise ValueError(f"data repeats takes length, gap and low, got {', '.join(sorted(unknown))}.")
+            self.repeats = RepeatMix(**repeats)
+            self.repeats.check(seq_len, len(self.tokenizer))
         self.seq_len, self.batch_size, self.val_blocks = seq_len, batch_size, val_blocks
         self.max_train_tokens, self.shuffle, self.seed = max_train_tokens, shuffle, seed
         self.shuffle_buffer, self.read_batch = shuffle_buffer, read_batch
@@ -236,12 +251,16 @@ class LMDataModule(L.LightningDataModule):
                                           shuffle=self.shuffle, seed=self.seed)
         if self._resume is not None:
             self.train_sampler.resume(self._resume["epoch"], self._resume["consumed_blocks"])
-        return self._loader(self.train_set, self.train_sampler)
+        blocks = self.train_set if self.repeats is None else \
+            RepeatedBlocks(self.train_set, self.repeats, self.vocab_size, self.seed + rank, labeled=False)
+        return self._loader(blocks, self.train_sampler)
 
     def val_dataloader(self) -> DataLoader:
         """Rank r scores validation blocks r, r + W, ...: disjoint slices whose union is the whole set."""
         rank, world = self._rank_world()
-        return self._loader(self.val_set, list(range(rank, len(self.val_set), world)))
+        blocks = self.val_set if self.repeats is None else \
+            RepeatedBlocks(self.val_set, self.repeats, self.vocab_size, 0, labeled=True)
+        return self._loader(blocks, list(range(rank, len(self.val_set), world)))
 
     def test_dataloader(self) -> DataLoader:
         """``cli.py test`` scores the held-out split (the zero-shot tasks come from ``ZeroShotEval``)."""

@@ -45,8 +45,13 @@ class TokenThroughput(ThroughputMonitor):
     tokens/s (``items_per_sec``; Lightning sums ``length_fn`` per batch) and, on GPUs with known peak flops, MFU from ``LitLM.flops_per_batch``."""
 
     def __init__(self, window_size: int = 20, **kwargs):
-        super().__init__(batch_size_fn=lambda batch: batch.size(0), length_fn=lambda batch: batch[:, 1:].numel(),
-                         window_size=window_size, **kwargs)
+        super().__init__(batch_size_fn=lambda batch: _tokens(batch).size(0),
+                         length_fn=lambda batch: _tokens(batch)[:, 1:].numel(), window_size=window_size, **kwargs)
+
+
+def _tokens(batch):
+    """The (B, seq_len + 1) tokens of a plain batch or of a labeled one (``{"tokens", ...}``: planted repeats)."""
+    return batch["tokens"] if isinstance(batch, dict) else batch
 
 
 class CheckpointAtEnd(Callback):

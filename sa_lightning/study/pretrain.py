@@ -48,7 +48,13 @@ from . import grid
 GRID_KEYS = ("models", "seeds")
 #: the columns: (name, what it is, lower is better)
 COLUMNS = (("val_ppl", "Val. PPL ↓", True), ("shakespeare_lastword", "LW acc", False),
-           ("shakespeare_choice", "MC acc_norm", False))
+           ("shakespeare_choice", "MC acc_norm", False), ("repeat_nll", "NLL on the repeats ↓", True))
+#: scored only where the data plants repeats (``data.repeats``; the ``repeats`` preset): long-range copies in text
+
+
+def present(results: list[dict]) -> tuple:
+    """The columns some cell of ``results`` scored (``repeat_nll`` only where the data planted repeats)."""
+    return tuple(c for c in COLUMNS if any(c[0] in r["scores"] for r in results))
 #: the per-item metric of each lm-eval task
 TASK_METRICS = {"shakespeare_lastword": "acc", "shakespeare_choice": "acc_norm"}
 
@@ -137,22 +143,29 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
 
 
 # ---- one cell --------------------------------------------------------------------------------------
-def validation_items(model, dm, eval_seed: int = 0) -> list[float]:
-    """Each validation block's mean NLL per token, in the validation order. SA draws σ as validation does, from
-    streams of its own for each ``eval_seed`` (0: validation's)."""
+def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
+    """Each validation block's mean NLL per token, in the validation order (``val_ppl``); where the data planted
+    repeats (``data.repeats``), the text's tokens there and the copies' (``repeat_nll``) apart. SA draws σ as
+    validation does, from streams of its own for each ``eval_seed`` (0: validation's)."""
     import torch
     import torch.nn.functional as F
 
     model.eval()
     model.eval_seed = eval_seed
-    out = []
+    text, repeats = [], []
     with torch.no_grad():
         for i, batch in enumerate(dm.val_dataloader()):
             inputs, targets = model.targets_of(batch)
             scores = model.eval_scores(inputs, model.val_stream(i)).float()
             nll = F.cross_entropy(scores.flatten(0, 1), targets.flatten(), reduction="none", ignore_index=-100)
-            out += nll.view(targets.shape).mean(dim=1).tolist()
-    return out
+            nll = nll.view(targets.shape)
+            copy = batch["repeat"] if isinstance(batch, dict) and "repeat" in batch else None
+            if copy is None:
+                text += nll.mean(dim=1).tolist()
+                continue
+            text += ((nll * ~copy).sum(dim=1) / (~copy).sum(dim=1)).tolist()
+            repeats += ((nll * copy).sum(dim=1) / copy.sum(dim=1)).tolist()
+    return {"val_ppl": text, **({"repeat_nll": repeats} if repeats else {})}
 
 
 def run_cell(cell: dict, spec: dict) -> dict:
@@ -165,7 +178,8 @@ def run_cell(cell: dict, spec: dict) -> dict:
     model, dm = cli.model, cli.datamodule
     by_seed = []
     for eval_seed in spec["eval_seeds"]:
-        scores = {"val_ppl": [round(x, 5) for x in validation_items(model, dm, eval_seed)]}
+        scores = {column: [round(x, 5) for x in values]
+                  for column, values in validation_items(model, dm, eval_seed).items()}
         lm = SALM(model.net, tokenizer=dm.tokenizer, eval_samples=1, seed=eval_seed)
         # lm-eval's own seed stays the first: the same documents, in the same order, under every σ seed
         _, items = run_tasks_with_items(lm, list(TASK_METRICS), limit=spec["limit"], seed=spec["eval_seeds"][0])
@@ -188,7 +202,7 @@ def eval_seeds(model: str, settings: dict) -> list[int]:
 # ---- summaries -------------------------------------------------------------------------------------
 def matrix(results: list[dict], model: str, column: str) -> np.ndarray | None:
     """(seeds, items) of one model's column over its trained seeds (in seed order), on the items all share."""
-    runs = sorted((r for r in results if r["model"] == model), key=lambda r: r["seed"])
+    runs = sorted((r for r in results if r["model"] == model and column in r["scores"]), key=lambda r: r["seed"])
     if not runs:
         return None
     width = min(len(r["scores"][column]) for r in runs)
@@ -212,7 +226,8 @@ def sigma_sd(results: list[dict], model: str, column: str) -> float | None:
     """σ's own noise: the SD over evaluation σ seeds of a trained model's score, averaged over its training seeds
     (None for a model scored under one σ seed)."""
     sds = [float(np.std([_score(s[column], column) for s in r["scores_by_eval_seed"]], ddof=1))
-           for r in results if r["model"] == model and len(r.get("scores_by_eval_seed") or []) > 1]
+           for r in results if r["model"] == model and len(r.get("scores_by_eval_seed") or []) > 1
+           and column in r["scores"]]
     return float(np.mean(sds)) if sds else None
 
 
@@ -251,20 +266,26 @@ def _cell(r: dict, column: str, spec: str) -> str:
     return f"{r[column]:{spec}}" + (f" [{lo:{spec}}, {hi:{spec}}]" if kind == "interval" and lo == lo else " [–]")
 
 
+def _shown(table_rows: list[dict]) -> tuple:
+    return tuple(c for c in COLUMNS if any(c[0] in r for r in table_rows))
+
+
 def table(table_rows: list[dict], settings: dict) -> str:
-    lines = head(["Model", *(name for _, name, _ in COLUMNS), "Seeds", "σ seeds"],
-                 ["---"] + ["---"] * len(COLUMNS) + ["---:", "---:"])
+    columns = _shown(table_rows)
+    lines = head(["Model", *(name for _, name, _ in columns), "Seeds", "σ seeds"],
+                 ["---"] + ["---"] * len(columns) + ["---:", "---:"])
     for r in table_rows:
-        lines.append(row([label(r["model"]), *(_cell(r, c, ".2f" if c == "val_ppl" else ".1f") for c, _, _ in COLUMNS),
+        lines.append(row([label(r["model"]), *(_cell(r, c, ".1f" if c in TASK_METRICS else ".2f" if c == "val_ppl"
+                                                      else ".3f") for c, _, _ in columns),
                           r.get("val_ppl:seeds", "–"), r.get("eval_seeds", 1)]))
 
     def sd(value):
         return "–" if value is None else f"{value:.2f}"
 
-    spread = head(["Model", *(f"{name}: {kind}" for _, name, _ in COLUMNS for kind in ("training", "σ"))],
-                  ["---"] + ["---:"] * 2 * len(COLUMNS))
+    spread = head(["Model", *(f"{name}: {kind}" for _, name, _ in columns for kind in ("training", "σ"))],
+                  ["---"] + ["---:"] * 2 * len(columns))
     for r in table_rows:
-        spread.append(row([label(r["model"]), *(sd(r.get(f"{c}:{k}")) for c, _, _ in COLUMNS
+        spread.append(row([label(r["model"]), *(sd(r.get(f"{c}:{k}")) for c, _, _ in columns
                                                  for k in ("seed_sd", "sigma_sd"))]))
     seeds = settings.get("eval_seeds") or [0]
     note = (f"Each score is mean [95% interval] over the training seeds {settings['seeds']}: a t interval over each "
@@ -273,8 +294,9 @@ def table(table_rows: list[dict], settings: dict) -> str:
             f"the range of the seeds' scores instead. A model that draws σ (or random keys) is scored under the "
             f"evaluation σ seeds "
             f"{seeds}, and each item's score is its mean over them, so σ's noise is inside the interval. Val. PPL: "
-            "the interval of the mean NLL per block, as a perplexity. LW: last-word accuracy (%); MC: four-way choice "
-            "acc_norm (%), chance 25%.")
+            "the interval of the mean NLL per block, as a perplexity (with repeats planted: the text's tokens only). "
+            "LW: last-word accuracy (%); MC: four-way choice acc_norm (%), chance 25%. NLL on the repeats: nats per "
+            "token on the planted copies that only a look back over the gap predicts (``data.repeats``).")
     return "\n".join(lines + ["", note, "", "Spread: the SD over training seeds of each trained model's score "
                               "(training), and the SD over evaluation σ seeds of one trained model's score, averaged "
                               "over its training seeds (σ):", "", *spread]) + "\n"
@@ -307,9 +329,9 @@ def compare(results: list[dict], comparisons: list[dict], margins: dict | None =
         (va, wa), (vb, wb) = parse_model(c["a"]), parse_model(c["b"])
         own = FULL.name in (va, vb)  # the positive control's own row
         control = None if own else (models.get((FULL.name, None)), models.get((SWA.name, wb or wa)))
-        for column, name, lower in COLUMNS:
-            outcome = trained.Outcome(column, name.replace("PPL", "NLL/token"), lower, spec=".3f" if column ==
-                                      "val_ppl" else ".1f")
+        for column, name, lower in present(results):
+            outcome = trained.Outcome(column, name.replace("PPL", "NLL/token"), lower,
+                                      spec=".1f" if column in TASK_METRICS else ".3f")
             rows_ = trained.comparisons(units(results, column), [(c["a"], c["b"])], outcome, margins.get(column),
                                         control=None if control is None or None in control else control,
                                         column=column)
@@ -333,8 +355,9 @@ def plot(table_rows: list[dict], path: Path, settings: dict | None = None) -> No
     """One panel per column: each model's mean (its marker), each training seed's score (small hollow dots beside
     it), and its 95% interval over the seeds (a solid bar) or, under five seeds, their range (a dashed bar)."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(COLUMNS), figsize=(4.4 * len(COLUMNS), 3.9), squeeze=False)
-    for ax, (column, name, _) in zip(axes[0], COLUMNS):
+    columns = _shown(table_rows)
+    fig, axes = plt.subplots(1, len(columns), figsize=(4.4 * len(columns), 3.9), squeeze=False)
+    for ax, (column, name, _) in zip(axes[0], columns):
         for i, r in enumerate(table_rows):
             if column not in r:
                 continue
@@ -391,6 +414,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     def line(result: dict) -> str:
         s = result["scores"]
         return (f"val ppl {math.exp(np.mean(s['val_ppl'])):.2f}, " +
+                (f"NLL on the repeats {np.mean(s['repeat_nll']):.3f}, " if "repeat_nll" in s else "") +
                 ", ".join(f"{task} {np.mean(s[task]):.1f}%" for task in TASK_METRICS))
 
     results = grid.run_cells(
