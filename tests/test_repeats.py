@@ -9,24 +9,35 @@ from sa_lightning.data.repeats import RepeatedBlocks, RepeatMix
 def test_a_segment_is_planted_twice_and_the_mask_marks_the_targets_the_copy_predicts():
     mix = RepeatMix(length=8, gap=40)
     block = torch.arange(1000, 1065)  # n + 1 = 65 tokens of "text", none in the drawn range [16, 100)
-    out, mask = mix.plant(block, seed=3, vocab=100)
+    out, mask, made = mix.plant(block, seed=3, vocab=100)
     planted = (out != block).nonzero().flatten().tolist()
     p, q = planted[0], planted[0] + 40
     assert planted == list(range(p, p + 8)) + list(range(q, q + 8))
     assert torch.equal(out[p:p + 8], out[q:q + 8]) and bool(((out[p:p + 8] >= 16) & (out[p:p + 8] < 100)).all())
     # target t predicts token t + 1: the copy's tokens 2..8 are the targets q .. q + 6
     assert mask.shape == (64,) and mask.nonzero().flatten().tolist() == list(range(q, q + 7))
+    # the other targets the planting made (the random first occurrence, the copy's first token) are not text either
+    assert made.nonzero().flatten().tolist() == [t for t in list(range(p - 1, p + 7)) + [q - 1] if t >= 0]
+    assert not bool((made & mask).any())
     assert torch.equal(mix.plant(block, seed=3, vocab=100)[0], out)  # a seed is one draw
 
 
-def test_validation_blocks_keep_their_segment_and_training_visits_draw_anew():
+def test_validation_blocks_keep_their_segment_and_each_training_epoch_draws_anew():
+    from sa_lightning.data.sampler import BlockSampler, EpochOffsetSampler
+
     blocks = [torch.arange(1000, 1065) + i for i in range(4)]
     val = RepeatedBlocks(blocks, RepeatMix(length=8, gap=40), vocab=100, seed=0, labeled=True)
     first = val[2]
-    assert set(first) == {"tokens", "labels", "repeat"} and torch.equal(first["labels"], first["tokens"][1:])
+    assert set(first) == {"tokens", "labels", "repeat", "planted"}
+    assert torch.equal(first["labels"], first["tokens"][1:])
     assert torch.equal(val[2]["tokens"], first["tokens"]) and not torch.equal(val[1]["tokens"], first["tokens"])
     train = RepeatedBlocks(blocks, RepeatMix(length=8, gap=40), vocab=100, seed=0, labeled=False)
-    assert not torch.equal(train[2], train[2])  # a fresh segment at every visit: nothing to memorise
+    sampler = EpochOffsetSampler(BlockSampler(4, seed=0))
+    epoch0 = {i % 4: train[i] for i in sampler}
+    sampler.set_epoch(1)
+    epoch1 = {i % 4: train[i] for i in sampler}
+    assert all(not torch.equal(epoch0[b], epoch1[b]) for b in range(4))  # fresh segments: nothing to memorise
+    assert all(torch.equal(train[i], train[i]) for i in sampler)  # and the same on a resumed run
 
 
 @pytest.mark.parametrize("kwargs, match", [({"length": 1}, "length >= 2"), ({"gap": 70}, "do not fit a block"),
@@ -43,7 +54,7 @@ def test_the_data_module_scores_the_repeats_apart(monkeypatch):
     dm.setup()
     batch = next(iter(dm.val_dataloader()))
     assert batch["tokens"].shape == (4, 65) and batch["repeat"].shape == (4, 64)
-    assert batch["repeat"].sum(dim=1).tolist() == [7, 7, 7, 7]
+    assert batch["repeat"].sum(dim=1).tolist() == [7, 7, 7, 7] and not bool((batch["repeat"] & batch["planted"]).any())
     assert next(iter(dm.train_dataloader())).shape == (4, 65)  # training: plain blocks, every token a target
     with pytest.raises(ValueError, match="data repeats takes length, gap and low"):
         LMDataModule(seq_len=64, repeats={"length": 8, "distance": 40})

@@ -65,7 +65,7 @@ def test_compare_pools_the_training_seeds_with_each_seeds_own_difference():
     assert sa_random[6] == "6" and len(sa_random[8].split(", ")) == 6  # six seeds, each one's own difference
     assert sa_random[10] == "better" and sa_random[11] == "yes"  # full beats SWA at every seed: headroom
     assert sa_swa[10] == "not separable at this size"  # the seeds disagree
-    assert "t interval over the seeds" in pooled and "Power of this design" in pooled
+    assert "t interval over the seeds" in pooled and "Power (a paired t test over training seeds" in pooled
     summary = {r[4]: r for r in ([c.strip() for c in line.strip(" |").split("|")] for line in pooled.splitlines()
                                  if line.startswith("| passkey") and line.count("|") == 11)}
     assert summary["full"][9] == "6/6" and summary["random"][9] == "0/6"  # the seeds that reached 90%
@@ -135,3 +135,19 @@ def test_sigma_seeds_average_each_answer_and_their_spread_is_shown_apart():
     cells = [{**c, "seed": s} for s in range(2) for c in (cell, swa, _cell("full", 1.0))]
     alone = compare(cells, [{"a": "sa", "b": "swa"}]).split("## Each trained model alone")[1]
     assert "σ SD" in table(cells) and "(2 σ)" in table(cells) and "evaluation σ seeds" in alone
+
+
+def test_the_seeds_figure_draws_an_arm_of_one_seed_and_the_power_line_has_no_test_under_five(tmp_path):
+    """A cell saved before log-probabilities were kept leaves that outcome with arms of one seed: drawn, not a
+    crash that loses the report; a design of three seeds is said to allow no test, with what more seeds would do."""
+    from sa_lightning.study.long_range import plot_seeds
+
+    cells = [_cell(v, r, seed=s) for s in range(3) for v, r in (("sa", 0.9), ("random", 0.4), ("swa", 0.1),
+                                                                ("full", 1.0))]
+    for c in cells:
+        if c["seed"] == 0:
+            c["scores"][1]["logps"] = [-0.5] * len(c["scores"][1]["items"])
+    plot_seeds(cells, tmp_path / "seeds.png")
+    assert (tmp_path / "seeds.png").stat().st_size > 1000
+    text = compare(cells, [{"a": "sa", "b": "random"}], margins={"acc": 0.05})
+    assert "with its 3 seeds no test is possible" in text and "10 seeds" in text and "needs" in text

@@ -28,7 +28,7 @@ from .corpus import SourceConfig, open_stream, resolve_files, source_identity
 from .packing import PackedBlocks, cache_folder, prepare_tokens
 from .repeats import RepeatedBlocks, RepeatMix
 from .resume import check_stream_resume, stream_identity
-from .sampler import BlockSampler, fit_position
+from .sampler import BlockSampler, EpochOffsetSampler, fit_position
 from .stats import unigram_perplexity
 from .stream import SplitPlan, StreamLoader, TokenStream, peek_tokens
 from .tokenizer import load_tokenizer
@@ -81,8 +81,9 @@ class LMDataModule(L.LightningDataModule):
         cache_dir: where packed tokens are cached (``$SA_LIGHTNING_CACHE`` overrides the default).
         repeats: ``{length, gap}``: a random-token segment planted in every block and repeated ``gap`` tokens later
             (``data.repeats.RepeatMix``): long-range information inside ordinary text. Validation batches then
-            carry ``repeat``, the mask of the targets that only the copy predicts (``study pretrain`` scores them
-            apart). Cache mode only.
+            carry ``repeat``, the mask of the targets that only the copy predicts, and ``planted``, the other
+            targets the planting made (``study pretrain`` scores the copies apart and the text without either).
+            Cache mode only.
     """
 
     def __init__(
@@ -251,9 +252,10 @@ class LMDataModule(L.LightningDataModule):
                                           shuffle=self.shuffle, seed=self.seed)
         if self._resume is not None:
             self.train_sampler.resume(self._resume["epoch"], self._resume["consumed_blocks"])
-        blocks = self.train_set if self.repeats is None else \
-            RepeatedBlocks(self.train_set, self.repeats, self.vocab_size, self.seed + rank, labeled=False)
-        return self._loader(blocks, self.train_sampler)
+        if self.repeats is None:
+            return self._loader(self.train_set, self.train_sampler)
+        blocks = RepeatedBlocks(self.train_set, self.repeats, self.vocab_size, self.seed + 1, labeled=False)
+        return self._loader(blocks, EpochOffsetSampler(self.train_sampler))  # segments from (epoch, block)
 
     def val_dataloader(self) -> DataLoader:
         """Rank r scores validation blocks r, r + W, ...: disjoint slices whose union is the whole set."""

@@ -9,8 +9,9 @@ copies measures reach inside ordinary language modelling; the NLL on the text me
     data:
       repeats: {length: 16, gap: 160}     # configs/study/pretrain.yaml, preset repeats
 
-Training blocks draw a fresh segment at every visit; validation blocks one fixed segment each (by index), so
-every model is scored on the same copies.
+Training blocks draw a fresh segment each epoch (from the epoch and the block's index: a resumed run plants the
+same); validation blocks one fixed segment each, so every model is scored on the same copies. The text's NLL leaves
+out every target the planting made (``planted``), the copies' are ``repeat``.
 """
 from __future__ import annotations
 
@@ -39,9 +40,11 @@ class RepeatMix:
         if not 0 <= self.low < vocab - 1:
             raise ValueError(f"data repeats draws tokens from [{self.low}, {vocab}): too few.")
 
-    def plant(self, block: torch.Tensor, seed: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``block`` (n + 1,) with the segment planted twice, and the (n,) mask of the targets that the copy makes
-        predictable: target t predicts token t + 1, so the copy at q..q+length-1 gives targets q..q+length-2."""
+    def plant(self, block: torch.Tensor, seed: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``block`` (n + 1,) with the segment planted twice, the (n,) mask of the targets that the copy makes
+        predictable (target t predicts token t + 1, so the copy at q..q+length-1 gives targets q..q+length-2), and
+        the (n,) mask of the other targets the planting made: the first occurrence's tokens (random, unpredictable)
+        and the copy's first token. Neither mask is text."""
         g = torch.Generator().manual_seed(seed)
         size = block.numel()
         p = int(torch.randint(0, size - self.gap - self.length + 1, (1,), generator=g))
@@ -52,26 +55,27 @@ class RepeatMix:
         out[q:q + self.length] = segment
         mask = torch.zeros(size - 1, dtype=torch.bool)
         mask[q:q + self.length - 1] = True
-        return out, mask
+        planted = torch.zeros(size - 1, dtype=torch.bool)
+        planted[max(p - 1, 0):p + self.length - 1] = True
+        planted[q - 1] = True
+        return out, mask, planted
 
 
 class RepeatedBlocks(Dataset):
-    """``blocks`` with a ``RepeatMix`` planted in each. ``labeled``: items are ``{"tokens", "labels", "repeat"}``
-    (validation: the same segment for block i every time); else plain blocks with a fresh segment at every visit
-    (training)."""
+    """``blocks`` with a ``RepeatMix`` planted in each, drawn from (``seed``, index). ``labeled`` (validation):
+    items are ``{"tokens", "labels", "repeat", "planted"}``, the same segment for block i every time. Training
+    indexes it through ``EpochOffsetSampler`` (index = epoch * len + block): each epoch plants fresh segments, the
+    same ones on a resumed run and on any number of workers."""
 
     def __init__(self, blocks, mix: RepeatMix, vocab: int, seed: int, labeled: bool):
         self.blocks, self.mix, self.vocab, self.seed, self.labeled = blocks, mix, vocab, seed, labeled
-        self.visits = 0
 
     def __len__(self) -> int:
         return len(self.blocks)
 
     def __getitem__(self, index: int):
-        block = torch.as_tensor(self.blocks[index])
+        block = torch.as_tensor(self.blocks[index % len(self.blocks)])
+        tokens, repeat, planted = self.mix.plant(block, self.seed * 1_000_003 + index, self.vocab)
         if self.labeled:
-            planted, mask = self.mix.plant(block, self.seed * 1_000_003 + index, self.vocab)
-            return {"tokens": planted, "labels": planted[1:].clone(), "repeat": mask}
-        self.visits += 1
-        planted, _ = self.mix.plant(block, (self.seed * 1_000_003 + index) * 7_919 + self.visits, self.vocab)
-        return planted
+            return {"tokens": tokens, "labels": tokens[1:].clone(), "repeat": repeat, "planted": planted}
+        return tokens

@@ -64,3 +64,22 @@ class BlockSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.per_rank - self._skip()
+
+
+class EpochOffsetSampler(Sampler[int]):
+    """``BlockSampler``'s exact, resumable sharding of ``size`` indices, offset by ``epoch * size``: a dataset that
+    draws something per item (a synthetic example, a planted repeat) draws it from (epoch, index), the same on a
+    resumed run, on any number of workers."""
+
+    def __init__(self, inner: BlockSampler):
+        self.inner = inner
+
+    def set_epoch(self, epoch: int) -> None:
+        self.inner.set_epoch(epoch)
+
+    def __iter__(self):
+        offset = self.inner.epoch * self.inner.num_blocks
+        return (offset + i for i in self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset
 
-from .sampler import BlockSampler, fit_position
+from .sampler import BlockSampler, EpochOffsetSampler, fit_position
 
 TASKS = ("mqar", "passkey")
 IGNORE = -100  # cross_entropy's ignore_index: targets that are not answers
@@ -196,23 +196,6 @@ class RecallDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return self.task.example(self.seed, self.split, index)
-
-
-class EpochOffsetSampler(Sampler[int]):
-    """``BlockSampler``'s exact, resumable sharding of ``size`` indices, offset by ``epoch * size``."""
-
-    def __init__(self, inner: BlockSampler):
-        self.inner = inner
-
-    def set_epoch(self, epoch: int) -> None:
-        self.inner.set_epoch(epoch)
-
-    def __iter__(self):
-        offset = self.inner.epoch * self.inner.num_blocks
-        return (offset + i for i in self.inner)
-
-    def __len__(self) -> int:
-        return len(self.inner)
 
 
 class SyntheticDataModule(L.LightningDataModule):

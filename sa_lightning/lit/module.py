@@ -162,11 +162,13 @@ class LitLM(L.LightningModule):
         if count == 0:
             return None
         self.val_loss.update(self.cross_entropy(scores, targets), weight=count)
-        if not isinstance(batch, dict):
+        if not isinstance(batch, dict) or "repeat" in batch:  # text, planted repeats included: a loss only
             return None
-        # the answer's log-probability at each position (0 where no answer counts): a continuous outcome beside the
-        # argmax, which a model at chance or at the ceiling cannot move (``DistanceAccuracy`` keeps it per answer)
-        logp = scores.float().log_softmax(-1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+        # the answer's log-probability at each position (meaningless where no answer counts): a continuous outcome
+        # beside the argmax, which a model at chance or at the ceiling cannot move (``DistanceAccuracy`` keeps it
+        # per answer); a gather less a logsumexp, no (B, n, V) log-softmax kept
+        scores = scores.float()
+        logp = scores.gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1) - scores.logsumexp(-1)
         return {"predictions": scores.argmax(-1), "answer_logp": logp}
 
     def _log_eval(self, stage: str, prog_bar: bool) -> None:

@@ -64,8 +64,8 @@ class LongRangeConfig:
         comparisons: ``{a: <variant>, b: <variant>}`` each, paired on the same answers and pooled over seeds.
         seeds_by_variant: training seeds for some variants instead of ``seeds`` (the references need fewer seeds
             than the comparisons that decide: ``{full: [0, 1, 2], swa: [0, 1, 2]}``).
-        margins: equivalence margins per outcome (``acc``: points of accuracy, ``logp``: nats), for "equivalent
-            within ±δ" (two one-sided tests over training seeds).
+        margins: equivalence margins per outcome in its items' own unit (``acc``: a fraction of answers, 0.05 is
+            5 points; ``logp``: nats), for "equivalent within ±δ" (two one-sided tests over training seeds).
         out: the output folder.
     """
 
@@ -212,7 +212,9 @@ def learning_curve(log_dir: Path, far_buckets: list[str]) -> list[list[float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     by_step: dict[int, dict[str, float]] = {}
-    for version in sorted(p for p in log_dir.glob("version_*") if p.is_dir()) if far_buckets else []:
+    versions = sorted((p for p in log_dir.glob("version_*") if p.is_dir() and p.name[8:].isdigit()),
+                      key=lambda p: int(p.name[8:]))  # older first: a later run's value at a step wins
+    for version in versions if far_buckets else []:
         events = EventAccumulator(str(version), size_guidance={"scalars": 0}).Reload()
         tags = set(events.Tags().get("scalars", []))
         for name in far_buckets:
@@ -527,10 +529,11 @@ def pooled(results: list[dict], comparisons: list[dict], margins: dict | None = 
                 arms = {a: by_arm[a] for a in variant_names() if a in by_arm}
                 threshold = TARGET if outcome.key == "acc" else None
                 for entry in trained.summary(arms, outcome, threshold):
-                    steps = [learned_step(r) for r in results if (r["task"], r["depth"], r["window"], r["variant"])
-                             == (*setting, entry["arm"]) and r["seed"] in entry["per_seed"]]
-                    curves = any(r.get("curve") for r in results if r["variant"] == entry["arm"])
-                    learned = sorted(s for s in steps if s is not None) if curves else None
+                    cells_ = [r for r in results if (r["task"], r["depth"], r["window"], r["variant"])
+                              == (*setting, entry["arm"]) and r["seed"] in entry["per_seed"]]
+                    # a cell saved before curves were kept says nothing about when it learned
+                    learned = sorted(s for s in map(learned_step, cells_) if s is not None) \
+                        if all(r.get("curve") for r in cells_) else None
                     entry.update(setting=(*setting, k), learned_steps=learned)
                     summaries.append(entry)
                 for entry in trained.comparisons(arms, pairs, outcome, margins.get(outcome.key),
@@ -549,17 +552,14 @@ def pooled(results: list[dict], comparisons: list[dict], margins: dict | None = 
                                      ", ".join(map(str, r["learned_steps"])) or "none")
                                   for r in summaries if r["setting"][3] == ks[0]) + "."]
         lines += ["", *trained.comparison_table(compared, outcome, ["task", "L", "w", "K"])]
-        lines += ["", "Power of this design (a paired t test over its seeds, 5% level, 80% power), from each row's "
-                  "own seed SD: " + "; ".join(_power_text(r, outcome) for r in compared if r.get("seed_sd")) + "."]
+        lines += ["", "Power (a paired t test over training seeds, 5% level, 80% power: the smallest true A − B "
+                  "it detects), from each row's own seed SD: "
+                  + "; ".join(f"{r['a']} − {r['b']}: " + trained.power_text(r["seed_sd"], r["seeds"], outcome,
+                                                                          margins.get(outcome.key))
+                              for r in compared if r.get("seed_sd")) + "."]
     if not lines:
         return []
     return [*lines, "", trained.NOTE + (f" Margins δ: {margins}." if margins else "")]
-
-
-def _power_text(r: dict, outcome: "trained.Outcome") -> str:
-    detectable = trained.power(r["seed_sd"], r["seeds"])
-    return f"{r['a']} − {r['b']}: seed SD {outcome.text(r['seed_sd'])}, detects {outcome.text(detectable)} " \
-           f"{outcome.unit} with {r['seeds']} seeds"
 
 
 def plot_seeds(results: list[dict], path: Path) -> None:
@@ -683,7 +683,7 @@ def plot(results: list[dict], path: Path) -> None:
 # ---- the command ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = grid.parser("long-range", __doc__.split("\n\n")[0], "configs/study/long_range.yaml",
-                         "quick (<= 5 min on 2 CPU cores), pilot, powered (the trained test: 56 cells, about 40 min), "
+                         "quick (<= 5 min on 2 CPU cores), pilot, powered (the trained test: 60 cells, about 55 min), "
                          "mqar-pilot, mqar, grid (L x w, one seed) or paper-scale (GPU)",
                          "outputs/study/long_range, long_range_quick, long_range_grid, long_range_paper_scale")
     parser.add_argument("--eval_samples", type=int, nargs="+", help="K permutations averaged at evaluation (SA)")
@@ -710,7 +710,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     start = time.perf_counter()
 
     def line(result: dict) -> str:
-        logps = beyond_logps(result, 1) or []
+        logps = beyond_logps(result, min(result["scores"])) or []
         return "acc/beyond-RF " + "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%"
                                             for k, v in sorted(result["scores"].items())) + \
             (f", log p beyond-RF {sum(logps) / len(logps):.3f}" if logps else "") + \

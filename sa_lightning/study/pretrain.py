@@ -163,7 +163,8 @@ def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
             if copy is None:
                 text += nll.mean(dim=1).tolist()
                 continue
-            text += ((nll * ~copy).sum(dim=1) / (~copy).sum(dim=1)).tolist()
+            plain = ~(copy | batch["planted"])  # the text's own targets: neither a copy nor a planted token
+            text += ((nll * plain).sum(dim=1) / plain.sum(dim=1)).tolist()
             repeats += ((nll * copy).sum(dim=1) / copy.sum(dim=1)).tolist()
     return {"val_ppl": text, **({"repeat_nll": repeats} if repeats else {})}
 
@@ -227,7 +228,7 @@ def sigma_sd(results: list[dict], model: str, column: str) -> float | None:
     (None for a model scored under one σ seed)."""
     sds = [float(np.std([_score(s[column], column) for s in r["scores_by_eval_seed"]], ddof=1))
            for r in results if r["model"] == model and len(r.get("scores_by_eval_seed") or []) > 1
-           and column in r["scores"]]
+           and all(column in s for s in r["scores_by_eval_seed"])]
     return float(np.mean(sds)) if sds else None
 
 
@@ -294,7 +295,8 @@ def table(table_rows: list[dict], settings: dict) -> str:
             f"the range of the seeds' scores instead. A model that draws σ (or random keys) is scored under the "
             f"evaluation σ seeds "
             f"{seeds}, and each item's score is its mean over them, so σ's noise is inside the interval. Val. PPL: "
-            "the interval of the mean NLL per block, as a perplexity (with repeats planted: the text's tokens only). "
+            "the interval of the mean NLL per block, as a perplexity (with repeats planted: the text's own targets, "
+            "neither the planted segments nor their copies). "
             "LW: last-word accuracy (%); MC: four-way choice acc_norm (%), chance 25%. NLL on the repeats: nats per "
             "token on the planted copies that only a look back over the gap predicts (``data.repeats``).")
     return "\n".join(lines + ["", note, "", "Spread: the SD over training seeds of each trained model's score "

@@ -114,6 +114,18 @@ def power(seed_sd: float, seeds: int, level: float = 0.95, target: float = 0.8) 
     return float((st.t.ppf(1 - (1 - level) / 2, df) + st.t.ppf(target, df)) * seed_sd / math.sqrt(seeds))
 
 
+def power_text(seed_sd: float, seeds: int, outcome: "Outcome", margin: float | None = None,
+               planned: tuple[int, ...] = (10, 20)) -> str:
+    """The power of a design in words, from a seed SD: what ``seeds`` detect (none under ``MIN_UNITS``, where
+    there is no test), what the ``planned`` counts would, and with a margin the seeds it needs."""
+    own = (f"with its {seeds} seeds no test is possible (fewer than {MIN_UNITS})" if seeds < MIN_UNITS else
+           f"its {seeds} seeds detect {outcome.text(power(seed_sd, seeds))} {outcome.unit}")
+    more = ", ".join(f"{n} seeds {outcome.text(power(seed_sd, n))}" for n in planned if n != seeds)
+    need = "" if margin is None else f"; {outcome.text(margin)} {outcome.unit} needs " + (
+        f"{seeds_needed(seed_sd, margin)} seeds" if seeds_needed(seed_sd, margin) else "more than 1000 seeds")
+    return f"seed SD {outcome.text(seed_sd)}: {own}" + (f" ({more})" if more else "") + need
+
+
 def seeds_needed(seed_sd: float, delta: float, most: int = 1000) -> int | None:
     """The fewest training seeds whose design detects a true difference ``delta`` with 80% power (``power``)."""
     return next((n for n in range(max(2, MIN_UNITS), most + 1) if power(seed_sd, n) <= abs(delta)), None)
@@ -174,7 +186,7 @@ def figure(panels: list[tuple[str, list[dict], Outcome]], path: Path, style: Cal
     for ax, (name, rows_, outcome) in zip(axes[0], panels):
         for i, r in enumerate(rows_):
             color, marker, label = style(r["arm"])
-            mean, lo, hi = (outcome.scale * r[k] for k in ("mean", "lo", "hi"))
+            mean, lo, hi = (outcome.scale * (math.nan if r.get(k) is None else r[k]) for k in ("mean", "lo", "hi"))
             bars = ax.errorbar([i], [mean], yerr=[[mean - lo], [hi - mean]] if lo == lo else None, marker=marker,
                                color=color, capsize=3, markersize=6, zorder=3)
             if r.get("form") == "range":
