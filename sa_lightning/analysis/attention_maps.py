@@ -122,8 +122,7 @@ def draw(maps: dict[str, tuple], labels: list[str], title: str):
 
     plt = pyplot()
 
-    cmap = plt.get_cmap("Blues").copy()
-    cmap.set_bad("#BDBDBD")
+    cmap = plt.get_cmap("Blues").with_extremes(bad="#BDBDBD")  # masked cells gray
     fig, axes = plt.subplots(1, len(maps), figsize=(3.6 * len(maps), 3.9), squeeze=False)
     n = len(labels)
     for ax, (name, (weights, visible)) in zip(axes[0], maps.items()):
