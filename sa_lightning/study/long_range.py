@@ -573,7 +573,11 @@ def plot_seeds(results: list[dict], path: Path) -> None:
             if rows_:
                 panels.append((f"{setting[0]}, L={setting[1]}, w={setting[2]}: {outcome.name}", rows_, outcome))
     if panels:
-        trained.figure(panels, path, lambda v: (get_variant(v).color, get_variant(v).marker, get_variant(v).label))
+        sizes = sorted({(r["seq_len"], r["steps"]) for r in results})
+        title = "; ".join(f"n = {n}, {steps} training steps" for n, steps in sizes) + \
+            f", validated at K = 1 under {max(len(r.get('eval_seeds') or [0]) for r in results)} σ seed(s)"
+        trained.figure(panels, path, lambda v: (get_variant(v).color, get_variant(v).marker, get_variant(v).label),
+                       title)
 
 
 def reach(results: list[dict]) -> str:
