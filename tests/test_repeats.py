@@ -58,3 +58,5 @@ def test_the_data_module_scores_the_repeats_apart(monkeypatch):
     assert next(iter(dm.train_dataloader())).shape == (4, 65)  # training: plain blocks, every token a target
     with pytest.raises(ValueError, match="data repeats takes length, gap and low"):
         LMDataModule(seq_len=64, repeats={"length": 8, "distance": 40})
+    with pytest.raises(ValueError, match="set data.mode: cache"):
+        LMDataModule(seq_len=64, mode="stream", repeats={"length": 8, "gap": 40})
