@@ -32,7 +32,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 from .utils.checkout import PACKAGE, checkout_root
@@ -212,11 +211,23 @@ def _without_out(args: list[str]) -> list[str]:
 
 def check_fit_args(config: str, extra: list[str]) -> None:
     """What a pretrain job's ``cli.py fit`` would refuse at its start (an unknown flag, a value of the wrong type),
-    refused here before it queues: the job's command line parsed and printed (``--print_config``), nothing built."""
-    done = subprocess.run([sys.executable, "-m", "sa_lightning.main", "fit", "--config", config, *extra,
-                           "--print_config"], capture_output=True, text=True)
-    if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or ["(no message)"])[-1].removeprefix("error: ")
+    refused here before it queues: the job's command line parsed and printed (``--print_config``), nothing built.
+    In this process (the parser is what the job's would be; a fresh interpreter cost seconds per submission)."""
+    import contextlib
+    import io
+
+    from .lit.cli import run as run_cli
+
+    printed, errors, said = io.StringIO(), io.StringIO(), None
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(errors):
+            run_cli(["fit", "--config", config, *extra, "--print_config"], run=True)
+    except SystemExit as stop:  # --print_config ends the parse with 0; a refused argument with 2 and its message
+        if stop.code not in (0, None):
+            said = (errors.getvalue().strip().splitlines() or [str(stop.code)])[-1].removeprefix("error: ")
+    except (ValueError, TypeError) as err:  # the CLI's own one-sentence refusals (``lit.cli.config_error``)
+        said = str(err)
+    if said is not None:
         raise ValueError(f"the job's `cli.py fit --config {config} {shlex.join(extra)}` would fail at its start: "
                          f"{said}")
 
