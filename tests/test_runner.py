@@ -108,13 +108,20 @@ def _alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
+def _default_signals() -> None:
+    """The child as a terminal would start it: a suite run under ``nohup`` (SIGHUP ignored) or as a background job
+    (SIGINT ignored) passes that on, and the runner rightly leaves an ignored signal ignored."""
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum, jobs", [(signal.SIGTERM, 2), (signal.SIGINT, 2), (signal.SIGHUP, 1)])
 def test_a_signal_stops_every_worker_keeps_the_finished_cells_and_exits_in_one_line(tmp_path, signum, jobs):
     pids = tmp_path / "pids"
     pids.mkdir()
     code = "import sys; from tests.test_runner import _stop_run; _stop_run(*sys.argv[1:])"
     child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "run"), str(pids), str(jobs)], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_signals)
     deadline = time.time() + 60
     while len(list(pids.iterdir())) < jobs and time.time() < deadline:
         time.sleep(0.1)
