@@ -287,6 +287,8 @@ def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     assert len(report["models"]["a"]["per_seed"]) == 2
     table = (tmp_path / "table.md").read_text()
     assert "| a |" in table and "| b |" in table and "Shk. ppl" in table and "Standard deviation" in table
+    # the table says how many documents of each task it scored, not only the limit it was given
+    assert "documents scored: " + ", ".join(f"{t} 4" for t in offline.TASK_NAMES) + " (the first 4 of each)" in table
     assert json.loads((tmp_path / "results.json").read_text())["tasks"] == list(offline.TASK_NAMES)
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
     # per-item records of every (row, seed), and the table's numbers again with their intervals

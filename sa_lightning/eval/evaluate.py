@@ -86,6 +86,12 @@ def slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+=@-]+", "_", label).strip("_") or "model"
 
 
+def _limit_words(limit) -> str:
+    if not limit:
+        return "every one"
+    return f"the first {limit}" if isinstance(limit, int) else f"the first {limit:.0%}"
+
+
 def _by_task(records: list[dict]) -> dict[str, list[dict]]:
     """A cell's per-item records (each with its ``task``) by task, as ``run_tasks_with_items`` returns them."""
     out: dict[str, list[dict]] = {}
@@ -269,7 +275,11 @@ def _evaluate(args, out: Path, tasks: list[str], loaded: list, labels: list[str]
               "averages each seed's perplexity); \"–\": not a mean over documents (a rolling perplexity). "
               "Per-item records: "
               f"{out / 'cells'}.")
-    text = f"Zero-shot, tasks: {', '.join(tasks)}; limit={args.limit}; eval_samples={args.eval_samples}; " \
+    scored = items[labels[0]][0]  # the documents each task scored (the same for every row and seed)
+    documents = ", ".join(f"{task} {len(scored.get(task, []))}" for task in tasks)
+    text = f"Zero-shot, tasks: {', '.join(tasks)}; documents scored: {documents} " \
+           f"({_limit_words(args.limit)} of each); " \
+           f"eval_samples={args.eval_samples}; " \
            f"sa_mode={args.sa_mode}; σ seeds: {_seed_counts(seeds)}\n\n{markdown_table(means, columns)}\n" \
            f"With intervals ({method})\n\n{interval_markdown(intervals, columns)}"
     if most > 1:
