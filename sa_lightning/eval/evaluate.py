@@ -86,9 +86,10 @@ def slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+=@-]+", "_", label).strip("_") or "model"
 
 
-def _limit_words(limit) -> str:
+def _limit_words(limit, whole: str = "every one") -> str:
+    """``--limit`` in words: ``whole`` without one, the first N documents, or the first share of them."""
     if not limit:
-        return "every one"
+        return whole
     return f"the first {limit}" if isinstance(limit, int) else f"the first {limit:.0%}"
 
 
@@ -224,7 +225,7 @@ def _evaluate(args, out: Path, tasks: list[str], loaded: list, labels: list[str]
     weights = {label: fingerprint(info["path"]) for label, (_, info) in models.items()}
     todo = [(label, s) for label in labels for s in seeds[label]]
     print(f"evaluate: {len(labels)} checkpoint(s), tasks {', '.join(tasks)}, "
-          f"{'the first ' + str(args.limit) if args.limit else 'every'} document(s) of each, σ seeds "
+          f"{_limit_words(args.limit, 'every')} document(s) of each, σ seeds "
           f"{_seed_counts(seeds)} (a model that draws nothing is scored once): {len(todo)} cell(s), results in "
           f"{out}/", flush=True)
 

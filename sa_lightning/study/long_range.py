@@ -462,19 +462,6 @@ def paired_answers(ra: dict, rb: dict, k: int) -> tuple[list[int], list[int]] | 
     return (a, b) if same else None
 
 
-def _pairs(by: dict, a: str, b: str, task: str, depth: int, window: int, k: int) -> dict[int, tuple]:
-    """Per training seed where both were trained: ``paired_answers`` of A's and B's cells at K."""
-    out = {}
-    for (t, variant, d, w, seed), ra in by.items():
-        rb = by.get((t, b, d, w, seed))
-        if (t, variant, d, w) != (task, a, depth, window) or rb is None or k not in ra["scores"]:
-            continue
-        paired = paired_answers(ra, rb, k)
-        if paired is not None and paired[0]:
-            out[seed] = paired
-    return out
-
-
 #: what a trained cell is scored on beyond SWA's receptive field: accuracy, and the answer's log-probability (a
 #: continuous outcome that moves where accuracy sits at chance or at the ceiling)
 OUTCOMES = (trained.Outcome("acc", "accuracy beyond L·(w−1)", scale=100, spec=".1f", unit="points"),
@@ -714,11 +701,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     start = time.perf_counter()
 
     def line(result: dict) -> str:
-        logps = beyond_logps(result, min(result["scores"])) or []
+        logps, learned = beyond_logps(result, min(result["scores"])) or [], learned_step(result)
         return "acc/beyond-RF " + "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%"
                                             for k, v in sorted(result["scores"].items())) + \
             (f", log p beyond-RF {sum(logps) / len(logps):.3f}" if logps else "") + \
-            (f", learned at step {learned_step(result)}" if learned_step(result) is not None else "")
+            (f", learned at step {learned}" if learned is not None else "")
 
     results = grid.run_cells(
         todo, out, cell_id,

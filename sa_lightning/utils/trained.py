@@ -23,8 +23,9 @@ from typing import Callable
 
 import numpy as np
 
-from .stats import MIN_UNITS, Interval, headroom, seed_comparison, t_interval
+from .atomic import savefig
 from .report import head, pyplot, row
+from .stats import MIN_UNITS, Interval, headroom, seed_comparison, t_interval
 
 Units = dict[str, dict[int, list[float]]]  # {arm: {training seed: items}}
 
@@ -78,20 +79,20 @@ def comparisons(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, ma
     """A − B for each (a, b) whose arms both trained some seed, paired seed by seed. ``control`` (full attention,
     SWA): the positive control, whose difference over every seed it trained (the references may have fewer seeds
     than the comparisons) gives each other row its headroom: None under five seeds, as every range."""
+    room = None  # over every seed the control trained: the setting's own headroom, the same for every row
+    ctrl_seeds = sorted(set(units.get(control[0], {})) & set(units.get(control[1], {}))) if control else []
+    if ctrl_seeds:
+        ctrl = seed_comparison({s: _same_items(units[control[0]][s], units[control[1]][s]) for s in ctrl_seeds},
+                               outcome.lower_is_better)
+        room = headroom(Interval.from_dict(ctrl), outcome.lower_is_better)
     out = []
     for a, b in pairs:
         seeds = sorted(set(units.get(a, {})) & set(units.get(b, {})))
         if not seeds:
             continue
         paired = {s: _same_items(units[a][s], units[b][s]) for s in seeds}
-        room = None
-        ctrl_seeds = sorted(set(units.get(control[0], {})) & set(units.get(control[1], {}))) if control else []
-        if ctrl_seeds and (a, b) != control:  # over every seed the control trained: the setting's own headroom
-            ctrl = seed_comparison({s: _same_items(units[control[0]][s], units[control[1]][s]) for s in ctrl_seeds},
-                                   outcome.lower_is_better)
-            room = headroom(Interval.from_dict(ctrl), outcome.lower_is_better)
         out.append(seed_comparison(paired, outcome.lower_is_better, margin, a=a, b=b, outcome=outcome.key,
-                                   headroom=room, **fields))
+                                   headroom=None if (a, b) == control else room, **fields))
     return out
 
 
@@ -203,7 +204,5 @@ def figure(panels: list[tuple[str, list[dict], Outcome]], path: Path, style: Cal
     fig.suptitle((title + "\n" if title else "") + f"bar: 95% t interval over training seeds (dashed: their range, "
                  f"under {MIN_UNITS} seeds); dots: each seed", fontsize=8)
     fig.tight_layout()
-    from .atomic import savefig
-
     savefig(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
