@@ -113,8 +113,10 @@ def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(
     assert run("swa").returncode == 0
     before = _files(out)
     assert sorted(before) == ["accuracy_vs_distance.png", "compare.md", "reach.md", "results.csv", "table.md"]
+    from sa_lightning.utils import trained
+
     with monkeypatch.context() as m:
-        m.setattr(study, "savefig", _full_disk)
+        m.setattr(trained, "savefig", _full_disk)  # the study's figures are drawn by the shared layer
         res = run("swa", "sa")
     _one_sentence(res, out, "study report", "accuracy_vs_distance.png")
     assert _files(out) == before

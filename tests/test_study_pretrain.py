@@ -45,28 +45,34 @@ def test_intervals_come_from_training_seeds_and_verdicts_from_differences_paired
     results = [_result("swa@32", s, base + shift[s], lw, mc) for s in range(6)]
     results += [_result("sa@32", s, base + 0.2 + shift[s] + 0.01 * (s % 2), lw, mc) for s in range(6)]  # worse by 0.2
     results += [_result("random@32", s, base + 0.2 + shift[s] + 0.01 * ((s + 1) % 2), lw, mc) for s in range(6)]
-    rows = pretrain.rows(results, ["swa@32", "sa@32", "random@32"])
-    sa = next(r for r in rows if r["model"] == "sa@32")
-    assert sa["val_ppl"] == pytest.approx(math.exp(base.mean() + 0.205 + shift.mean()), rel=1e-9)
-    assert sa["val_ppl:lo"] < sa["val_ppl"] < sa["val_ppl:hi"] and sa["val_ppl:seeds"] == 6
-    assert sa["val_ppl:items"] == 40 and sa["val_ppl:seed_sd"] > 0 and sa["val_ppl:form"] == "interval"
-    text, compared = pretrain.compare(results, [{"a": "sa@32", "b": "swa@32"}, {"a": "sa@32", "b": "random@32"}])
-    verdicts = {(c["b"], c["column"]): c["verdict"] for c in compared}
+    comparisons = [{"a": "sa@32", "b": "swa@32"}, {"a": "sa@32", "b": "random@32"}]
+    parts = pretrain.sections(results, comparisons)
+    sa = next(r for r in parts[0].summaries if r["arm"] == "sa@32")
+    assert parts[0].outcome.key == "val_ppl" and parts[0].outcome.text(sa["mean"]) == \
+        f"{math.exp(base.mean() + 0.205 + shift.mean()):.2f}"
+    assert sa["lo"] < sa["mean"] < sa["hi"] and sa["seeds"] == 6
+    assert sa["items"] == 240 and sa["seed_sd"] > 0 and sa["form"] == "interval"
+    text, compared = pretrain.compare(parts, results, comparisons)
+    verdicts = {(c["b"], c["outcome"]): c["verdict"] for c in compared}
     assert verdicts[("swa@32", "val_ppl")] == WORSE and verdicts[("random@32", "val_ppl")] == TIED
     assert verdicts[("swa@32", "shakespeare_lastword")] == TIED and "SA (w=32)" in text
     assert BETTER not in verdicts.values()
     assert {c["headroom"] for c in compared} == {None}  # no full-attention model here: the control is unknown
-    assert len(next(c for c in compared if c["column"] == "val_ppl")["per_seed"]) == 6
-    text, _ = pretrain.compare(results, [{"a": "full", "b": "swa@32"}])
+    assert len(next(c for c in compared if c["outcome"] == "val_ppl")["per_seed"]) == 6
+    full_swa = [{"a": "full", "b": "swa@32"}]
+    text, _ = pretrain.compare(pretrain.sections(results, full_swa), results, full_swa)
     assert "Not compared (a model this run leaves out): Full − SWA (w=32)" in text
     # with full attention better than SWA on the validation blocks only, only those rows have headroom
     results += [_result("full", s, base - 0.3 + shift[s], lw, mc) for s in range(6)]
-    text, compared = pretrain.compare(results, [{"a": "full", "b": "swa@32"}, {"a": "sa@32", "b": "random@32"}])
-    room = {(c["a"], c["column"]): c["headroom"] for c in compared}
+    both = [{"a": "full", "b": "swa@32"}, {"a": "sa@32", "b": "random@32"}]
+    text, compared = pretrain.compare(pretrain.sections(results, both), results, both)
+    room = {(c["a"], c["outcome"]): c["headroom"] for c in compared}
     assert room[("full", "val_ppl")] is None and room[("sa@32", "val_ppl")] is True
     assert room[("sa@32", "shakespeare_lastword")] is False and f"| {TIED} | no |" in text
-    table = pretrain.table(rows, {"seeds": list(range(6))})
+    table = pretrain.table(pretrain.sections(results, both), {"seeds": list(range(6))}, results)
     assert "t interval over each seed's mean" in table and "SD over training seeds" in table
+    assert "| Model | Val. PPL ↓ | LW acc | MC acc_norm | Seeds | σ seeds |" in table
+    assert table.index("| SWA (w=32) |") < table.index("| SA (w=32) |") < table.index("| Full |")  # run order
 
 
 def test_the_reviewers_three_seeds_give_a_range_and_no_verdict():
@@ -80,8 +86,9 @@ def test_the_reviewers_three_seeds_give_a_range_and_no_verdict():
         noise = rng.normal(0, 0.01, 64)
         results += [_result("swa@64", seed, base + shift + noise, lw, mc),
                     _result("sa_swa@32", seed, base + shift + diff + noise - noise.mean() + noise.mean(), lw, mc)]
-    text, compared = pretrain.compare(results, [{"a": "sa_swa@32", "b": "swa@64"}])
-    row = next(c for c in compared if c["column"] == "val_ppl")
+    pair = [{"a": "sa_swa@32", "b": "swa@64"}]
+    text, compared = pretrain.compare(pretrain.sections(results, pair), results, pair)
+    row = next(c for c in compared if c["outcome"] == "val_ppl")
     assert row["verdict"] == "too few seeds to decide" and row["form"] == "range"
     assert [round(x, 3) for x in row["per_seed"].values()] == [-0.017, 0.013, -0.036]
     assert (round(row["lo"], 3), round(row["hi"], 3)) == (-0.036, 0.013) and "3 seeds: range" in text
@@ -97,8 +104,9 @@ def test_an_equivalence_margin_is_a_verdict_of_its_own():
         shift = rng.normal(0, 0.02)
         results += [_result("sa@32", seed, base + shift + rng.normal(0, 0.001, 40), lw, mc),
                     _result("random@32", seed, base + shift + rng.normal(0, 0.001, 40), lw, mc)]
-    _, compared = pretrain.compare(results, [{"a": "sa@32", "b": "random@32"}], {"val_ppl": 0.01})
-    assert next(c for c in compared if c["column"] == "val_ppl")["verdict"] == "equivalent within ±0.01"
+    pair, margins = [{"a": "sa@32", "b": "random@32"}], {"val_ppl": 0.01}
+    _, compared = pretrain.compare(pretrain.sections(results, pair, margins), results, pair, margins)
+    assert next(c for c in compared if c["outcome"] == "val_ppl")["verdict"] == "equivalent within ±0.01"
     with pytest.raises(ValueError, match="margins maps a column"):
         pretrain.load_settings(CONFIG, "quick", {"margins": {"val_ppl": -1}})
 

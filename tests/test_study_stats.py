@@ -56,7 +56,7 @@ def test_compare_pools_the_training_seeds_with_each_seeds_own_difference():
     pooled, alone = text.split("## Each trained model alone")  # the rows that decide come first
     assert pooled.startswith("## Over training seeds: accuracy beyond")
     assert sum(line.startswith("| passkey") for line in alone.splitlines()) == 12  # one row per seed and comparison
-    assert "| task | L | w | seed | K | A | B |" in alone and "| passkey | 2 | 16 | 2 | 1 | sa | random |" in alone
+    assert "| task | L | w | K | seed | A | B |" in alone and "| passkey | 2 | 16 | 1 | 2 | sa | random |" in alone
     table_rows = [[c.strip() for c in line.strip(" |").split("|")] for line in pooled.splitlines()
                   if line.startswith("| passkey") and line.count("|") == 13]
     rows = {r[5]: r for r in table_rows}

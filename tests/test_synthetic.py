@@ -148,7 +148,7 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     lo, acc, hi = (float(rows[0][c]) for c in ("acc_beyond_rf_lo", "acc_beyond_rf", "acc_beyond_rf_hi"))
     assert lo <= acc <= hi
     compared = (out / "compare.md").read_text()
-    assert "| passkey | 1 | 8 | 1 | sa | swa |" in compared and "| passkey | 1 | 8 | 2 | sa | swa |" in compared
+    assert "| passkey | 1 | 8 | 1 | 0 | sa | swa |" in compared and "| passkey | 1 | 8 | 2 | 0 | sa | swa |" in compared
     assert {"acc@2-15", "acc@32-63"} <= set(rows[0])
     assert (out / "accuracy_vs_distance.png").stat().st_size > 1000
     assert "| passkey | 1 | 8 | 7 | sa |" in (out / "table.md").read_text()
@@ -263,10 +263,11 @@ def test_study_figure_keeps_legend_and_receptive_field_label_off_the_curves(pane
     """The L·(w−1) label once sat under the curves and the legend over the SA+SWA line: the label now sits above
     each panel's plotting area and one legend below all panels, outside every axis."""
     import sa_lightning.study.long_range as study
+    from sa_lightning.utils import trained
 
     figures = []
-    real_savefig = study.savefig
-    monkeypatch.setattr(study, "savefig", lambda fig, path, **kw: (figures.append(fig), real_savefig(fig, path, **kw)))
+    real_savefig = trained.savefig  # the figure is drawn by the shared layer (utils.trained.profile)
+    monkeypatch.setattr(trained, "savefig", lambda fig, path, **kw: (figures.append(fig), real_savefig(fig, path, **kw)))
     results = [_fake_result(v, d, w, (1, 16) if v in ("sa", "sa_swa") else (1,))
                for d, w in panels for v in ("full", "swa", "sa", "sa_swa")]
     study.plot(results, tmp_path / "fig.png")
@@ -281,12 +282,12 @@ def test_study_figure_keeps_legend_and_receptive_field_label_off_the_curves(pane
     assert len(axes) == len(panels) and all(ax.get_legend() is None for ax in axes)
     (legend,) = fig.legends
     labels = [t.get_text() for t in legend.get_texts()]
-    assert labels.count("SA+SWA") == 1 and "SA+SWA (K=16)" in labels and "SWA's receptive field L·(w−1)" in labels
+    assert labels.count("SA+SWA") == 1 and "SA+SWA (K=16)" in labels and "Full" in labels
     box = legend.get_window_extent(renderer)
     for ax, (depth, window) in zip(axes, panels):
         area = ax.get_window_extent(renderer)
         assert box.y1 < area.y0  # below the axes, over no curve
-        (label,) = [t for t in ax.texts if t.get_text() == f"L·(w−1)={depth * (window - 1)}"]
+        (label,) = [t for t in ax.texts if t.get_text() == f"SWA's field L·(w−1)={depth * (window - 1)}"]
         assert label.get_window_extent(renderer).y0 >= area.y1  # above the plotting area
         assert ax.title.get_window_extent(renderer).y0 >= label.get_window_extent(renderer).y1 - 1  # not on the title
 

@@ -42,8 +42,8 @@ from ..analysis.mechanism import PATTERNED
 from ..attention import VARIANTS, get_variant, sigma_seeds, variant_names
 from ..attention.variants import FULL, SWA
 from ..utils import runner, trained
-from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
-from ..utils.report import head, number, pyplot, ranked_cells, row
+from ..utils.atomic import check_results_folder, replacing_files, write_text
+from ..utils.report import head, number, ranked_cells, row
 from ..utils.tables import write_csv
 from . import grid
 
@@ -391,75 +391,88 @@ TABLE_NOTE = ("beyond L·(w−1): the share of right answers whose key–query d
 
 
 def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None) -> str:
-    """Where several training seeds trained a comparison, first the rows that speak for the variants (``pooled``:
-    over training seeds, per outcome). Then each trained model alone, paired differences A − B on the same
-    validation answers beyond SWA's reach: per configured comparison
-    (``comparisons: [{a: sa, b: random}, ...]``), per (task, L, w, seed) where both were trained, per K of A
-    (B at the same K, or at K = 1 if it draws nothing). The two models were validated on one set (the data seed
-    is the cell's seed), so answer j of A and of B is the same question; the interval is a paired percentile
-    bootstrap over those answers (``utils.stats.paired_difference``), and the verdict is worded from it."""
-    from ..utils.stats import HEADROOM_NOTE, headroom, headroom_label, paired_difference
-
-    seeded = several_seeds(results)
-    lines = head(["task", "L", "w", *(["seed"] if seeded else []), "K", "A", "B", "A beyond L·(w−1)", "B",
-                  "A − B [95% CI]", "verdict", "headroom", "answers"],
-                 ["---"] * (7 if seeded else 6) + ["---:", "---:", "---:", "---", "---", "---:"])
-    by = {(r["task"], r["variant"], r["depth"], r["window"], r["seed"]): r for r in results}
-    missing = []
-    controls: dict[tuple, bool | None] = {}  # per cell: one bootstrap, whatever the comparisons and K
-
-    def control(cell: tuple) -> bool | None:
-        """The positive control of the cell (task, L, w, seed): does full attention beat SWA beyond SWA's field
-        (K = 1)?"""
-        if cell not in controls:
-            full, swa = (by.get((cell[0], v, *cell[1:])) for v in (FULL.name, SWA.name))
-            a, b = (beyond_items(r, 1) if r is not None else None for r in (full, swa))
-            controls[cell] = None if a is None or b is None or len(a) != len(b) else \
-                headroom(paired_difference(a, b, seed=derived_seed(full, 1)))
-        return controls[cell]
-
-    for c in comparisons:
-        for (task, variant, depth, window, seed), ra in sorted(by.items()):
-            rb = by.get((task, c["b"], depth, window, seed))
-            if variant != c["a"] or rb is None:
-                continue
-            for k in sorted(ra["scores"]):
-                paired = paired_answers(ra, rb, k)
-                if paired is None:
-                    missing.append(f"{task} L={depth} w={window} K={k}: {c['a']} against {c['b']}")
-                    continue
-                a, b = paired
-                diff = paired_difference(a, b, seed=derived_seed(ra, k))
-                own = FULL.name in (c["a"], c["b"])  # the positive control's own row
-                lines.append(row([task, depth, window, *([seed] if seeded else []), k, c["a"], c["b"],
-                                  f"{100 * sum(a) / len(a):.1f}",
-                                  f"{100 * sum(b) / len(b):.1f}",
-                                  diff.map(lambda x: 100 * x).text("+.1f"), diff.verdict(),
-                                  headroom_label(None if own else control((task, depth, window, seed))), len(a)]))
-    notes = ["", "A − B in percentage points of accuracy beyond SWA's receptive field L·(w−1), on the same validation "
-             "answers; 95% interval: a paired percentile bootstrap over those answers (``utils.stats``, items "
-             "scheme). One trained "
-             "model per cell: the interval holds the validation set's noise (each answer of a model that draws "
-             "counted as its mean over the evaluation σ seeds at K = 1), not the training seed's. Here the "
-             "setting is the cell (task, L, w, seed), on the answers beyond SWA's field at K = 1. " + HEADROOM_NOTE]
+    """``compare.md``: where two or more training seeds trained a setting, first the rows that speak for the
+    variants, per outcome (``OUTCOMES``) and setting (task, L, w, K): each variant over its seeds, the seeds that
+    learned and when, A − B paired by seed and the power (``utils.trained.report``). Then each trained model alone:
+    A − B on one seed's validation answers beyond SWA's field (``utils.trained.within_seed``), per configured
+    comparison (``comparisons: [{a: sa, b: random}, ...]``) and K of A (B at K, or at 1 if it draws nothing)."""
+    margins = margins or {}
+    pairs = [(c["a"], c["b"]) for c in comparisons]
+    lines = []
+    for section in sections(results, pairs, margins):
+        accuracy = section.outcome.key == "acc" and bool(section.summaries)
+        lines += trained.markdown(section, SETTING, threshold_label="seeds that learned" if accuracy else None,
+                                  margin=margins.get(section.outcome.key),
+                                  note=learned_line(section) if accuracy else None)
+    if lines:
+        lines += ["", trained.NOTE + (f" Margins δ: {margins}." if margins else "")]
+    accuracy = OUTCOMES[0]
+    alone = []
+    for k in sorted({k for r in results for k in r["scores"]}):
+        for setting, arms in sorted(units(results, k, accuracy.key).items()):
+            alone += [{**r, "setting": (*setting, k)} for r in trained.within_seed(
+                arms, pairs, accuracy, control=(FULL.name, SWA.name), key=(*setting, k))]
+    alone_lines = trained.within_seed_table(alone, accuracy, SETTING) + [
+        "", trained.WITHIN_NOTE + " Here the items are the validation answers beyond SWA's receptive field L·(w−1), "
+        "each answer of a model that draws counted as its mean over the evaluation σ seeds at K = 1."]
+    missing = unpaired(results, pairs)
     if missing:
-        notes += ["", "Not compared (a cell saved without its answers, or validated on other data; run it again): "
-                  + "; ".join(missing) + "."]
-    over_seeds = pooled(results, comparisons, margins)
-    if not over_seeds:
-        return "\n".join(lines + notes) + "\n"
-    return "\n".join([*over_seeds[1:], "", "## Each trained model alone", "", *lines, *notes]) + "\n"
+        alone_lines += ["", "Not compared (a cell saved without its answers, or validated on other data; run it "
+                        "again): " + "; ".join(missing) + "."]
+    if not lines:
+        return "\n".join(alone_lines) + "\n"
+    return "\n".join([*lines[1:], "", "## Each trained model alone", "", *alone_lines]) + "\n"
 
 
-def paired_answers(ra: dict, rb: dict, k: int) -> tuple[list[int], list[int]] | None:
-    """A's answers beyond SWA's field at K and B's at K (or at 1 if B draws nothing), when both cells kept their
-    answers and answered the same questions in the same order; else None."""
-    kb = k if k in rb["scores"] else 1
-    a, b = beyond_items(ra, k), beyond_items(rb, kb)
-    if a is None or b is None:
-        return None
-    same = [d for d, _ in ra["scores"][k]["items"]] == [d for d, _ in rb["scores"][kb]["items"]]
-    return (a, b) if same else None
+SETTING = ["task", "L", "w", "K"]
+
+
+def sections(results: list[dict], pairs: list[tuple[str, str]], margins: dict) -> list[trained.Section]:
+    """Per outcome, ``utils.trained.report`` over the settings (task, L, w, K) that two or more training seeds
+    trained, with the positive control (full attention, SWA) and, for accuracy, the seeds that learned (90% beyond
+    SWA's field); each variant's row carries the steps at which its seeds learned."""
+    ks = sorted({k for r in results for k in r["scores"]})
+    out = []
+    for outcome in OUTCOMES:
+        by_setting = {(*setting, k): arms for k in ks for setting, arms in units(results, k, outcome.key).items()
+                      if max(len(seeds) for seeds in arms.values()) >= 2}
+        section = trained.report(by_setting, outcome, pairs, margin=margins.get(outcome.key),
+                                 control=(FULL.name, SWA.name), threshold=TARGET if outcome.key == "acc" else None,
+                                 order=variant_names())
+        for entry in section.summaries:
+            task, depth, window, _ = entry["setting"]
+            cells_ = [r for r in results if (r["task"], r["depth"], r["window"], r["variant"])
+                      == (task, depth, window, entry["arm"]) and r["seed"] in entry["per_seed"]]
+            # a cell saved before curves were kept says nothing about when it learned
+            entry["learned_steps"] = sorted(s for s in map(learned_step, cells_) if s is not None) \
+                if all(r.get("curve") for r in cells_) else None
+        out.append(section)
+    return out
+
+
+def learned_line(section: trained.Section) -> str:
+    first = min(r["setting"][3] for r in section.summaries)
+    return ("Seeds that learned: accuracy beyond L·(w−1) of at least 90% at the end; the step at which each first "
+            "did (validation during training): "
+            + "; ".join(f"{r['arm']} (L={r['setting'][1]}, w={r['setting'][2]}): "
+                        + ("no validation curve kept" if r["learned_steps"] is None else
+                           ", ".join(map(str, r["learned_steps"])) or "none")
+                        for r in section.summaries if r["setting"][3] == first) + ".")
+
+
+def unpaired(results: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
+    """The configured comparisons whose two cells of one seed were both trained but cannot be paired at K = 1 (an
+    answer list missing, or other answers)."""
+    answered = units(results, 1, "acc")
+    by = {(r["task"], r["depth"], r["window"], r["seed"], r["variant"]) for r in results}
+    out = []
+    for task, depth, window, seed, variant in sorted(by):
+        for a, b in pairs:
+            if variant == a and (task, depth, window, seed, b) in by:
+                arms = answered.get((task, depth, window), {})
+                if seed not in arms.get(a, {}) or seed not in arms.get(b, {}):
+                    out.append(f"{task} L={depth} w={window} seed {seed}: {a} against {b}")
+    return out
 
 
 #: what a trained cell is scored on beyond SWA's receptive field: accuracy, and the answer's log-probability (a
@@ -497,68 +510,13 @@ def units(results: list[dict], k: int, outcome: str) -> dict[tuple, "trained.Uni
     return out
 
 
-def pooled(results: list[dict], comparisons: list[dict], margins: dict | None = None) -> list[str]:
-    """Over training seeds, where two or more seeds trained a configured comparison: per outcome (``OUTCOMES``),
-    each variant's mean with its interval over the seeds and the share of seeds that learned the task (90% beyond
-    SWA's field), the step at which each did, and A − B paired by seed (``utils.trained``: a t interval over the
-    seeds, a range under five, "equivalent within ±δ" at ``margins``, the positive control's headroom); then the
-    power of the design from its own seed SD. Empty with one seed."""
-    margins = margins or {}
-    pairs = [(c["a"], c["b"]) for c in comparisons]
-    ks = sorted({k for r in results for k in r["scores"]})
-    lines: list[str] = []
-    for outcome in OUTCOMES:
-        summaries, compared = [], []
-        for k in ks:
-            for setting, by_arm in sorted(units(results, k, outcome.key).items()):
-                if max(len(seeds) for seeds in by_arm.values()) < 2:
-                    continue
-                arms = {a: by_arm[a] for a in variant_names() if a in by_arm}
-                threshold = TARGET if outcome.key == "acc" else None
-                for entry in trained.summary(arms, outcome, threshold):
-                    cells_ = [r for r in results if (r["task"], r["depth"], r["window"], r["variant"])
-                              == (*setting, entry["arm"]) and r["seed"] in entry["per_seed"]]
-                    # a cell saved before curves were kept says nothing about when it learned
-                    learned = sorted(s for s in map(learned_step, cells_) if s is not None) \
-                        if all(r.get("curve") for r in cells_) else None
-                    entry.update(setting=(*setting, k), learned_steps=learned)
-                    summaries.append(entry)
-                for entry in trained.comparisons(arms, pairs, outcome, margins.get(outcome.key),
-                                                 control=(FULL.name, SWA.name)):
-                    compared.append({**entry, "setting": (*setting, k)})
-        if not compared:
-            continue
-        lines += ["", f"## Over training seeds: {outcome.name}", "",
-                  *trained.summary_table(summaries, outcome, ["task", "L", "w", "K"],
-                                         "seeds that learned" if outcome.key == "acc" else None)]
-        if outcome.key == "acc":
-            lines += ["", "Seeds that learned: accuracy beyond L·(w−1) of at least 90% at the end; the step at which "
-                      "each first did (validation during training): "
-                      + "; ".join(f"{r['arm']} (L={r['setting'][1]}, w={r['setting'][2]}): "
-                                  + ("no validation curve kept" if r["learned_steps"] is None else
-                                     ", ".join(map(str, r["learned_steps"])) or "none")
-                                  for r in summaries if r["setting"][3] == ks[0]) + "."]
-        lines += ["", *trained.comparison_table(compared, outcome, ["task", "L", "w", "K"])]
-        lines += ["", "Power (a paired t test over training seeds, 5% level, 80% power: the smallest true A − B "
-                  "it detects), from each row's own seed SD: "
-                  + "; ".join(f"{r['a']} − {r['b']}: " + trained.power_text(r["seed_sd"], r["seeds"], outcome,
-                                                                          margins.get(outcome.key))
-                              for r in compared if r.get("seed_sd")) + "."]
-    if not lines:
-        return []
-    return [*lines, "", trained.NOTE + (f" Margins δ: {margins}." if margins else "")]
-
-
-def plot_seeds(results: list[dict], path: Path) -> None:
+def plot_seeds(results: list[dict], path: Path, margins: dict | None = None) -> None:
     """``over_seeds.png``: per (task, L, w) and outcome at K = 1, each variant's training seeds (dots) and their
     mean with its interval over the seeds (``utils.trained.figure``)."""
     panels = []
-    for outcome in OUTCOMES:
-        for setting, by_arm in sorted(units(results, 1, outcome.key).items()):
-            arms = {a: by_arm[a] for a in variant_names() if a in by_arm}
-            rows_ = trained.summary(arms, outcome)
-            if rows_:
-                panels.append((f"{setting[0]}, L={setting[1]}, w={setting[2]}: {outcome.name}", rows_, outcome))
+    for section in sections(results, [], margins or {}):
+        at_one = trained.Section(section.outcome, [r for r in section.summaries if r["setting"][3] == 1], [])
+        panels += trained.panels(at_one, lambda s, o=section.outcome: f"{s[0]}, L={s[1]}, w={s[2]}: {o.name}")
     if panels:
         sizes = sorted({(r["seq_len"], r["steps"]) for r in results})
         title = "; ".join(f"n = {n}, {steps} training steps" for n, steps in sizes) + \
@@ -594,81 +552,36 @@ def reach(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def nudges() -> dict[str, float]:
-    """The nudge of each sparse variant's markers along the log-x axis (a factor 2**dx), so that equal accuracies
-    in one bucket sit side by side: spread over 0.3 octave, in the registry's order."""
-    names = variant_names(sparse=True)
-    return {name: 0.3 * (i / max(1, len(names) - 1) - 0.5) for i, name in enumerate(names)}
-
-
-def _seed_means(results: list[dict]) -> tuple[list[dict], dict[tuple, int]]:
-    """One result per (task, L, w, variant): each K's bucket accuracies averaged over the training seeds that
-    have it; and the most seeds of any variant per (task, L, w), for the panel's title."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in results:
-        groups.setdefault((r["task"], r["depth"], r["window"], r["variant"]), []).append(r)
-    merged, seeds = [], {}
-    for (task, depth, window, _), group in groups.items():
-        seeds[(task, depth, window)] = max(seeds.get((task, depth, window), 0), len(group))
-        ks = set.intersection(*(set(r["scores"]) for r in group))
-        scores = {k: {"buckets": {name: sum(r["scores"][k]["buckets"][name] for r in group) / len(group)
-                                  for name in group[0]["scores"][k]["buckets"]}} for k in ks}
-        merged.append({**group[0], "scores": scores})
-    return merged, seeds
-
-
 def plot(results: list[dict], path: Path) -> None:
-    """One panel per (task, L, w): accuracy by distance per variant, SWA's receptive field L * (w - 1) as a
-    dashed line named at the top of the panel, and one legend for all panels below them, covering no curve.
-
-    Full attention is the reference: it is drawn first, as a wide pale band under every other line, so a
-    variant that reaches it (SA+SWA at 100%) stays visible on top of it. Each variant has its own marker,
-    nudged a little along x so that equal accuracies in one bucket show side by side; the same model averaged
-    over K permutations is dotted, its markers larger, hollow and on top (the K = 1 marker shows inside)."""
-    plt = pyplot()
-    results, seeds = _seed_means(results)
-    panels = sorted({(r["task"], r["depth"], r["window"]) for r in results})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-    legend: dict[str, object] = {}  # label -> handle, over all panels (a panel may lack a variant)
-    order = sorted(VARIANTS, key=lambda v: VARIANTS[v].sparse)  # the reference first, under the rest
-    nudge = nudges()
-    for ax, (task, depth, window) in zip(axes[0], panels):
-        for r in sorted((r for r in results if (r["task"], r["depth"], r["window"]) == (task, depth, window)),
-                        key=lambda r: order.index(r["variant"]) if r["variant"] in order else len(order)):
-            mids = [sum(_bucket_bounds(b)) / 2 for b in r["scores"][1]["buckets"]]
-            variant = get_variant(r["variant"])
-            label, color = variant.label, variant.color
-            accs = list(r["scores"][1]["buckets"].values())
-            if not variant.sparse:
-                ax.plot(mids, accs, "-", color=color, alpha=0.35, linewidth=7, solid_capstyle="butt", label=label,
-                        zorder=1)
+    """``accuracy_vs_distance.png``: one panel per (task, L, w), accuracy per distance bucket of each variant over
+    its training seeds (``utils.trained.profile``: the mean, its interval over the seeds, the series side by side),
+    full attention as the band under the rest, SWA's receptive field L·(w−1) as a dashed line, and each model that
+    draws averaged over K permutations beside it (hollow, dotted)."""
+    order = sorted(VARIANTS, key=lambda v: (VARIANTS[v].sparse, variant_names().index(v)))  # the reference first
+    groups: dict[tuple, dict[tuple, list[dict]]] = {}
+    for r in results:
+        for k in r["scores"]:
+            groups.setdefault((r["task"], r["depth"], r["window"]), {}).setdefault((r["variant"], k), []).append(r)
+    panels = []
+    for (task, depth, window), by_arm in sorted(groups.items()):
+        series = []
+        for (variant, k), cells_ in sorted(by_arm.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
+            spec = get_variant(variant)
+            buckets = list(cells_[0]["scores"][k]["buckets"])
+            if not spec.sparse and k > 1:
                 continue
-            marker, dx = variant.marker, nudge.get(r["variant"], 0.0)
-            xs = [m * 2 ** dx for m in mids]
-            ax.plot(xs, accs, "-", marker=marker, color=color, label=label, markersize=4.5, linewidth=1.3, zorder=3)
-            k = max(r["scores"])
-            if k > 1:  # the same model, its prediction averaged over K permutations
-                ax.plot(xs, list(r["scores"][k]["buckets"].values()), ":", marker=marker, color=color,
-                        markerfacecolor="none", markersize=8, markeredgewidth=1.2, linewidth=1.3,
-                        label=f"{label} (K={k})", zorder=4)
+            series.append({"label": spec.label + (f" (K={k})" if k > 1 else ""), "color": spec.color,
+                           "marker": spec.marker, "reference": not spec.sparse, "dotted": k > 1,
+                           "x": [sum(_bucket_bounds(b)) / 2 for b in buckets],
+                           "per_seed": [[r["scores"][k]["buckets"].get(b, math.nan) for b in buckets] for r in cells_]})
+        fewest, most = min(len(c) for c in by_arm.values()), max(len(c) for c in by_arm.values())
+        seeds = f"{most} training seed{'s' * (most > 1)}" if fewest == most else f"{fewest}–{most} training seeds"
         rf = depth * (window - 1)
-        ax.axvline(rf, color=SWA.color, linestyle="--", linewidth=1, label=f"{SWA.label}'s receptive field L·(w−1)",
-                   zorder=1.5)
-        # above the plotting area (x in data, y in axes units), where no curve can run under it
-        ax.text(rf, 1.01, f"L·(w−1)={rf}", transform=ax.get_xaxis_transform(), ha="center", va="bottom",
-                color=SWA.color, fontsize=7)
-        ax.set(xscale="log", ylim=(-0.03, 1.05), xlabel="key–query distance", ylabel="accuracy")
-        n_seeds = seeds[(task, depth, window)]
-        ax.set_title(f"{task}, L={depth}, w={window}" + (f", mean of {n_seeds} seeds" if n_seeds > 1 else ""), pad=14)
-        ax.grid(alpha=0.3, which="both")
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            legend.setdefault(label, handle)
-    fig.tight_layout()
-    # below the panels, outside every axis; bbox_inches="tight" grows the image to hold it
-    fig.legend(list(legend.values()), list(legend), loc="upper center", bbox_to_anchor=(0.5, 0.0),
-               ncol=min(len(legend), 4 * len(panels)), fontsize=7, frameon=False)
-    savefig(fig, path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
+        panels.append({"title": f"{task}, L={depth}, w={window}, {seeds}",
+                       "series": series, "lines": [(rf, f"SWA's field L·(w−1)={rf}")]})
+    sizes = sorted({(r["seq_len"], r.get("steps", "?")) for r in results}, key=str)
+    trained.profile(panels, path, "; ".join(f"n = {n}, {steps} training steps" for n, steps in sizes),
+                    xlabel="key–query distance", ylabel="accuracy", ylim=(-0.03, 1.05))
 
 
 # ---- the command ----------------------------------------------------------------------------------

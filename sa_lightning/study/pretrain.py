@@ -39,22 +39,28 @@ import numpy as np
 from ..attention import get_variant, sigma_seeds, variant_label
 from ..attention.variants import FULL, SWA
 from ..utils import runner, trained
-from ..utils.atomic import check_results_folder, replacing_files, savefig, write_text
-from ..utils.report import head, pyplot, row
-from ..utils.stats import MIN_UNITS, estimate
+from ..utils.atomic import check_results_folder, replacing_files, write_text
+from ..utils.report import head, row
+from ..utils.stats import MIN_UNITS
 from ..utils.tables import write_csv
 from . import grid
 
 GRID_KEYS = ("models", "seeds")
-#: the columns: (name, what it is, lower is better)
-COLUMNS = (("val_ppl", "Val. PPL ↓", True), ("shakespeare_lastword", "LW acc", False),
-           ("shakespeare_choice", "MC acc_norm", False), ("repeat_nll", "NLL on the repeats ↓", True))
-#: scored only where the data plants repeats (``data.repeats``; the ``repeats`` preset): long-range copies in text
+#: what each cell is scored on, in the table's order: the validation blocks' NLL (shown as a perplexity, its
+#: differences in nats), the offline tasks (points), and, where the data plants repeats (``data.repeats``; the
+#: ``repeats`` preset), the NLL on the planted copies that only a look back over the gap predicts
+OUTCOMES = (trained.Outcome("val_ppl", "Val. PPL ↓", True, spec=".2f", unit="nats", transform=math.exp,
+                            diff_name="Val. NLL/token ↓", diff_spec=".3f"),
+            trained.Outcome("shakespeare_lastword", "LW acc", spec=".1f", unit="points"),
+            trained.Outcome("shakespeare_choice", "MC acc_norm", spec=".1f", unit="points"),
+            trained.Outcome("repeat_nll", "NLL on the repeats ↓", True, spec=".3f", unit="nats"))
 
 
-def present(results: list[dict]) -> tuple:
-    """The columns some cell of ``results`` scored (``repeat_nll`` only where the data planted repeats)."""
-    return tuple(c for c in COLUMNS if any(c[0] in r["scores"] for r in results))
+def present(results: list[dict]) -> tuple[trained.Outcome, ...]:
+    """The outcomes some cell of ``results`` scored (``repeat_nll`` only where the data planted repeats)."""
+    return tuple(o for o in OUTCOMES if any(o.key in r["scores"] for r in results))
+
+
 #: the per-item metric of each lm-eval task
 TASK_METRICS = {"shakespeare_lastword": "acc", "shakespeare_choice": "acc_norm"}
 
@@ -118,7 +124,7 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
             raise ValueError(f"each comparison is {{a: <model>, b: <model>}}, got {c!r}; nothing was trained.")
         parse_model(c["a"]), parse_model(c["b"])  # a comparison of a model this run leaves out is named, not run
     margins = settings.get("margins") or {}
-    columns = [c for c, _, _ in COLUMNS]
+    columns = [o.key for o in OUTCOMES]
     if not isinstance(margins, dict) or any(k not in columns or isinstance(v, bool) or not isinstance(v, (int, float))
                                             or not v > 0 for k, v in margins.items()):
         raise ValueError(f"margins maps a column ({', '.join(columns)}) to an equivalence margin > 0 in its unit "
@@ -200,27 +206,11 @@ def eval_seeds(model: str, settings: dict) -> list[int]:
     return sigma_seeds(parse_model(model)[0], settings.get("eval_seeds") or [settings.get("eval_seed", 0)])
 
 
-# ---- summaries -------------------------------------------------------------------------------------
-def matrix(results: list[dict], model: str, column: str) -> np.ndarray | None:
-    """(seeds, items) of one model's column over its trained seeds (in seed order), on the items all share."""
-    runs = sorted((r for r in results if r["model"] == model and column in r["scores"]), key=lambda r: r["seed"])
-    if not runs:
-        return None
-    width = min(len(r["scores"][column]) for r in runs)
-    return np.array([r["scores"][column][:width] for r in runs], dtype=np.float64)
-
-
-def _interval(values: np.ndarray, column: str):
-    """The column's interval over the training seeds (``utils.stats``' seeds scheme: a t interval over each seed's
-    mean; a range under five seeds): mean NLL -> perplexity bound by bound for the validation column."""
-    ci = estimate(values, "seeds")
-    return ci.map(math.exp) if column == "val_ppl" else ci
-
-
+# ---- the report: through utils.trained -------------------------------------------------------------
 def _score(values, column: str) -> float:
-    """A run's score on ``column`` from its items: the perplexity of the mean NLL, or the mean (points)."""
-    mean = float(np.mean(values))
-    return math.exp(mean) if column == "val_ppl" else mean
+    """A run's score on ``column`` as it prints: the perplexity of the mean NLL, or the mean."""
+    outcome = next(o for o in OUTCOMES if o.key == column)
+    return outcome.value(float(np.mean(values)))
 
 
 def sigma_sd(results: list[dict], model: str, column: str) -> float | None:
@@ -232,76 +222,14 @@ def sigma_sd(results: list[dict], model: str, column: str) -> float | None:
     return float(np.mean(sds)) if sds else None
 
 
-def rows(results: list[dict], models: list[str]) -> list[dict]:
-    """One row per model: each column's mean, interval, training-seed spread and σ spread."""
-    out = []
-    for model in models:
-        entry = {"model": model}
-        for column, _, _ in COLUMNS:
-            values = matrix(results, model, column)
-            if values is None:
-                continue
-            ci = _interval(values, column)
-            spread = np.array([_score(v, column) for v in values])
-            entry.update({column: ci.mean, f"{column}:lo": ci.lo, f"{column}:hi": ci.hi, f"{column}:items": ci.items,
-                          f"{column}:seeds": ci.seeds, f"{column}:form": ci.form,
-                          f"{column}:seed_sd": float(spread.std(ddof=1)) if len(spread) > 1 else None,
-                          f"{column}:per_seed": [float(x) for x in spread],
-                          f"{column}:sigma_sd": sigma_sd(results, model, column)})
-        entry["eval_seeds"] = max((len(r.get("eval_seeds") or [0]) for r in results if r["model"] == model), default=1)
-        out.append(entry)
-    return out
-
-
 def label(model: str) -> str:
     variant, window = parse_model(model)
     return variant_label(variant) + (f" (w={window})" if window else "")
 
 
-def _cell(r: dict, column: str, spec: str) -> str:
-    if column not in r:
-        return "–"
-    lo, hi, kind = r[f"{column}:lo"], r[f"{column}:hi"], r.get(f"{column}:form", "interval")
-    if kind == "range":
-        return f"{r[column]:{spec}} (range [{lo:{spec}}, {hi:{spec}}])"
-    return f"{r[column]:{spec}}" + (f" [{lo:{spec}}, {hi:{spec}}]" if kind == "interval" and lo == lo else " [–]")
-
-
-def _shown(table_rows: list[dict]) -> tuple:
-    return tuple(c for c in COLUMNS if any(c[0] in r for r in table_rows))
-
-
-def table(table_rows: list[dict], settings: dict) -> str:
-    columns = _shown(table_rows)
-    lines = head(["Model", *(name for _, name, _ in columns), "Seeds", "σ seeds"],
-                 ["---"] + ["---"] * len(columns) + ["---:", "---:"])
-    for r in table_rows:
-        lines.append(row([label(r["model"]), *(_cell(r, c, ".1f" if c in TASK_METRICS else ".2f" if c == "val_ppl"
-                                                      else ".3f") for c, _, _ in columns),
-                          r.get("val_ppl:seeds", "–"), r.get("eval_seeds", 1)]))
-
-    def sd(value):
-        return "–" if value is None else f"{value:.2f}"
-
-    spread = head(["Model", *(f"{name}: {kind}" for _, name, _ in columns for kind in ("training", "σ"))],
-                  ["---"] + ["---:"] * 2 * len(columns))
-    for r in table_rows:
-        spread.append(row([label(r["model"]), *(sd(r.get(f"{c}:{k}")) for c, _, _ in columns
-                                                 for k in ("seed_sd", "sigma_sd"))]))
-    seeds = settings.get("eval_seeds") or [0]
-    note = (f"Each score is mean [95% interval] over the training seeds {settings['seeds']}: a t interval over each "
-            f"seed's mean over the items (validation blocks, task documents), since a training seed moves every item "
-            f"of its model at once; with fewer than {MIN_UNITS} seeds there is no 95% interval, and the cell shows "
-            f"the range of the seeds' scores instead. A model that draws σ (or random keys) is scored under the "
-            f"evaluation σ seeds "
-            f"{seeds}, and each item's score is its mean over them, so σ's noise is inside the interval. Val. PPL: "
-            "the interval of the mean NLL per block, as a perplexity (with repeats planted: the text's own targets, "
-            "neither the planted segments nor their copies). "
-            "LW: last-word accuracy (%); MC: four-way choice acc_norm (%), chance 25%. NLL on the repeats: nats per "
-            "token on the planted copies that only a look back over the gap predicts (``data.repeats``).")
-    return "\n".join(lines + ["", note, "", "Spread: the SD over training seeds of each trained model's score "
-                              "(training), and the SD over evaluation σ seeds of one trained model's score, averaged "
-                              "over its training seeds (σ):", "", *spread]) + "\n"
+def style(model: str) -> tuple[str, str, str]:
+    variant = get_variant(parse_model(model)[0])
+    return variant.color, variant.marker, label(model)
 
 
 def units(results: list[dict], column: str) -> "trained.Units":
@@ -315,77 +243,115 @@ def units(results: list[dict], column: str) -> "trained.Units":
     return out
 
 
-def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None) -> tuple[str, list[dict]]:
-    """A − B per configured comparison and column over the training seeds that trained both, paired seed by seed
-    (``utils.trained``: a t interval over the per-seed differences, a range under five, each seed's own difference
-    beside it); ``margins`` ({column: δ}) adds the equivalence test. Each row but the positive control's own also
-    says whether full attention beats SWA at B's window (or A's) on that column: the headroom without which no
-    long-range variant can win."""
-    out, unpaired, lines = [], [], []
+def sections(results: list[dict], comparisons: list[dict], margins: dict | None = None,
+             models: list[str] | None = None) -> list[trained.Section]:
+    """Per outcome some cell scored, ``utils.trained.report`` over the one setting of the run: each model over its
+    training seeds (a t interval, a range under five), and A − B per configured comparison paired by seed, with
+    ``margins`` ({column: δ}) for "equivalent within ±δ". Each comparison but the positive control's own has the
+    headroom of full attention against SWA at B's window (or A's): without it no long-range variant can win."""
     margins = margins or {}
-    models = {parse_model(r["model"]): r["model"] for r in results}
+    by_window = {parse_model(r["model"]): r["model"] for r in results}
+    pairs = [(c["a"], c["b"]) for c in comparisons]
+
+    def control(a: str, b: str) -> tuple[str, str] | None:
+        (va, wa), (vb, wb) = parse_model(a), parse_model(b)
+        if FULL.name in (va, vb):  # the positive control's own row
+            return None
+        full, swa = by_window.get((FULL.name, None)), by_window.get((SWA.name, wb or wa))
+        return None if full is None or swa is None else (full, swa)
+
+    order = models or list(dict.fromkeys(r["model"] for r in results))
+    return [trained.report({(): units(results, o.key)}, o, pairs, margin=margins.get(o.key), control=control,
+                           order=order) for o in present(results)]
+
+
+def unpaired(results: list[dict], comparisons: list[dict]) -> list[str]:
+    """The configured comparisons this run cannot make: a model it leaves out, or no seed that trained both."""
+    seeds = {m: {r["seed"] for r in results if r["model"] == m} for m in {r["model"] for r in results}}
+    out = []
     for c in comparisons:
-        if not {c["a"], c["b"]} <= {r["model"] for r in results}:
-            unpaired.append(f"{label(c['a'])} − {label(c['b'])}")
-            continue
-        (va, wa), (vb, wb) = parse_model(c["a"]), parse_model(c["b"])
-        own = FULL.name in (va, vb)  # the positive control's own row
-        control = None if own else (models.get((FULL.name, None)), models.get((SWA.name, wb or wa)))
-        for column, name, lower in present(results):
-            outcome = trained.Outcome(column, name.replace("PPL", "NLL/token"), lower,
-                                      spec=".1f" if column in TASK_METRICS else ".3f")
-            rows_ = trained.comparisons(units(results, column), [(c["a"], c["b"])], outcome, margins.get(column),
-                                        control=None if control is None or None in control else control,
-                                        column=column)
-            if not rows_:
-                unpaired.append(f"{label(c['a'])} − {label(c['b'])} (no training seed trained both)")
-                break
-            out += rows_
-            lines += trained.comparison_table([{**r, "setting": (outcome.name,)} for r in rows_], outcome,
-                                              ["Column"], label)[2:]
-    table_lines = head(["Column", "A", "B", "seeds", "A − B [95%]", "per seed", "seed SD", "verdict", "headroom"],
-                       ["---", "---", "---", "---:", "---:", "---", "---:", "---", "---"]) + lines
+        if not {c["a"], c["b"]} <= set(seeds):
+            out.append(f"{label(c['a'])} − {label(c['b'])}")
+        elif not seeds[c["a"]] & seeds[c["b"]]:
+            out.append(f"{label(c['a'])} − {label(c['b'])} (no training seed trained both)")
+    return out
+
+
+def table(parts: list[trained.Section], settings: dict, results: list[dict]) -> str:
+    """``table.md``: Table 1's layout (a model a row, an outcome a column, mean [95% over training seeds]), then the
+    spread of each score over training seeds and over evaluation σ seeds."""
+    models = list(dict.fromkeys(r["arm"] for part in parts for r in part.summaries))
+    eval_seeds_of = {r["model"]: len(r.get("eval_seeds") or [0]) for r in results}
+    lines = trained.wide_table(parts, models, label=label, extra={"σ seeds": lambda m: eval_seeds_of.get(m, 1)})
+    by = {(part.outcome.key, r["arm"]): r for part in parts for r in part.summaries}
+
+    def sd(value) -> str:
+        return "–" if value is None else f"{value:.2f}"
+
+    spread = head(["Model", *(f"{p.outcome.name}: {kind}" for p in parts for kind in ("training", "σ"))],
+                  ["---"] + ["---:"] * 2 * len(parts))
+    for m in models:
+        spread.append(row([label(m), *(cell for p in parts for cell in (
+            trained.shown_sd(by[(p.outcome.key, m)], p.outcome) if (p.outcome.key, m) in by else "–",
+            sd(sigma_sd(results, m, p.outcome.key))))]))
+    seeds = settings.get("eval_seeds") or [0]
+    note = (f"Each score is mean [95% interval] over the training seeds {settings['seeds']}: a t interval over each "
+            f"seed's mean over the items (validation blocks, task documents), since a training seed moves every item "
+            f"of its model at once; with fewer than {MIN_UNITS} seeds there is no 95% interval, and the cell shows "
+            f"the range of the seeds' scores instead. A model that draws σ (or random keys) is scored under the "
+            f"evaluation σ seeds {seeds}, and each item's score is its mean over them, so σ's noise is inside the "
+            "interval. Val. PPL: the interval of the mean NLL per block, as a perplexity (with repeats planted: the "
+            "text's own targets, neither the planted segments nor their copies). LW: last-word accuracy (%); MC: "
+            "four-way choice acc_norm (%), chance 25%. NLL on the repeats: nats per token on the planted copies that "
+            "only a look back over the gap predicts (``data.repeats``).")
+    return "\n".join(lines + ["", note, "", "Spread: the SD over training seeds of each trained model's score "
+                              "(training), and the SD over evaluation σ seeds of one trained model's score, averaged "
+                              "over its training seeds (σ):", "", *spread]) + "\n"
+
+
+def compare(parts: list[trained.Section], results: list[dict], comparisons: list[dict],
+            margins: dict | None = None) -> tuple[str, list[dict]]:
+    """``compare.md`` (per outcome, ``utils.trained.markdown``: each model over its seeds, the comparisons paired by
+    seed, the power) and its rows for ``compare.json``."""
+    lines: list[str] = []
+    for part in parts:
+        if part.comparisons:
+            lines += trained.markdown(part, [], label=label, margin=(margins or {}).get(part.outcome.key))
     note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points), "
             "paired by training seed. " + trained.NOTE
             + (f" Margins δ (\"equivalent within ±δ\"): {margins}." if margins else ""))
-    if unpaired:
-        note += f" Not compared (a model this run leaves out): {', '.join(unpaired)}."
-    return "\n".join(table_lines + ["", note]) + "\n", out
+    missing = unpaired(results, comparisons)
+    if missing:
+        note += f" Not compared (a model this run leaves out): {', '.join(missing)}."
+    rows_ = [r for part in parts for r in part.comparisons]
+    return "\n".join([*lines[1:], "", note]) + "\n", rows_
 
 
-def plot(table_rows: list[dict], path: Path, settings: dict | None = None) -> None:
-    """One panel per column: each model's mean (its marker), each training seed's score (small hollow dots beside
-    it), and its 95% interval over the seeds (a solid bar) or, under five seeds, their range (a dashed bar)."""
-    plt = pyplot()
-    columns = _shown(table_rows)
-    fig, axes = plt.subplots(1, len(columns), figsize=(4.4 * len(columns), 3.9), squeeze=False)
-    for ax, (column, name, _) in zip(axes[0], columns):
-        for i, r in enumerate(table_rows):
-            if column not in r:
-                continue
-            variant = get_variant(parse_model(r["model"])[0])
-            lo, hi = r[f"{column}:lo"], r[f"{column}:hi"]
-            err = [[r[column] - lo], [hi - r[column]]] if lo is not None and lo == lo else None
-            bars = ax.errorbar([i], [r[column]], yerr=err, marker=variant.marker, color=variant.color, capsize=3,
-                               markersize=6, zorder=3)
-            if r.get(f"{column}:form") == "range":
-                for line in bars[2]:
-                    line.set_linestyle("--")
-            seeds = r.get(f"{column}:per_seed") or []
-            ax.scatter([i + 0.18 + 0.04 * (k - (len(seeds) - 1) / 2) for k in range(len(seeds))], seeds, s=10,
-                       facecolors="none", edgecolors=variant.color, linewidths=0.8, alpha=0.8, zorder=2)
-        ax.set_xticks(range(len(table_rows)), [label(r["model"]) for r in table_rows], rotation=45, ha="right",
-                      fontsize=7)
-        ax.set_title(name)
-        ax.grid(alpha=0.3, axis="y")
+def csv_rows(parts: list[trained.Section], results: list[dict]) -> list[dict]:
+    """``results.csv``: one row per (model, outcome), the numbers as they print (a perplexity for validation)."""
+    out = []
+    for part in parts:
+        o = part.outcome
+        for r in part.summaries:
+            out.append({"model": r["arm"], "outcome": o.key, "mean": o.value(r["mean"]),
+                        "lo": None if r.get("lo") is None else o.value(r["lo"]),
+                        "hi": None if r.get("hi") is None else o.value(r["hi"]), "form": r.get("form"),
+                        "seeds": r["seeds"], "items": r.get("items"),
+                        "per_seed": " ".join(f"{o.value(v):.6g}" for v in r["per_seed"].values()),
+                        "sigma_sd": sigma_sd(results, r["arm"], o.key)})
+    return out
+
+
+def plot(parts: list[trained.Section], path: Path, settings: dict | None = None) -> None:
+    """``table1.png``: one panel per outcome, each model's seeds (dots) and mean with its interval over them
+    (``utils.trained.figure``), the run's setting in the title."""
+    panels = [p for part in parts for p in trained.panels(part, lambda _, o=part.outcome: o.name)]
+    title = ""
     if settings is not None:
         steps = (settings.get("fit_overrides") or {}).get("trainer.max_steps", "the fit config's")
-        fig.suptitle(f"{steps} steps, training seeds {settings['seeds']}, {settings.get('limit') or 'all'} documents "
-                     f"per task; bar: 95% t interval over the seeds (dashed: their range, under {MIN_UNITS} seeds); "
-                     "dots: each seed", fontsize=8)
-    fig.tight_layout()
-    savefig(fig, path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
+        title = (f"{steps} steps, training seeds {settings['seeds']}, {settings.get('limit') or 'all'} documents per "
+                 "task")
+    trained.figure(panels, path, style, title)
 
 
 # ---- the command -----------------------------------------------------------------------------------
@@ -424,15 +390,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
                               "limit": settings.get("limit"), "eval_seeds": eval_seeds(cell["model"], settings)},
         run=run_cell, line=line, jobs=settings.get("jobs"))
-    table_rows = rows(results, settings["models"])
-    compared, comparison_rows = compare(results, settings.get("comparisons") or [], settings.get("margins"))
-    text = table(table_rows, settings)
+    parts = sections(results, settings.get("comparisons") or [], settings.get("margins"), settings["models"])
+    compared, comparison_rows = compare(parts, results, settings.get("comparisons") or [], settings.get("margins"))
+    text = table(parts, settings, results)
     with replacing_files(out, "study report", overwrite=True) as tmp:  # its own folder (cells/)
-        write_csv(tmp / "results.csv", table_rows, fields=list(dict.fromkeys(k for r in table_rows for k in r)))
+        flat = csv_rows(parts, results)
+        write_csv(tmp / "results.csv", flat, fields=list(dict.fromkeys(k for r in flat for k in r)))
         write_text(tmp / "table.md", text)
         write_text(tmp / "compare.md", compared)
         write_text(tmp / "compare.json", json.dumps({"scheme": "seeds", "comparisons": comparison_rows}, indent=2))
-        plot(table_rows, tmp / "table1.png", settings)
+        plot(parts, tmp / "table1.png", settings)
     print("\n" + text + "\n" + compared)
     print(f"wrote {out}/results.csv, table.md, compare.md, compare.json and table1.png "
           f"({time.perf_counter() - start:.0f} s)")

@@ -10,9 +10,14 @@ initialisation and data order and scored the same items in the same order. From 
   interval, "equivalent within ±δ" from two one-sided tests at a margin, and the positive control's headroom;
 - ``power``: from a pilot's SD of the per-seed differences, the smallest difference a design of n seeds detects
   with 80% power at the 5% level (a paired t test), and the seeds a given difference needs;
-- ``markdown`` tables and ``figure`` (each seed a dot, the mean with its interval; a range dashed).
+- ``within_seed``: A − B on the items of one training seed's two models (a paired bootstrap over the items): what
+  one trained model shows alone, with the seed's own positive control;
+- ``report``: all of it for one outcome over the settings of a run (a ``Section``), and its views: ``markdown``
+  (one row per setting and arm, one per comparison, the power), ``wide_table`` (the paper's layout: an arm a row,
+  an outcome a column), ``panels`` and ``figure`` (each seed a dot, the mean with its interval; a range dashed).
 
-Every interval comes from ``utils.stats``; nothing here knows what a variant is (the study passes its styles).
+A study supplies its cells' items as units and its arms' names and styles; the tables, verdicts and figures are
+made here. Every interval comes from ``utils.stats``; nothing here knows what a variant is.
 """
 from __future__ import annotations
 
@@ -24,8 +29,9 @@ from typing import Callable
 import numpy as np
 
 from .atomic import savefig
-from .report import head, pyplot, row
-from .stats import MIN_UNITS, Interval, headroom, seed_comparison, t_interval
+from .report import head, pyplot, row, spread
+from .stats import MIN_UNITS, Interval, derived_seed, headroom, headroom_label, paired_difference, seed_comparison, \
+    t_interval
 
 Units = dict[str, dict[int, list[float]]]  # {arm: {training seed: items}}
 
@@ -33,7 +39,11 @@ Units = dict[str, dict[int, list[float]]]  # {arm: {training seed: items}}
 @dataclass(frozen=True)
 class Outcome:
     """One scored outcome: its key in the cells, its name in tables, its direction, and how it prints
-    (``scale`` times the value, with ``spec``: accuracy as points, ``scale`` 100)."""
+    (``scale`` times the value, with ``spec``: accuracy as points, ``scale`` 100).
+
+    A level (an arm's mean) may be shown through ``transform`` (the mean NLL per token as a perplexity:
+    ``math.exp``); a difference (``signed``) never is: it stays in the items' unit, named ``diff_name`` and printed
+    with ``diff_spec`` where those are given."""
 
     key: str
     name: str
@@ -41,14 +51,28 @@ class Outcome:
     scale: float = 1.0
     spec: str = ".1f"
     unit: str = ""
+    transform: Callable[[float], float] | None = None
+    diff_name: str | None = None
+    diff_spec: str | None = None
+
+    def value(self, x: float, signed: bool = False) -> float:
+        """What a level or a difference prints as (before its format)."""
+        return self.scale * (self.transform(x) if self.transform and not signed else x)
+
+    def _spec(self, signed: bool) -> str:
+        return ("+" + (self.diff_spec or self.spec)) if signed else self.spec
 
     def text(self, value: float | None, signed: bool = False) -> str:
         if value is None or value != value:
             return "–"
-        return f"{self.scale * value:{'+' if signed else ''}{self.spec}}"
+        return f"{self.value(value, signed):{self._spec(signed)}}"
 
     def interval(self, ci: Interval, signed: bool = False) -> str:
-        return ci.map(lambda x: self.scale * x).text(("+" if signed else "") + self.spec)
+        return ci.map(lambda x: self.value(x, signed)).text(self._spec(signed))
+
+    @property
+    def difference(self) -> str:
+        return self.diff_name or self.name
 
 
 def seed_means(items_by_seed: dict[int, list[float]]) -> dict[int, float]:
@@ -75,24 +99,33 @@ def summary(units: Units, outcome: Outcome, threshold: float | None = None) -> l
 
 
 def comparisons(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, margin: float | None = None,
-                control: tuple[str, str] | None = None, **fields) -> list[dict]:
+                control: tuple[str, str] | Callable[[str, str], tuple[str, str] | None] | None = None,
+                **fields) -> list[dict]:
     """A − B for each (a, b) whose arms both trained some seed, paired seed by seed. ``control`` (full attention,
-    SWA): the positive control, whose difference over every seed it trained (the references may have fewer seeds
-    than the comparisons) gives each other row its headroom: None under five seeds, as every range."""
-    room = None  # over every seed the control trained: the setting's own headroom, the same for every row
-    ctrl_seeds = sorted(set(units.get(control[0], {})) & set(units.get(control[1], {}))) if control else []
-    if ctrl_seeds:
-        ctrl = seed_comparison({s: _same_items(units[control[0]][s], units[control[1]][s]) for s in ctrl_seeds},
-                               outcome.lower_is_better)
-        room = headroom(Interval.from_dict(ctrl), outcome.lower_is_better)
+    SWA; or a function of (a, b) naming the pair that is the row's own, SWA at B's window say): the positive
+    control, whose difference over every seed it trained (the references may have fewer seeds than the comparisons)
+    gives each other row its headroom: None under five seeds, as every range. Each control is computed once."""
+    rooms: dict[tuple[str, str], bool | None] = {}
+
+    def room(ctrl: tuple[str, str]) -> bool | None:
+        """Over every seed the control trained: the setting's own headroom, the same for every row it serves."""
+        if ctrl not in rooms:
+            seeds = sorted(set(units.get(ctrl[0], {})) & set(units.get(ctrl[1], {})))
+            rooms[ctrl] = headroom(Interval.from_dict(seed_comparison(
+                {s: _same_items(units[ctrl[0]][s], units[ctrl[1]][s]) for s in seeds}, outcome.lower_is_better)),
+                outcome.lower_is_better) if seeds else None
+        return rooms[ctrl]
+
     out = []
     for a, b in pairs:
         seeds = sorted(set(units.get(a, {})) & set(units.get(b, {})))
         if not seeds:
             continue
+        ctrl = control(a, b) if callable(control) else control
         paired = {s: _same_items(units[a][s], units[b][s]) for s in seeds}
         out.append(seed_comparison(paired, outcome.lower_is_better, margin, a=a, b=b, outcome=outcome.key,
-                                   headroom=None if (a, b) == control else room, **fields))
+                                   headroom=None if ctrl is None or (a, b) == tuple(ctrl) else room(tuple(ctrl)),
+                                   **fields))
     return out
 
 
@@ -143,22 +176,29 @@ def summary_table(rows_: list[dict], outcome: Outcome, settings: list[str], thre
     for r in rows_:
         ci = Interval.from_dict(r)
         lines.append(row([*r["setting"], label(r["arm"]), r["seeds"], _with_form(outcome, ci),
-                          ", ".join(outcome.text(v) for v in r["per_seed"].values()), outcome.text(r["seed_sd"]),
+                          ", ".join(outcome.text(v) for v in r["per_seed"].values()), shown_sd(r, outcome),
                           *([f"{r['reached']}/{r['seeds']}"] if threshold_label else [])]))
     return lines
+
+
+def shown_sd(entry: dict, outcome: Outcome) -> str:
+    """The SD over training seeds of an arm's score as it prints (a perplexity's, not its NLL's, when the outcome
+    is shown through a transform); "–" with one seed."""
+    values = [outcome.value(v) for v in entry["per_seed"].values()]
+    return "–" if len(values) < 2 else f"{float(np.std(values, ddof=1)):{outcome.spec}}"
 
 
 def comparison_table(rows_: list[dict], outcome: Outcome, settings: list[str], label: Callable[[str], str] = str) \
         -> list[str]:
     """Markdown lines: one row per comparison (``comparisons``' rows, each with its ``setting`` tuple)."""
-    lines = head([*settings, "A", "B", "seeds", f"A − B ({outcome.name}) [95%]", "per seed", "seed SD", "verdict",
+    lines = head([*settings, "A", "B", "seeds", f"A − B ({outcome.difference}) [95%]", "per seed", "seed SD", "verdict",
                   "headroom"], ["---"] * (len(settings) + 2) + ["---:", "---:", "---", "---:", "---", "---"])
     for r in rows_:
         ci = Interval.from_dict(r)
         room = r.get("headroom")
         lines.append(row([*r["setting"], label(r["a"]), label(r["b"]), r["seeds"], _with_form(outcome, ci, signed=True),
                           ", ".join(outcome.text(v, signed=True) for v in r["per_seed"].values()),
-                          outcome.text(r.get("seed_sd")), r["verdict"],
+                          outcome.text(r.get("seed_sd"), signed=True).lstrip("+"), r["verdict"],
                           "–" if room is None else ("yes" if room else "no")]))
     return lines
 
@@ -187,22 +227,206 @@ def figure(panels: list[tuple[str, list[dict], Outcome]], path: Path, style: Cal
     for ax, (name, rows_, outcome) in zip(axes[0], panels):
         for i, r in enumerate(rows_):
             color, marker, label = style(r["arm"])
-            mean, lo, hi = (outcome.scale * (math.nan if r.get(k) is None else r[k]) for k in ("mean", "lo", "hi"))
+            mean, lo, hi = (math.nan if r.get(k) is None else outcome.value(r[k]) for k in ("mean", "lo", "hi"))
             bars = ax.errorbar([i], [mean], yerr=[[mean - lo], [hi - mean]] if lo == lo else None, marker=marker,
                                color=color, capsize=3, markersize=6, zorder=3)
             if r.get("form") == "range":
                 for line in bars[2]:
                     line.set_linestyle("--")
-            seeds = [outcome.scale * v for v in r["per_seed"].values()]
+            seeds = [outcome.value(v) for v in r["per_seed"].values()]
             offsets = np.linspace(-0.25, 0.25, len(seeds)) if len(seeds) > 1 else [0.0]
             ax.scatter([i + 0.3 + o * 0.6 for o in offsets], seeds, s=12, facecolors="none", edgecolors=color,
                        linewidths=0.8, alpha=0.85, zorder=2)
         ax.set_xticks(range(len(rows_)), [style(r["arm"])[2] for r in rows_], rotation=40, ha="right", fontsize=7)
         ax.set_title(name, fontsize=9)
-        ax.set_ylabel(f"{outcome.name}{f' ({outcome.unit})' if outcome.unit else ''}", fontsize=8)
+        unit = "" if outcome.transform else outcome.unit  # the unit of the items, not of their transform
+        ax.set_ylabel(f"{outcome.name}{f' ({unit})' if unit else ''}", fontsize=8)
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle((title + "\n" if title else "") + f"bar: 95% t interval over training seeds (dashed: their range, "
                  f"under {MIN_UNITS} seeds); dots: each seed", fontsize=8)
     fig.tight_layout()
+    savefig(fig, path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+
+
+# ---- one trained model alone ----------------------------------------------------------------------
+def within_seed(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, control: tuple[str, str] | None = None,
+                key: tuple = ()) -> list[dict]:
+    """A − B on the items of each training seed both arms trained: a paired percentile bootstrap over those items
+    (``utils.stats``' items scheme). It holds the items' noise, not the training seed's, so it says what one pair of
+    trained models shows and never decides for the arms. ``control`` (full attention, SWA) gives each row its own
+    seed's headroom. ``key`` (the setting) makes each bootstrap's seed its own."""
+    rooms: dict[int, bool | None] = {}
+
+    def room(seed: int) -> bool | None:
+        if seed not in rooms:
+            a, b = (units.get(arm, {}).get(seed) for arm in control)
+            rooms[seed] = None if a is None or b is None or len(a) != len(b) else headroom(
+                paired_difference(a, b, seed=derived_seed(0, *key, seed, *control)), outcome.lower_is_better)
+        return rooms[seed]
+
+    out = []
+    for a, b in pairs:
+        for seed in sorted(set(units.get(a, {})) & set(units.get(b, {}))):
+            xa, xb = _same_items(units[a][seed], units[b][seed])
+            diff = paired_difference(xa, xb, seed=derived_seed(0, *key, seed, a, b))
+            out.append({"a": a, "b": b, "seed": seed, "outcome": outcome.key, "mean_a": float(np.mean(xa)),
+                        "mean_b": float(np.mean(xb)), **diff.as_dict(),
+                        "verdict": diff.verdict(outcome.lower_is_better),
+                        "headroom": None if control is None or (a, b) == control else room(seed)})
+    return out
+
+
+def within_seed_table(rows_: list[dict], outcome: Outcome, settings: list[str], label: Callable[[str], str] = str) \
+        -> list[str]:
+    """Markdown lines: one row per (setting, seed, comparison) of ``within_seed``."""
+    lines = head([*settings, "seed", "A", "B", f"A: {outcome.name}", "B", "A − B [95%]", "verdict", "headroom",
+                  "items"], ["---"] * (len(settings) + 3) + ["---:", "---:", "---:", "---", "---", "---:"])
+    for r in rows_:
+        lines.append(row([*r["setting"], r["seed"], label(r["a"]), label(r["b"]), outcome.text(r["mean_a"]),
+                          outcome.text(r["mean_b"]), outcome.interval(Interval.from_dict(r), signed=True),
+                          r["verdict"], headroom_label(r["headroom"]), r["items"]]))
+    return lines
+
+
+WITHIN_NOTE = ("Each trained model alone: A − B on the same items of one training seed's two models, a paired "
+               "percentile bootstrap over the items (2000 resamples). It holds the items' noise, not the training "
+               "seed's, so it describes this pair of models and decides nothing about the variants (that is the "
+               "table over training seeds). Headroom here: the seed's own positive control (full attention − SWA "
+               "on the same items).")
+
+
+# ---- a run's report, one outcome at a time ---------------------------------------------------------
+@dataclass
+class Section:
+    """One outcome over a run's settings: each arm's summary and each comparison over training seeds, each row with
+    its ``setting`` tuple."""
+
+    outcome: Outcome
+    summaries: list[dict]
+    comparisons: list[dict]
+
+
+def report(by_setting: dict[tuple, Units], outcome: Outcome, pairs: list[tuple[str, str]], *,
+           margin: float | None = None, control=None, threshold: float | None = None,
+           order: list[str] | None = None) -> Section:
+    """``summary`` and ``comparisons`` of every setting (``{setting: units}``); arms in ``order`` (a registry's
+    order) where given, else as they come; ``control`` as ``comparisons`` takes it."""
+    summaries, compared = [], []
+    for setting, units in sorted(by_setting.items()):
+        arms = {a: units[a] for a in order if a in units} if order else units
+        summaries += [{**e, "setting": setting} for e in summary(arms, outcome, threshold)]
+        compared += [{**e, "setting": setting} for e in comparisons(arms, pairs, outcome, margin, control)]
+    return Section(outcome, summaries, compared)
+
+
+def markdown(section: Section, settings: list[str], *, label: Callable[[str], str] = str,
+             threshold_label: str | None = None, margin: float | None = None, note: str | None = None) -> list[str]:
+    """A section as markdown: its heading, one row per (setting, arm) (and the study's ``note`` on them), one per
+    comparison, and the power of the design from each comparison's own seed SD. Empty where nothing was
+    summarised."""
+    out = section.outcome
+    if not section.summaries:
+        return []
+    lines = ["", f"## Over training seeds: {out.name}", "",
+             *summary_table(section.summaries, out, settings, threshold_label, label), *(["", note] if note else [])]
+    if section.comparisons:
+        lines += ["", *comparison_table(section.comparisons, out, settings, label)]
+        powered = [r for r in section.comparisons if r.get("seed_sd")]
+        if powered:
+            lines += ["", "Power (a paired t test over training seeds, 5% level, 80% power: the smallest true A − B "
+                      "it detects), from each row's own seed SD: "
+                      + "; ".join(f"{label(r['a'])} − {label(r['b'])}: "
+                                  + power_text(r["seed_sd"], r["seeds"], _diff(out), margin) for r in powered) + "."]
+    return lines
+
+
+def _diff(outcome: Outcome) -> Outcome:
+    """The outcome as its differences print (for ``power_text``, whose numbers are differences)."""
+    return Outcome(outcome.key, outcome.difference, outcome.lower_is_better, outcome.scale,
+                   outcome.diff_spec or outcome.spec, outcome.unit)
+
+
+def wide_table(sections: list[Section], arms: list[str], *, label: Callable[[str], str] = str,
+               extra: dict[str, Callable[[str], object]] | None = None) -> list[str]:
+    """The paper's layout for one setting: an arm a row, an outcome a column (mean [95%], or its range under five
+    seeds), then the seeds and any ``extra`` columns (name -> value of an arm)."""
+    extra = extra or {}
+    by = {(s.outcome.key, r["arm"]): r for s in sections for r in s.summaries}
+    lines = head(["Model", *(s.outcome.name for s in sections), "Seeds", *extra],
+                 ["---"] * (1 + len(sections)) + ["---:"] * (1 + len(extra)))
+    for arm in arms:
+        entries = [by.get((s.outcome.key, arm)) for s in sections]
+        if not any(entries):
+            continue
+        seeds = max((e["seeds"] for e in entries if e), default=0)
+        lines.append(row([label(arm), *("–" if e is None else _with_form(s.outcome, Interval.from_dict(e))
+                                        for s, e in zip(sections, entries)),
+                          seeds, *(f(arm) for f in extra.values())]))
+    return lines
+
+
+def panels(section: Section, name: Callable[[tuple], str] = lambda s: ", ".join(map(str, s))) \
+        -> list[tuple[str, list[dict], Outcome]]:
+    """``figure``'s panels for a section: one per setting, titled ``name(setting)``."""
+    out: dict[tuple, list[dict]] = {}
+    for r in section.summaries:
+        out.setdefault(r["setting"], []).append(r)
+    return [(name(setting), rows_, section.outcome) for setting, rows_ in out.items()]
+
+
+def profile(panels: list[dict], path: Path, title: str = "", xlabel: str = "", ylabel: str = "",
+            octaves: float = 0.3, ylim: tuple[float, float] | None = None) -> None:
+    """Small multiples of a score along an axis (accuracy by key–query distance, say), over training seeds.
+
+    Each panel is ``{"title", "series", "lines"}``; a series is ``{"label", "color", "marker", "x", "per_seed",
+    "reference", "dotted"}`` with ``per_seed`` one list of values along ``x`` per training seed. A series is drawn
+    at its mean over the seeds with a bar for its 95% t interval over them at each point (dashed: their range,
+    under five seeds; none with one seed). The series sit side by side along the log-x axis (``octaves`` in all),
+    so that no marker or bar hides another; a ``reference`` series (full attention) is a wide pale band under the
+    rest; ``dotted`` (the same model averaged over K draws) has hollow markers. ``lines`` are vertical reference
+    lines ``(x, label)`` named above the panel. ``ylim`` bounds a score's scale (a bar past it is cut at the axis).
+    One legend for all panels, below them."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.8), squeeze=False)
+    legend: dict[str, object] = {}
+    for ax, panel in zip(axes[0], panels):
+        moving = [s for s in panel["series"] if not s.get("reference")]
+        factor = dict(zip(map(id, moving), spread(len(moving), octaves)))
+        for s in panel["series"]:
+            values = np.asarray(s["per_seed"], dtype=np.float64)  # (seeds, points)
+            mean = values.mean(axis=0)
+            if s.get("reference"):
+                ax.plot(s["x"], mean, "-", color=s["color"], alpha=0.35, linewidth=7, solid_capstyle="butt",
+                        label=s["label"], zorder=1)
+                continue
+            xs = [x * factor[id(s)] for x in s["x"]]
+            hollow = dict(markerfacecolor="none", markersize=7, markeredgewidth=1.2) if s.get("dotted") else \
+                dict(markersize=4.5)
+            ax.plot(xs, mean, ":" if s.get("dotted") else "-", marker=s["marker"], color=s["color"], linewidth=1.3,
+                    label=s["label"], zorder=4 if s.get("dotted") else 3, **hollow)
+            if len(values) > 1:
+                cis = [t_interval(values[:, j], items=len(values), seeds=len(values)) for j in range(values.shape[1])]
+                bars = ax.errorbar(xs, mean, yerr=[[m - c.lo for m, c in zip(mean, cis)],
+                                                   [c.hi - m for m, c in zip(mean, cis)]],
+                                   fmt="none", ecolor=s["color"], elinewidth=0.9, capsize=2, alpha=0.8, zorder=2)
+                if len(values) < MIN_UNITS:
+                    for line in bars[2]:
+                        line.set_linestyle("--")
+        for x, name in panel.get("lines", []):
+            ax.axvline(x, color="0.35", linestyle="--", linewidth=1, zorder=1.5)
+            # above the plotting area (x in data, y in axes units), where no series can run under it
+            ax.text(x, 1.01, name, transform=ax.get_xaxis_transform(), ha="center", va="bottom", color="0.35",
+                    fontsize=7)
+        ax.set(xscale="log", xlabel=xlabel, ylabel=ylabel, **({"ylim": ylim} if ylim else {}))
+        ax.set_title(panel["title"], pad=14, fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(name, handle)
+    fig.suptitle((title + "\n" if title else "") + f"mean over training seeds; bar: 95% t interval over the seeds "
+                 f"(dashed: their range, under {MIN_UNITS} seeds)", fontsize=8)
+    fig.tight_layout()
+    fig.legend(list(legend.values()), list(legend), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(len(legend), 4 * len(panels)), fontsize=7, frameon=False)
     savefig(fig, path, dpi=150, bbox_inches="tight")
     plt.close(fig)
