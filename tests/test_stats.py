@@ -120,3 +120,21 @@ def test_intervals_are_reproducible_from_their_seed_and_need_five_items():
 def test_bad_scores_fail_in_one_sentence(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_the_mean_of_tasks_averages_their_replicates_and_keeps_its_seed_spread():
+    """The "Avg." column: the tasks' items are independent, so the mean of their bootstrap replicates is the
+    bootstrap of their mean; one task averaged with itself is that task."""
+    from sa_lightning.utils.stats import mean_of_tasks, percentile_interval
+
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 2, (3, 40)) * 100.0, rng.integers(0, 2, (3, 60)) * 100.0
+    ra, rb = replicates(a, seed=1), replicates(b, seed=2)
+    one = mean_of_tasks([(a.mean(), ra, 40, a.mean(axis=1))])
+    same = percentile_interval(a.mean(), ra, 40, seeds=3)
+    assert (one.mean, one.lo, one.hi) == (same.mean, same.lo, same.hi)
+    both = mean_of_tasks([(a.mean(), ra, 40, a.mean(axis=1)), (b.mean(), rb, 60, b.mean(axis=1))])
+    assert both.mean == pytest.approx((a.mean() + b.mean()) / 2) and both.items == 100 and both.seeds == 3
+    assert both.seed_sd == pytest.approx(float(((a.mean(axis=1) + b.mean(axis=1)) / 2).std(ddof=1)))
+    assert both.hi - both.lo < one.hi - one.lo  # more independent items: narrower than the one task alone
+    assert mean_of_tasks([(a.mean(), ra, 40, a.mean(axis=1)), (b.mean(), rb, 60, b.mean(axis=1)[:2])]).seed_sd is None

@@ -267,7 +267,8 @@ def test_study_figure_keeps_legend_and_receptive_field_label_off_the_curves(pane
 
     figures = []
     real_savefig = trained.savefig  # the figure is drawn by the shared layer (utils.trained.profile)
-    monkeypatch.setattr(trained, "savefig", lambda fig, path, **kw: (figures.append(fig), real_savefig(fig, path, **kw)))
+    monkeypatch.setattr(trained, "savefig",
+                        lambda fig, path, **kw: (figures.append(fig), real_savefig(fig, path, **kw)))
     results = [_fake_result(v, d, w, (1, 16) if v in ("sa", "sa_swa") else (1,))
                for d, w in panels for v in ("full", "swa", "sa", "sa_swa")]
     study.plot(results, tmp_path / "fig.png")

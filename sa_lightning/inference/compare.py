@@ -28,7 +28,7 @@ from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.report import head, row
 from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval, block_units,
-                           comparison_row, derived_seed, headroom, headroom_label, paired_difference,
+                           comparison_row, derived_seed, headroom, headroom_label, mean_of_tasks, paired_difference,
                            percentile_interval, replicates, seed_spread)
 from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
                    metric_of, read_items)
@@ -136,12 +136,7 @@ def intervals(cfg: SweepConfig, loaded: Loaded, setting: Setting) -> dict[str, I
         out[task] = interval
     accuracy = [t for t in cfg.tasks if not lower_is_better(t)]
     if accuracy and all(t in reps for t in accuracy):
-        seeds = {len(per_seed[t]) for t in accuracy}
-        avg_seeds = np.mean([per_seed[t] for t in accuracy], axis=0) if len(seeds) == 1 else None
-        out["avg"] = percentile_interval(
-            float(np.mean([out[t].mean for t in accuracy])), np.mean([reps[t] for t in accuracy], axis=0),
-            sum(out[t].items for t in accuracy), seeds=max(seeds),
-            seed_sd=float(avg_seeds.std(ddof=1)) if avg_seeds is not None and len(avg_seeds) > 1 else None)
+        out["avg"] = mean_of_tasks([(out[t].mean, reps[t], out[t].items, per_seed[t]) for t in accuracy])
     return out
 
 

@@ -21,9 +21,11 @@ and each configured comparison over the training seeds, ``utils.trained``: for a
 the answer's log-probability there, the seeds that learned the task and the step each did, A − B paired by seed
 with a t interval over seeds, and the power of the design; then each trained model alone, A − B on the same
 validation answers with a paired 95% interval over them), ``over_seeds.png`` (several seeds: each seed a dot) and
-``accuracy_vs_distance.png`` (one line per variant, SWA's receptive field L * (w - 1) drawn as a vertical
-line). Each cell keeps its answers, (distance, right or not) in validation order, so accuracy beyond the
-receptive field carries a bootstrap interval and two cells pair answer by answer. These five are written in a hidden folder beside ``cells/`` and moved
+``accuracy_vs_distance.png`` (one panel per (task, L, w): each variant's accuracy per distance bucket over its
+training seeds with its interval, SWA's receptive field L * (w - 1) a vertical line). The tables and figures over
+seeds are ``utils.trained``'s. Each cell keeps its answers, (distance, right or not) in validation order, so
+accuracy beyond the receptive field carries a bootstrap interval and two cells pair answer by answer. These files
+are written in a hidden folder beside ``cells/`` and moved
 into place together (``utils.atomic.replacing_files``): a full disk or a plot that fails leaves the previous
 ones whole, and the cells already trained stay for the next run.
 """
@@ -601,7 +603,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if not Path(args.config).is_file():
         raise SystemExit(f"error: study config {args.config} not found.")
-    overrides = {"eval_samples": args.eval_samples, "jobs": args.jobs, "out": None if args.out is None else str(args.out),
+    overrides = {"eval_samples": args.eval_samples, "jobs": args.jobs,
+                 "out": None if args.out is None else str(args.out),
                  **{k: getattr(args, k) for k in GRID_KEYS}}
     settings = load_settings(args.config, args.preset, overrides)
     grid.add_sets(settings, args.set)

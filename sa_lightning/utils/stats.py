@@ -201,6 +201,18 @@ def t_interval(values, level: float = LEVEL, **fields) -> Interval:
     return Interval(mean, mean - half, mean + half, units=n, lo90=mean - half90, hi90=mean + half90, **fields)
 
 
+def mean_of_tasks(tasks: list[tuple[float, np.ndarray, int, np.ndarray]], level: float = LEVEL) -> Interval:
+    """The mean of several tasks' scores (an "Avg." column) with its interval, from each task's (mean, bootstrap
+    ``replicates``, items, per-σ-seed means): the tasks' items are independent, so the mean of their replicates is
+    a replicate of their mean. ``seed_sd`` is the SD over σ seeds of the mean of the tasks' per-seed scores, where
+    every task has the same seeds."""
+    means, reps, items, per_seed = zip(*tasks)
+    counts = {len(p) for p in per_seed}
+    avg = np.mean(per_seed, axis=0) if len(counts) == 1 else None
+    return percentile_interval(float(np.mean(means)), np.mean(reps, axis=0), sum(items), level, seeds=max(counts),
+                               seed_sd=float(avg.std(ddof=1)) if avg is not None and len(avg) > 1 else None)
+
+
 def seed_spread(scores) -> float | None:
     """Standard deviation over seeds of each seed's mean over items (None with one seed)."""
     array = _matrix(scores)

@@ -191,7 +191,8 @@ def shown_sd(entry: dict, outcome: Outcome) -> str:
 def comparison_table(rows_: list[dict], outcome: Outcome, settings: list[str], label: Callable[[str], str] = str) \
         -> list[str]:
     """Markdown lines: one row per comparison (``comparisons``' rows, each with its ``setting`` tuple)."""
-    lines = head([*settings, "A", "B", "seeds", f"A − B ({outcome.difference}) [95%]", "per seed", "seed SD", "verdict",
+    lines = head([*settings, "A", "B", "seeds", f"A − B ({outcome.difference}) [95%]", "per seed", "seed SD",
+                  "verdict",
                   "headroom"], ["---"] * (len(settings) + 2) + ["---:", "---:", "---", "---:", "---", "---"])
     for r in rows_:
         ci = Interval.from_dict(r)
