@@ -201,6 +201,25 @@ def test_the_regime_sweep_puts_every_mode_against_w_over_n(tiny_model, tmp_path)
     assert (out / "regime.png").stat().st_size > 10_000
 
 
+def test_the_short_prompt_sweep_puts_sa_against_swa_at_equal_keys_with_and_without_sinks(tiny_model, tmp_path):
+    """Issue 49 item 4 with the shipped short-prompt config, changed only in size: the last-word task, SA against
+    SWA at equal w and at equal keys and against Random, each window with and without sinks."""
+    from sa_lightning.inference.sweep import main
+
+    out = tmp_path / "short"
+    result = main(["--config", "configs/sweep/smollm2_short.yaml", "--model", str(tiny_model), "--windows", "[8]",
+                   "--limit", "5", "--out", str(out)])
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert {(r["mode"], r["sink"]) for r in rows if r["mode"] != "full"} == \
+        {(m, k) for m in ("swa", "sa", "random") for k in (0, 4)}
+    assert all("shakespeare_lastword" in r and "shakespeare_choice" not in r for r in rows)
+    compared = json.loads((out / "compare.json").read_text())["comparisons"]
+    assert {(c["a"], c["b"], c["match"]) for c in compared} >= {("sa", "swa", "equal_keys"), ("sa", "random", "equal_w"),
+                                                               ("full", "swa", "equal_w")}
+    assert "| SA | SWA | equal keys | LW |" in result["compare"] and "| SA+sink4 | SWA+sink4 | equal keys | LW |" in \
+        result["compare"]
+
+
 def test_position_documents_score_the_same_alone_or_batched(tiny_model):
     """Documents of one length go several to a forward pass; SA draws each row's σ from its own tokens, so the
     per-token losses are the same as one document at a time."""
