@@ -151,3 +151,23 @@ def test_the_seeds_figure_draws_an_arm_of_one_seed_and_the_power_line_has_no_tes
     assert (tmp_path / "seeds.png").stat().st_size > 1000
     text = compare(cells, [{"a": "sa", "b": "random"}], margins={"acc": 0.05})
     assert "with its 3 seeds no test is possible" in text and "10 seeds" in text and "needs" in text
+
+
+def test_a_model_that_draws_nothing_appears_at_k_1_only():
+    """SWA and full attention are validated once (K = 1) and stand in at K = 4 only as SA's B side: no row of their
+    own is repeated at K = 4, and no comparison whose A is one of them."""
+    cells = []
+    for s in range(5):
+        for variant, rate in (("sa", 0.5), ("swa", 0.1), ("full", 1.0)):
+            cell = _cell(variant, rate, seed=s)
+            if variant == "sa":
+                cell["scores"][4] = {**cell["scores"][1]}
+            cells.append(cell)
+    text = compare(cells, [{"a": "sa", "b": "swa"}, {"a": "full", "b": "swa"}])
+    over, alone = text.split("## Each trained model alone")
+    rows = [[c.strip() for c in line.strip(" |").split("|")] for line in alone.splitlines()
+            if line.startswith("| passkey")]
+    assert sorted({(r[3], r[5], r[6]) for r in rows}) == [("1", "full", "swa"), ("1", "sa", "swa"), ("4", "sa", "swa")]
+    summary = [[c.strip() for c in line.strip(" |").split("|")] for line in over.splitlines()
+               if line.startswith("| passkey") and line.count("|") == 11]
+    assert sorted((r[3], r[4]) for r in summary) == [("1", "full"), ("1", "sa"), ("1", "swa"), ("4", "sa")]

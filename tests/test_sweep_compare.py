@@ -214,8 +214,8 @@ def test_the_short_prompt_sweep_puts_sa_against_swa_at_equal_keys_with_and_witho
         {(m, k) for m in ("swa", "sa", "random") for k in (0, 4)}
     assert all("shakespeare_lastword" in r and "shakespeare_choice" not in r for r in rows)
     compared = json.loads((out / "compare.json").read_text())["comparisons"]
-    assert {(c["a"], c["b"], c["match"]) for c in compared} >= {("sa", "swa", "equal_keys"), ("sa", "random", "equal_w"),
-                                                               ("full", "swa", "equal_w")}
+    want = {("sa", "swa", "equal_keys"), ("sa", "random", "equal_w"), ("full", "swa", "equal_w")}
+    assert {(c["a"], c["b"], c["match"]) for c in compared} >= want
     assert "| SA | SWA | equal keys | LW |" in result["compare"] and "| SA+sink4 | SWA+sink4 | equal keys | LW |" in \
         result["compare"]
 

@@ -78,15 +78,37 @@ def test_the_wide_table_is_the_papers_layout_and_says_a_range_under_five_seeds()
     assert f"{math.exp(np.mean([np.mean(v) for v in three['sa'].values()])):.2f}" in sa  # a perplexity, not an NLL
 
 
-def test_figures_draw_every_seed_and_interval(tmp_path):
-    section = trained.report({("a",): _units({"swa": 0.0, "sa": 0.1}), ("b",): _units({"swa": 0.0}, seeds=1)},
-                             NLL, [])
+def _captured(monkeypatch):
+    figures = []
+    real = trained.savefig
+    monkeypatch.setattr(trained, "savefig", lambda fig, path, **kw: (figures.append(fig), real(fig, path, **kw)))
+    return figures
+
+
+def test_figures_draw_every_seed_and_interval(tmp_path, monkeypatch):
+    figures = _captured(monkeypatch)
+    three = _units({"swa": 0.0, "sa": 0.1}, seeds=3)
+    section = trained.report({("a",): three, ("b",): _units({"swa": 0.0}, seeds=1)}, NLL, [])
     panels = trained.panels(section, lambda s: f"setting {s[0]}")
     assert [p[0] for p in panels] == ["setting a", "setting b"]
     trained.figure(panels, tmp_path / "seeds.png", lambda arm: ("C0", "o", arm), "a title")
+    ax = figures[0].axes[0]
+    sa = next(r for r in section.summaries if r["arm"] == "sa" and r["setting"] == ("a",))
+    means = [line.get_ydata()[0] for line in ax.lines if len(line.get_xdata()) == 1 and line.get_marker() == "o"]
+    assert means[1] == pytest.approx(math.exp(sa["mean"]))  # a perplexity drawn, not its NLL
+    dots = sorted(ax.collections[-1].get_offsets()[:, 1])  # sa's seeds, each as it prints
+    assert dots == pytest.approx(sorted(math.exp(v) for v in sa["per_seed"].values()))
+    bars = [c for c in ax.collections if c.get_linestyle() and c.get_linestyle()[0][1] is not None]
+    assert bars  # three seeds: their range, dashed
     series = [{"label": arm, "color": "C1", "marker": "^", "x": [4, 16, 64], "reference": arm == "full",
                "dotted": arm == "sa4", "per_seed": [[0.9, 0.5, 0.2 + s / 10] for s in range(n)]}
               for arm, n in (("full", 3), ("sa", 6), ("sa4", 3), ("swa", 1))]
     trained.profile([{"title": "one", "series": series, "lines": [(30, "field")]}], tmp_path / "profile.png",
                     "a title", "distance", "accuracy", ylim=(0, 1))
-    assert (tmp_path / "seeds.png").stat().st_size > 1000 and (tmp_path / "profile.png").stat().st_size > 1000
+    ax = figures[1].axes[0]
+    drawn = {line.get_label(): line for line in ax.lines}
+    assert list(drawn["sa"].get_ydata()) == pytest.approx([0.9, 0.5, 0.2 + 2.5 / 10])  # the mean over six seeds
+    assert drawn["sa"].get_xdata()[0] != drawn["sa4"].get_xdata()[0]  # side by side, not on top of each other
+    assert drawn["full"].get_linewidth() > drawn["sa"].get_linewidth()  # the reference band under the rest
+    assert not any(line.get_label() == "swa" and len(line.get_xdata()) != 3 for line in ax.lines)
+    assert [t.get_text() for t in ax.texts] == ["field"] and ax.get_ylim() == (0, 1)

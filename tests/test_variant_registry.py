@@ -29,6 +29,9 @@ ROWS = {
     "random": dict(window=16),
     "random_swa": dict(window=16),
     "random_swa_union": dict(window=16),
+    "sa_bucket": dict(window=16),
+    "sa_bucket_swa_union": dict(window=16),
+    "sa_bucket_swa": dict(window=16),
 }
 CPU_BACKENDS = ("banded", "dense", "flex")  # flex: its eager forward (FlexAttention has no CPU backward)
 

@@ -38,7 +38,8 @@ class LayerSampler:
             return torch.ones(self.n, self.n, dtype=torch.bool)
         if variant.name == SWA.name:
             return self.local
-        if not variant.uses_permutation:  # another pattern (the controls): its own mask, read both ways
+        if not (variant.uses_permutation and variant.circular):  # another pattern (the controls, the buckets):
+            # its own mask, read both ways
             own = masks.dense(variant.mask(AttentionSpec(self.variant, window=self.window), self.n, perm), self.n)[0, 0]
             return own | own.T
         slot = invert_permutation(perm)

@@ -69,6 +69,21 @@ def stochastic(slot: torch.Tensor, window: int, lengths: torch.Tensor | None = N
     return mask
 
 
+def bucketed(slot: torch.Tensor, window: int, lengths: torch.Tensor | None = None) -> MaskMod:
+    """Bucketed SA in original token space: j <= i and slot(i) // b == slot(j) // b, b = 2⌈w/2⌉ − 1 (the buckets
+    of consecutive slots; ``slot`` as ``stochastic``'s). With ``lengths``, tokens in slots at or past lengths[b]
+    (padding) are never read."""
+    size, row = sa_band_others(window) + 1, _row(slot)
+
+    def mask(b, h, q_idx, kv_idx):
+        s_q, s_k = slot[row(b), q_idx], slot[row(b), kv_idx]
+        same = (kv_idx <= q_idx) & (torch.div(s_q, size, rounding_mode="floor")
+                                    == torch.div(s_k, size, rounding_mode="floor"))
+        return same if lengths is None else same & (s_k < lengths[b])
+
+    return mask
+
+
 def stochastic_in_slots(pos: torch.Tensor, window: int, length: "torch.Tensor | int | None" = None) -> MaskMod:
     """SA in permuted (slot) space: slots within the circular band, causal on original positions.
 

@@ -64,6 +64,23 @@ def sa_swa_union_mask(perm: torch.Tensor, window: int, batch: int, lengths: torc
     return masks.dense(mask, slot.shape[-1], batch=batch, device=perm.device)
 
 
+def sa_bucket_mask(perm: torch.Tensor, window: int, batch: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, 1, n, n): bucketed SA, written out bucket by bucket, independently of ``masks.bucketed``: the valid
+    slots cut into runs of b = 2 * ceil(w/2) - 1, and each token reading the earlier tokens of its run."""
+    rows = perm.expand(batch, -1) if perm.dim() == 1 else perm
+    n = rows.shape[-1]
+    b = 2 * math.ceil(window / 2) - 1
+    out = torch.eye(n, dtype=torch.bool).expand(batch, 1, n, n).clone()  # padding reads itself: a finite oracle
+    for r, tokens in enumerate(rows.cpu().tolist()):
+        valid = n if lengths is None else int(lengths[r])
+        for start in range(0, valid, b):
+            run = tokens[start:min(start + b, valid)]
+            for i in run:
+                for j in run:
+                    out[r, 0, i, j] = j <= i
+    return out.to(perm.device)
+
+
 def strided_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None, device=None) -> torch.Tensor:
     """(B, 1, n, n): query i reads j <= i with (i - j) mod s == 0, s = ceil((L - 1) / (2 * ceil(w/2) - 2)) for
     the row's L valid tokens; written out row by row, independently of ``masks.strided``."""

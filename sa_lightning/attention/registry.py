@@ -130,6 +130,9 @@ class Variant:
     draw_ndim: int = 1
     #: its draw is a permutation, and its paths read slots (σ's band)
     uses_permutation: bool = False
+    #: (a variant that permutes) its far path is SA's circular band over the slots, the pattern the analyses'
+    #: "theory" convention shuffles; False: another slot pattern (bucketed SA's buckets), read from its own mask
+    circular: bool = True
     #: False for full attention, which reads every earlier key (a patched model keeps its own kernel for it)
     sparse: bool = True
     #: reads ``spec.window``

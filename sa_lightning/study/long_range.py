@@ -412,8 +412,9 @@ def compare(results: list[dict], comparisons: list[dict], margins: dict | None =
     alone = []
     for k in sorted({k for r in results for k in r["scores"]}):
         for setting, arms in sorted(units(results, k, accuracy.key).items()):
+            own = [(a, b) for a, b in pairs if scored_at(results, setting, a, k)]
             alone += [{**r, "setting": (*setting, k)} for r in trained.within_seed(
-                arms, pairs, accuracy, control=(FULL.name, SWA.name), key=(*setting, k))]
+                arms, own, accuracy, control=(FULL.name, SWA.name), key=setting)]
     alone_lines = trained.within_seed_table(alone, accuracy, SETTING) + [
         "", trained.WITHIN_NOTE + " Here the items are the validation answers beyond SWA's receptive field L·(w−1), "
         "each answer of a model that draws counted as its mean over the evaluation σ seeds at K = 1."]
@@ -441,6 +442,11 @@ def sections(results: list[dict], pairs: list[tuple[str, str]], margins: dict) -
         section = trained.report(by_setting, outcome, pairs, margin=margins.get(outcome.key),
                                  control=(FULL.name, SWA.name), threshold=TARGET if outcome.key == "acc" else None,
                                  order=variant_names())
+        # at K > 1 the rows of the models that draw: the others appear at K = 1 only (as B they stand in at K)
+        section.summaries[:] = [e for e in section.summaries
+                                if scored_at(results, e["setting"][:3], e["arm"], e["setting"][3])]
+        section.comparisons[:] = [e for e in section.comparisons
+                                  if scored_at(results, e["setting"][:3], e["a"], e["setting"][3])]
         for entry in section.summaries:
             task, depth, window, _ = entry["setting"]
             cells_ = [r for r in results if (r["task"], r["depth"], r["window"], r["variant"])
@@ -450,6 +456,13 @@ def sections(results: list[dict], pairs: list[tuple[str, str]], margins: dict) -
                 if all(r.get("curve") for r in cells_) else None
         out.append(section)
     return out
+
+
+def scored_at(results: list[dict], setting: tuple, variant: str, k: int) -> bool:
+    """Whether ``variant`` was validated at K in ``setting`` (task, L, w) itself: K = 1 always; a larger K only for a
+    model that draws (the others stand in at K = 1 as the B side of a comparison, never as a row of their own)."""
+    return k == 1 or any((r["task"], r["depth"], r["window"], r["variant"]) == (*setting, variant)
+                         and k in r["scores"] for r in results)
 
 
 def learned_line(section: trained.Section) -> str:
@@ -512,9 +525,10 @@ def units(results: list[dict], k: int, outcome: str) -> dict[tuple, "trained.Uni
     return out
 
 
-def plot_seeds(results: list[dict], path: Path, margins: dict | None = None) -> None:
-    """``over_seeds.png``: per (task, L, w) and outcome at K = 1, each variant's training seeds (dots) and their
-    mean with its interval over the seeds (``utils.trained.figure``)."""
+def plot_seeds(results: list[dict], path: Path, margins: dict | None = None) -> bool:
+    """``over_seeds.png``: per (task, L, w) and outcome at K = 1 that two or more training seeds trained, each
+    variant's training seeds (dots) and their mean with its interval over the seeds (``utils.trained.figure``).
+    Whether there was such a setting (and so a figure)."""
     panels = []
     for section in sections(results, [], margins or {}):
         at_one = trained.Section(section.outcome, [r for r in section.summaries if r["setting"][3] == 1], [])
@@ -525,6 +539,7 @@ def plot_seeds(results: list[dict], path: Path, margins: dict | None = None) -> 
             f", validated at K = 1 under {max(len(r.get('eval_seeds') or [0]) for r in results)} σ seed(s)"
         trained.figure(panels, path, lambda v: (get_variant(v).color, get_variant(v).marker, get_variant(v).label),
                        title)
+    return bool(panels)
 
 
 def reach(results: list[dict]) -> str:
@@ -558,7 +573,7 @@ def plot(results: list[dict], path: Path) -> None:
     """``accuracy_vs_distance.png``: one panel per (task, L, w), accuracy per distance bucket of each variant over
     its training seeds (``utils.trained.profile``: the mean, its interval over the seeds, the series side by side),
     full attention as the band under the rest, SWA's receptive field L·(w−1) as a dashed line, and each model that
-    draws averaged over K permutations beside it (hollow, dotted)."""
+    draws averaged over its largest K permutations beside it (hollow, dotted)."""
     order = sorted(VARIANTS, key=lambda v: (VARIANTS[v].sparse, variant_names().index(v)))  # the reference first
     groups: dict[tuple, dict[tuple, list[dict]]] = {}
     for r in results:
@@ -567,10 +582,11 @@ def plot(results: list[dict], path: Path) -> None:
     panels = []
     for (task, depth, window), by_arm in sorted(groups.items()):
         series = []
+        largest = {v: max(k for vv, k in by_arm if vv == v) for v, _ in by_arm}
         for (variant, k), cells_ in sorted(by_arm.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
             spec = get_variant(variant)
             buckets = list(cells_[0]["scores"][k]["buckets"])
-            if not spec.sparse and k > 1:
+            if k > 1 and (not spec.sparse or k != largest[variant]):  # K = 1 and the largest K of each model
                 continue
             series.append({"label": spec.label + (f" (K={k})" if k > 1 else ""), "color": spec.color,
                            "marker": spec.marker, "reference": not spec.sparse, "dotted": k > 1,
@@ -636,10 +652,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for name, text in summary.items():
             write_text(tmp / name, text)
         plot(results, tmp / "accuracy_vs_distance.png")
-        if several_seeds(results):
-            plot_seeds(results, tmp / "over_seeds.png")
+        seeds_figure = several_seeds(results) and plot_seeds(results, tmp / "over_seeds.png")
     print("\n" + "\n".join(summary.values()))
     print(f"wrote {out}/results.csv, table.md, reach.md, compare.md, accuracy_vs_distance.png"
-          f"{' and over_seeds.png' if several_seeds(results) else ''} "
+          f"{' and over_seeds.png' if seeds_figure else ''} "
           f"({time.perf_counter() - start:.0f} s)")
     return results

@@ -17,11 +17,13 @@ A model that draws (SA, the random keys and their gated pairs) is scored once pe
 (``eval_seeds``), each with its own σ for every validation block and document; an item's score is its mean over
 those draws, and each draw's records are kept (``scores_by_eval_seed``). A model that draws nothing is scored once.
 
-At the end (written together, the previous set left whole on a failure): ``results.csv``, ``table.md`` (each model's
-score per column, mean [95% interval] by a two-level bootstrap: the items, then the training seeds within each item;
-the seed-to-seed spread apart), ``compare.md``/``compare.json`` (the configured comparisons, A − B paired on the same
-items, each with its interval and a verdict worded from it) and ``table1.png``. A killed run resumes: each
-finished cell is in ``<out>/cells/``.
+At the end (written together, the previous set left whole on a failure), all through ``utils.trained``:
+``table.md`` (Table 1's layout: each model's score per outcome, mean [95% interval] over the training seeds, a t
+interval over each seed's mean over the items, their range under five seeds; then the spread over training seeds
+and over σ seeds), ``compare.md``/``compare.json`` (per outcome: each model over its seeds, the configured
+comparisons A − B paired by training seed with the verdict worded from the interval and the positive control's
+headroom, and the power of the design), ``results.csv`` (one row per model and outcome) and ``table1.png`` (each
+seed's score, the mean and its interval). A killed run resumes: each finished cell is in ``<out>/cells/``.
 """
 from __future__ import annotations
 
@@ -281,19 +283,21 @@ def table(parts: list[trained.Section], settings: dict, results: list[dict]) -> 
     """``table.md``: Table 1's layout (a model a row, an outcome a column, mean [95% over training seeds]), then the
     spread of each score over training seeds and over evaluation σ seeds."""
     models = list(dict.fromkeys(r["arm"] for part in parts for r in part.summaries))
-    eval_seeds_of = {r["model"]: len(r.get("eval_seeds") or [0]) for r in results}
+    eval_seeds_of: dict[str, int] = {}
+    for r in results:
+        eval_seeds_of[r["model"]] = max(eval_seeds_of.get(r["model"], 1), len(r.get("eval_seeds") or [0]))
     lines = trained.wide_table(parts, models, label=label, extra={"σ seeds": lambda m: eval_seeds_of.get(m, 1)})
     by = {(part.outcome.key, r["arm"]): r for part in parts for r in part.summaries}
 
-    def sd(value) -> str:
-        return "–" if value is None else f"{value:.2f}"
+    def sd(value, outcome) -> str:
+        return "–" if value is None else f"{value:{outcome.spec}}"
 
     spread = head(["Model", *(f"{p.outcome.name}: {kind}" for p in parts for kind in ("training", "σ"))],
                   ["---"] + ["---:"] * 2 * len(parts))
     for m in models:
         spread.append(row([label(m), *(cell for p in parts for cell in (
             trained.shown_sd(by[(p.outcome.key, m)], p.outcome) if (p.outcome.key, m) in by else "–",
-            sd(sigma_sd(results, m, p.outcome.key))))]))
+            sd(sigma_sd(results, m, p.outcome.key), p.outcome)))]))
     seeds = settings.get("eval_seeds") or [0]
     note = (f"Each score is mean [95% interval] over the training seeds {settings['seeds']}: a t interval over each "
             f"seed's mean over the items (validation blocks, task documents), since a training seed moves every item "
@@ -333,12 +337,16 @@ def csv_rows(parts: list[trained.Section], results: list[dict]) -> list[dict]:
     for part in parts:
         o = part.outcome
         for r in part.summaries:
+            values = [o.value(v) for v in r["per_seed"].values()]
             out.append({"model": r["arm"], "outcome": o.key, "mean": o.value(r["mean"]),
                         "lo": None if r.get("lo") is None else o.value(r["lo"]),
                         "hi": None if r.get("hi") is None else o.value(r["hi"]), "form": r.get("form"),
-                        "seeds": r["seeds"], "items": r.get("items"),
-                        "per_seed": " ".join(f"{o.value(v):.6g}" for v in r["per_seed"].values()),
-                        "sigma_sd": sigma_sd(results, r["arm"], o.key)})
+                        "seeds": r["seeds"], "items_all_seeds": r.get("items"),
+                        "per_seed": " ".join(f"{v:.6g}" for v in values),
+                        "seed_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
+                        "sigma_sd": sigma_sd(results, r["arm"], o.key),
+                        "eval_seeds": max((len(c.get("eval_seeds") or [0]) for c in results if c["model"] == r["arm"]),
+                                          default=1)})
     return out
 
 

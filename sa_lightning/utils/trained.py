@@ -14,7 +14,10 @@ initialisation and data order and scored the same items in the same order. From 
   one trained model shows alone, with the seed's own positive control;
 - ``report``: all of it for one outcome over the settings of a run (a ``Section``), and its views: ``markdown``
   (one row per setting and arm, one per comparison, the power), ``wide_table`` (the paper's layout: an arm a row,
-  an outcome a column), ``panels`` and ``figure`` (each seed a dot, the mean with its interval; a range dashed).
+  an outcome a column), ``panels`` and ``figure`` (each seed a dot, the mean with its interval; a range dashed),
+  and ``profile`` (a score along an axis, each arm's mean over its seeds with its interval, side by side).
+
+``items`` in a summary or comparison row counts the items over all its seeds (a seed's items times its seeds).
 
 A study supplies its cells' items as units and its arms' names and styles; the tables, verdicts and figures are
 made here. Every interval comes from ``utils.stats``; nothing here knows what a variant is.
@@ -274,15 +277,15 @@ def within_seed(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, co
             out.append({"a": a, "b": b, "seed": seed, "outcome": outcome.key, "mean_a": float(np.mean(xa)),
                         "mean_b": float(np.mean(xb)), **diff.as_dict(),
                         "verdict": diff.verdict(outcome.lower_is_better),
-                        "headroom": None if control is None or (a, b) == control else room(seed)})
+                        "headroom": None if control is None or (a, b) == tuple(control) else room(seed)})
     return out
 
 
 def within_seed_table(rows_: list[dict], outcome: Outcome, settings: list[str], label: Callable[[str], str] = str) \
         -> list[str]:
     """Markdown lines: one row per (setting, seed, comparison) of ``within_seed``."""
-    lines = head([*settings, "seed", "A", "B", f"A: {outcome.name}", "B", "A − B [95%]", "verdict", "headroom",
-                  "items"], ["---"] * (len(settings) + 3) + ["---:", "---:", "---:", "---", "---", "---:"])
+    lines = head([*settings, "seed", "A", "B", f"A: {outcome.name}", "B", f"A − B ({outcome.difference}) [95%]",
+                  "verdict", "headroom", "items"], ["---"] * (len(settings) + 3) + ["---:", "---:", "---:", "---", "---", "---:"])
     for r in rows_:
         lines.append(row([*r["setting"], r["seed"], label(r["a"]), label(r["b"]), outcome.text(r["mean_a"]),
                           outcome.text(r["mean_b"]), outcome.interval(Interval.from_dict(r), signed=True),

@@ -16,6 +16,9 @@ from .strided_swa_union import STRIDED_SWA_UNION
 from .random import RANDOM
 from .random_swa import RANDOM_SWA
 from .random_swa_union import RANDOM_SWA_UNION
+from .sa_bucket import SA_BUCKET  # bucketed SA (issue 50)
+from .sa_bucket_swa_union import SA_BUCKET_SWA_UNION
+from .sa_bucket_swa import SA_BUCKET_SWA
 
-__all__ = ["FULL", "SWA", "SA", "SA_SWA", "MOBA", "SA_SWA_UNION", "STRIDED", "STRIDED_SWA", "STRIDED_SWA_UNION", "RANDOM", "RANDOM_SWA",
-           "RANDOM_SWA_UNION"]
+__all__ = ["FULL", "SWA", "SA", "SA_SWA", "MOBA", "SA_SWA_UNION", "STRIDED", "STRIDED_SWA", "STRIDED_SWA_UNION",
+           "RANDOM", "RANDOM_SWA", "RANDOM_SWA_UNION", "SA_BUCKET", "SA_BUCKET_SWA_UNION", "SA_BUCKET_SWA"]

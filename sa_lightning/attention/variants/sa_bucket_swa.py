@@ -1,0 +1,14 @@
+"""Gated bucketed SA + SWA: the bucketed SA path and SWA's, mixed by learned output gates, beside the paper's gated
+SA+SWA (``sa_bucket_swa_union`` is its training-free twin)."""
+from __future__ import annotations
+
+from ..registry import register_variant
+from .sa_bucket import SA_BUCKET
+from .sa_bucket_swa_union import SA_BUCKET_SWA_UNION
+from .swa import gated_with_swa
+
+SA_BUCKET_SWA = register_variant(gated_with_swa(
+    SA_BUCKET, SA_BUCKET_SWA_UNION, name="sa_bucket_swa", label="SA-bucket+SWA (gated)", color="#DC7633",
+    marker="*", uses_permutation=True, circular=False,
+    description="bucketed SA and SWA, mixed by learned output gates",
+))
