@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..attention import get_variant, variant_label
-from ..attention.variants import SA, SWA
+from ..attention.variants import SA, SA_BUCKET, SWA
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, savefig
 from ..utils.report import power_of_two_ticks, pyplot, spread
 from ..utils.tables import write_csv
@@ -100,7 +100,9 @@ def run_connection(args) -> Path:
     def report(w, row):
         print(f"connection n={args.n} w={w}: measured near {row['measured_near']:.5f} far {row['measured_far']:.5f}  "
               f"exact {row['exact']:.5f}  "
-              f"paper {row['paper']:.5f}  w/n {row['approx_w_over_n']:.5f}", flush=True)
+              f"paper {row['paper']:.5f}  w/n {row['approx_w_over_n']:.5f}  bucketed SA: measured near "
+              f"{row['bucket_measured_near']:.5f} far {row['bucket_measured_far']:.5f} exact {row['bucket_exact']:.5f}",
+              flush=True)
 
     rows = _per_window(args, mechanism.connection_probability, report)
     return _window_figure(args, rows, "connection", [
@@ -108,7 +110,10 @@ def run_connection(args) -> Path:
         ("measured_far", "x", SWA.color, "measured, |i−j|=n/2"),
         ("exact", "-", "black", "exact (2⌈w/2⌉−2)/(n−1)"),
         ("paper", "--", "gray", "paper (w−1)/(n−1)"),
-    ], ylabel="P[pair shares a window]", title=f"SA connection probability (n={args.n})")
+        ("bucket_measured_near", "<", SA_BUCKET.color, "bucketed SA, measured, |i−j|=1"),
+        ("bucket_measured_far", "4", SA_BUCKET.color, "bucketed SA, measured, |i−j|=n/2"),
+        ("bucket_exact", ":", SA_BUCKET.color, "bucketed SA, exact"),
+    ], ylabel="P[pair shares a window]", title=f"SA and bucketed SA: connection probability (n={args.n})")
 
 
 def run_variance(args) -> Path:

@@ -10,7 +10,8 @@ import torch
 
 from ..attention import VARIANTS, AttentionSpec, get_variant, masks, sample_permutation, stochastic_attention
 from ..attention.permutation import invert_permutation
-from ..attention.variants import SA, SWA
+from ..attention.bucketed import bucket_size
+from ..attention.variants import SA, SA_BUCKET, SWA
 
 CONVENTIONS = ("theory", "causal")
 #: the variants whose adjacency is known before the scores, from their mask (MoBA's blocks are picked by content)
@@ -94,16 +95,25 @@ def connection_probability(n: int, window: int, *, trials: int = 200, seed: int 
     (2*ceil(w/2) - 2) / (n - 1); the paper writes (w - 1) / (n - 1), which agrees for odd w. The
     measurement follows fixed pairs at distance 1 (neighbours) and n/2 (far apart) over ``trials``
     permutations, to show that the chance does not depend on distance.
+
+    Bucketed SA (``sa_bucket``) beside it, from the same permutations: a pair shares a bucket of b = 2⌈w/2⌉ − 1
+    consecutive slots with chance (q b (b − 1) + r (r − 1)) / (n (n − 1)) for n = q b + r, which is SA's
+    (b − 1)/(n − 1) where b divides n.
     """
-    sampler = LayerSampler(SA.name, n, window)
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.arange(n)
-    near_hits = far_hits = 0.0
+    hits = {name: [0.0, 0.0] for name in (SA.name, SA_BUCKET.name)}
+    samplers = {name: LayerSampler(name, n, window) for name in hits}
     for _ in range(trials):
-        m = sampler.draw(gen)
-        near_hits += m[tokens, (tokens + 1) % n].double().mean().item()
-        far_hits += m[tokens, (tokens + n // 2) % n].double().mean().item()
+        perm = sample_permutation(n, generator=gen)
+        for name in hits:
+            m = samplers[name]._theory(perm)
+            hits[name][0] += m[tokens, (tokens + 1) % n].double().mean().item()
+            hits[name][1] += m[tokens, (tokens + n // 2) % n].double().mean().item()
+    (near_hits, far_hits), (bucket_near, bucket_far) = hits[SA.name], hits[SA_BUCKET.name]
     slots = min(n, masks.sa_band_others(window) + 1)
+    b = min(n, bucket_size(window))
+    full, rest = divmod(n, b)
     return {
         "n": n,
         "window": window,
@@ -113,6 +123,9 @@ def connection_probability(n: int, window: int, *, trials: int = 200, seed: int 
         "paper": (window - 1) / (n - 1),
         "approx_w_over_n": window / n,
         "paper_causal_average": (window - 1) / (2 * (n - 1)),
+        "bucket_measured_near": bucket_near / trials,
+        "bucket_measured_far": bucket_far / trials,
+        "bucket_exact": (full * b * (b - 1) + rest * (rest - 1)) / (n * (n - 1)),
     }
 
 
