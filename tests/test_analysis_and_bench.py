@@ -43,7 +43,8 @@ def test_connection_probability_matches_exact_formula():
     for measured in (row["measured_near"], row["measured_far"]):
         assert abs(measured - row["exact"]) < 0.006  # ~4 standard errors over 400 * 128 pair draws
     # bucketed SA: buckets of b = 7 slots, 128 = 18 * 7 + 2, so a little under SA's 6/127
-    assert row["bucket_exact"] == pytest.approx((18 * 7 * 6 + 2 * 1) / (128 * 127)) and row["bucket_exact"] < row["exact"]
+    assert row["bucket_exact"] == pytest.approx((18 * 7 * 6 + 2 * 1) / (128 * 127))
+    assert row["bucket_exact"] < row["exact"]
     for measured in (row["bucket_measured_near"], row["bucket_measured_far"]):
         assert abs(measured - row["bucket_exact"]) < 0.006
     assert mechanism.connection_probability(126, 8, trials=2)["bucket_exact"] == pytest.approx(6 / 125)  # b | n

@@ -245,3 +245,28 @@ def test_the_kernels_malloc_tuning_is_a_call_never_an_import(case, tmp_path):
         assert faults < 4 * pages  # a few first touches, not one per reuse
     else:
         assert faults > 12 * pages  # glibc's default: every reuse is a fresh mmap
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_permute_tokens_is_a_gather_whose_backward_copies_by_the_inverse(rows):
+    """SA's flex path and bucketed SA reorder q, k, v and the output through ``permute_tokens``: the values of a
+    gather, and the gradient of one, without a scatter-add; spare trailing entries get no gradient."""
+    from sa_lightning.attention.permutation import permute_tokens
+
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(3, 2, 10, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    perm = torch.stack([torch.randperm(10, generator=g) for _ in range(rows)])
+    inv = invert_permutation(perm)
+    want = torch.take_along_dim(x, perm.expand(3, -1)[:, None, :, None], dim=2)
+    got = permute_tokens(x, perm[0] if rows == 1 else perm, inv[0] if rows == 1 else inv)
+    assert torch.equal(got, want)
+    w = torch.randn(got.shape, generator=g, dtype=torch.float64)
+    assert torch.equal(torch.autograd.grad((got * w).sum(), x)[0],
+                       torch.autograd.grad((want * w).sum(), x, retain_graph=True)[0])
+    # two spare entries repeating row 9 at the end: their gradient is dropped, the real rows' is exact
+    spare = torch.cat([perm.expand(3, -1), torch.full((3, 2), 9)], 1)
+    got = permute_tokens(x, spare, inv.expand(3, -1), 10)
+    assert torch.equal(got[:, :, :10], want) and torch.equal(got[:, :, 10:], x[:, :, [9, 9]])
+    w = torch.cat([w, torch.zeros(3, 2, 2, 4, dtype=torch.float64)], 2)
+    assert torch.equal(torch.autograd.grad((got * w).sum(), x)[0],
+                       torch.autograd.grad((want * w[:, :, :10]).sum(), x)[0])

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from .dense import dense_masked_attention
 from .masks import sa_band_others
+from .permutation import permute_tokens
 
 
 def bucket_size(window: int) -> int:
@@ -32,39 +33,43 @@ def bucket_order(perm: torch.Tensor, b: int) -> torch.Tensor:
     return padded.view(perm.shape[0], -1, b).sort(dim=-1).values.view(perm.shape[0], -1)
 
 
-def _to_buckets(x: torch.Tensor, order: torch.Tensor, b: int) -> torch.Tensor:
-    """x (B, H, n, d) in bucket order: (B * nb, H, b, d). ``order`` is (B, nb * b) and may name the spare row n."""
-    B, H, _, d = x.shape
-    spare = F.pad(x, (0, 0, 0, 1))
-    y = spare.gather(2, order.view(B, 1, -1, 1).expand(B, H, -1, d))  # (B, H, nb * b, d)
-    return y.view(B, H, -1, b, d).transpose(1, 2).reshape(-1, H, b, d)
-
-
-def _from_buckets(y: torch.Tensor, order: torch.Tensor, n: int) -> torch.Tensor:
-    """The inverse of ``_to_buckets`` for an output (B * nb, H, b, d): (B, H, n, d) in token order."""
-    B = order.shape[0]
-    _, H, b, d = y.shape
-    flat = y.view(B, -1, H, b, d).transpose(1, 2).reshape(B, H, -1, d)  # (B, H, nb * b, d)
-    slots = torch.arange(order.shape[-1], device=order.device).expand(B, -1)
-    where = torch.empty(B, n + 1, dtype=order.dtype, device=order.device).scatter_(1, order, slots)[:, :n]
-    return flat.gather(2, where.view(B, 1, n, 1).expand(B, H, n, d))
-
-
-def _order(perm: torch.Tensor, batch: int, b: int) -> torch.Tensor:
+def _plan(perm: torch.Tensor, batch: int, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(order, gather index, inverse), each (batch, ·): ``bucket_order``; it with the spare n clamped to a real
+    row (the spare slots close the last bucket, so no real query reads them); each token's place in it."""
     perm = perm if perm.dim() == 2 else perm.unsqueeze(0)
-    return bucket_order(perm, b).expand(batch, -1)
+    order = bucket_order(perm, b).expand(batch, -1)
+    n = perm.shape[-1]
+    slots = torch.arange(order.shape[-1], device=order.device).expand(batch, -1)
+    inverse = torch.empty(batch, n + 1, dtype=order.dtype, device=order.device).scatter_(1, order, slots)[:, :n]
+    return order, order.clamp(max=n - 1), inverse
+
+
+def _to_buckets(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor, b: int, heads: int) -> torch.Tensor:
+    """x (B, H, n, d) in bucket order, as (B, heads * nb, b, d) with each of H heads repeated heads / H times
+    (a grouped-query k or v beside its q heads; no copy when heads == H)."""
+    B, H, n, d = x.shape
+    y = permute_tokens(x, index, inverse, n).view(B, H, -1, b, d)  # (B, H, nb, b, d)
+    if heads != H:
+        y = y.unsqueeze(2).expand(B, H, heads // H, *y.shape[2:]).reshape(B, heads, *y.shape[2:])
+    return y.view(B, -1, b, d)
+
+
+def _from_buckets(y: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor, heads: int, n: int) -> torch.Tensor:
+    """The inverse of ``_to_buckets`` for an output (B, heads * nb, b, d): (B, heads, n, d) in token order."""
+    B, _, _, d = y.shape
+    return permute_tokens(y.view(B, heads, -1, d), inverse, order.clamp(max=n - 1), n)
 
 
 def bucketed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, perm: torch.Tensor, *,
                        scale: float) -> torch.Tensor:
-    """Bucketed SA, q (B, Hq, n, d), k, v (B, Hkv, n, d), ``perm`` σ's gather index (n,) or (B, n): each bucket
-    through ``scaled_dot_product_attention`` with its causal mask (grouped-query heads as they come)."""
+    """Bucketed SA, q (B, Hq, n, d), k, v (B, Hkv, n, d), ``perm`` σ's gather index (n,) or (B, n): every bucket
+    of every head one sequence of ``scaled_dot_product_attention`` with its causal mask."""
     B, Hq, n, _ = q.shape
     b = bucket_size(window)
-    order = _order(perm, B, b)
-    qb, kb, vb = (_to_buckets(t, order, b) for t in (q, k, v))
-    y = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale, enable_gqa=Hq != k.shape[1])
-    return _from_buckets(y, order, n)
+    order, index, inverse = _plan(perm, B, b)
+    qb, kb, vb = (_to_buckets(t, index, inverse, b, Hq) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale)
+    return _from_buckets(y, order, inverse, Hq, n)
 
 
 def bucketed_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, perm: torch.Tensor, *,
@@ -74,11 +79,12 @@ def bucketed_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wi
     union counts no key twice; a query left with no key has log-sum-exp -inf and output 0."""
     B, Hq, n, _ = q.shape
     b = bucket_size(window)
-    order = _order(perm, B, b)
-    qb, kb, vb = (_to_buckets(t, order, b) for t in (q, k, v))
-    pos = order.reshape(-1, b)  # each bucket's positions, ascending (the spare n last)
-    mask = (pos.unsqueeze(-1) >= pos.unsqueeze(-2)) & (pos.unsqueeze(-2) < n)  # causal; the spare row never read
+    order, index, inverse = _plan(perm, B, b)
+    qb, kb, vb = (_to_buckets(t, index, inverse, b, Hq) for t in (q, k, v))  # (B, Hq * nb, b, d)
+    pos = order.view(B, 1, -1, b)  # each bucket's positions, ascending (the spare n last), shared by the heads
+    mask = (pos.unsqueeze(-1) >= pos.unsqueeze(-2)) & (pos.unsqueeze(-2) < n)  # causal; the spare never read
     if skip_recent:
         mask = mask & (pos.unsqueeze(-1) - pos.unsqueeze(-2) >= skip_recent)
-    y, lse = dense_masked_attention(qb, kb, vb, mask.unsqueeze(1), scale=scale, return_lse=True)
-    return _from_buckets(y, order, n), _from_buckets(lse.unsqueeze(-1), order, n).squeeze(-1)
+    mask = mask.expand(B, Hq, -1, b, b).reshape(B, -1, b, b)
+    y, lse = dense_masked_attention(qb, kb, vb, mask, scale=scale, return_lse=True)
+    return _from_buckets(y, order, inverse, Hq, n), _from_buckets(lse.unsqueeze(-1), order, inverse, Hq, n)[..., 0]

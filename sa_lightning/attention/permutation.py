@@ -65,6 +65,44 @@ def gather_tokens(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.take_along_dim(x, index[:, None, :, None], dim=2)
 
 
+def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x (B, H, m, d) reordered along its tokens by ``index`` (1 or B, m'): each (batch, head) row copied whole, one
+    ``index_select`` over the flattened rows (on a CPU about ten times faster than ``gather``, which reads an index
+    per element)."""
+    B, H, m, d = x.shape
+    index = index.expand(B, -1)
+    flat = index.view(B, 1, -1) + m * torch.arange(B * H, device=x.device).view(B, H, 1)
+    return x.reshape(B * H * m, d).index_select(0, flat.view(-1)).view(B, H, -1, d)
+
+
+class _PermuteTokens(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, index, inverse, valid):
+        ctx.save_for_backward(inverse)
+        ctx.valid = valid
+        return _rows(x, index)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inverse,) = ctx.saved_tensors
+        out = _rows(grad, inverse)
+        if ctx.valid is not None and ctx.valid < out.shape[2]:
+            out[:, :, ctx.valid:] = 0
+        return out, None, None, None
+
+
+def permute_tokens(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor,
+                   valid: int | None = None) -> torch.Tensor:
+    """x (B, H, m, d) reordered along its tokens by ``index`` ((m',) or (B, m')), whose backward is the same row
+    copy by ``inverse`` rather than the scatter-add of a gather's or ``index_select``'s backward. ``index`` is a
+    permutation of x's rows, or one followed by spare entries that repeat a row (bucketed SA's last bucket, filled
+    up); ``inverse`` gives each row of x its place in the output, and then the rows of the gradient from ``valid``
+    on (the spare ones, whose outputs no one reads) are zero."""
+    index = index if index.dim() == 2 else index.unsqueeze(0)
+    inverse = inverse if inverse.dim() == 2 else inverse.unsqueeze(0)
+    return _PermuteTokens.apply(x, index, inverse, valid)
+
+
 def layer_generator(seed: int, layer: int, device: torch.device | str = "cpu") -> torch.Generator:
     """A generator for one layer, derived from the run seed, so layers draw independent streams."""
     gen = torch.Generator(device=device)
