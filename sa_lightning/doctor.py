@@ -17,8 +17,8 @@ ends: a run cut short still leaves every finished stage. Each stage's full outpu
    FlexAttention fell back to its unfused path (past dynamo's recompile limit that fallback is silent
    and materializes the whole score matrix). On the CPU, forward only: FlexAttention has no CPU backward.
 4. ``table2``: ``bench attention --preset paper`` at 8k and 32k (SDPA's flash kernel, FlexAttention's
-   causal attention ``full_window``, SWA and SA; the median of three repeats), ms and speed-up against
-   ``full_window``, beside the paper's A100 figures.
+   causal attention ``full_window``, SWA, SA and bucketed SA; the median of three repeats), ms and speed-up
+   against ``full_window``, beside the paper's A100 figures, and SA's and bucketed SA's cost against SWA's.
 5. ``train``: the 360M model, full / swa / sa / sa_swa, bf16-mixed, seq 2048, eager: tokens/s, MFU
    (``models/flops.py``) and peak memory. (Compiled rows: ``bench train --preset paper --compile both``; a cold
    Inductor compile of the 24-layer model takes about 50 s per variant, more than the sitting leaves.)
@@ -412,22 +412,28 @@ def stage_recompiles(out: Path, tiny: bool) -> dict:
 
 def stage_table2(out: Path, tiny: bool) -> dict:
     """``bench attention --preset paper`` (tiny: the cpu preset at two short lengths), beside the paper's A100."""
-    from .attention.variants import FULL, SA, SWA
+    from .attention.variants import FULL, SA, SA_BUCKET, SWA
     from .bench.attention import main as bench_attention
 
     argv = (["--preset", "cpu", "--lengths", "256", "512", "--repeats", "1", "--same-process", "--no-memory",
-             "--variants", "full_window", SWA.name, SA.name] if tiny else
+             "--variants", "full_window", SWA.name, SA.name, SA_BUCKET.name] if tiny else
             ["--preset", "paper", "--lengths", "8192", "32768", "--repeats", "3",
-             "--variants", FULL.name, "full_window", SWA.name, SA.name])
+             "--variants", FULL.name, "full_window", SWA.name, SA.name, SA_BUCKET.name])
     rows = bench_attention([*argv, "--out", str(out / "table2"), "--overwrite"])  # the doctor's own folder
     by = {(r["n"], r["variant"]): r["ms"] for r in rows}
-    lines = head(["n", "SA ms", "full_window ms", "speed-up", "paper A100: SA ms", "full ms", "speed-up"], "---:")
+    lines = head(["n", "SA ms", "full_window ms", "speed-up", "paper A100: SA ms", "full ms", "speed-up",
+                  "SA ÷ SWA", "bucketed SA ÷ SWA"], "---:")
+
+    def ratio(a, b):
+        return f"{a / b:.2f}×" if a and b and a == a and b == b else "–"
+
     for n in sorted({r["n"] for r in rows}):
-        sa, full = by.get((n, SA.name)), by.get((n, "full_window"))
+        sa, full, swa = by.get((n, SA.name)), by.get((n, "full_window")), by.get((n, SWA.name))
         paper = PAPER_TABLE2.get(n)
         ours = f"{full / sa:.1f}×" if sa and full and sa == sa and full == full else "–"
         theirs = [paper[0], paper[1], f"{paper[1] / paper[0]:.1f}×"] if paper else ["–"] * 3
-        lines.append(row([n, number(sa, ".1f"), number(full, ".1f"), ours, *theirs]))
+        lines.append(row([n, number(sa, ".1f"), number(full, ".1f"), ours, *theirs, ratio(sa, swa),
+                          ratio(by.get((n, SA_BUCKET.name)), swa)]))
     lines += ["", f"Every variant and measure: `{out / 'table2'}`."]
     failed = [r for r in rows if r["ms"] != r["ms"] and not r.get("note")]
     return {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
