@@ -168,3 +168,18 @@ def test_a_new_variant_is_one_file(tmp_path):
         assert y.shape == (1, 2, 40, 8)
     finally:
         VARIANTS.pop("swa_wide", None)
+
+
+@pytest.mark.parametrize("hkv", [1, 2])
+def test_bucketed_sa_takes_grouped_query_heads_down_to_one_and_transposed_inputs(hkv):
+    """A model's q, k, v are transposed views, and Qwen3-8B's shapes group many query heads on few kv heads (one
+    kv head once made a stride-0 view that ``view`` refused)."""
+    variant, spec = get_variant("sa_bucket"), AttentionSpec("sa_bucket", window=16)
+    g = torch.Generator().manual_seed(hkv)
+    q = torch.randn(2, 50, 4, 8, generator=g).transpose(1, 2)
+    k, v = (torch.randn(2, 50, hkv, 8, generator=g).transpose(1, 2) for _ in range(2))
+    perm = variant.draw(spec, 50, torch.tensor([50, 50]), g)
+    (y,) = variant(q, k, v, spec, perm)
+    (mask,) = variant.oracle_masks(spec, q, k, perm)
+    torch.testing.assert_close(y.double(), oracle.reference_attention(q.double(), k.double(), v.double(), mask),
+                               atol=1e-5, rtol=0)

@@ -49,9 +49,9 @@ def _to_buckets(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor, b: 
     (a grouped-query k or v beside its q heads; no copy when heads == H)."""
     B, H, n, d = x.shape
     y = permute_tokens(x, index, inverse, n).view(B, H, -1, b, d)  # (B, H, nb, b, d)
-    if heads != H:
+    if heads != H:  # one kv head may give a stride-0 view here: reshape copies where a view cannot serve
         y = y.unsqueeze(2).expand(B, H, heads // H, *y.shape[2:]).reshape(B, heads, *y.shape[2:])
-    return y.view(B, -1, b, d)
+    return y.reshape(B, -1, b, d)
 
 
 def _from_buckets(y: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor, heads: int, n: int) -> torch.Tensor:

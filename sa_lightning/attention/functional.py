@@ -18,7 +18,7 @@ from .banded import banded_attention
 from .dense import dense_masked_attention, merge_partials
 from .flex import MIN_HEAD_DIM
 from .moba import moba_kernel, moba_selection, picks_per_head
-from .permutation import invert_permutation, permute_tokens, sample_permutation
+from .permutation import gather_tokens, invert_permutation, sample_permutation
 
 BACKENDS = ("auto", "banded", "flex", "dense")
 
@@ -127,10 +127,9 @@ def _sa(q, k, v, window: int, perm, inv, lengths, scale: float, backend: str):
     if backend == "flex":
         from .flex import sa_flex_slots
 
-        inv = invert_permutation(pos) if inv is None else inv
-        qs, ks, vs = (permute_tokens(t, pos, inv) for t in (q, k, v))  # each backward a copy by the inverse
+        qs, ks, vs = (gather_tokens(t, perm) for t in (q, k, v))
         ys = sa_flex_slots(qs, ks, vs, pos, window, scale=scale)
-        return permute_tokens(ys, inv, pos)
+        return gather_tokens(ys, invert_permutation(perm) if inv is None else inv)
     half = masks.sa_half_width(window)
     return banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale, inv=inv)
 
