@@ -49,7 +49,7 @@ def keys_attended_row(spec, length, row=None):
 
 
 SA_BUCKET = register_variant(Variant(
-    name="sa_bucket", label="SA-bucket", color="#C0392B", marker="<", paths=("sa_bucket",),
+    name="sa_bucket", label="SA-bucket", color="#34495E", marker="<", paths=("sa_bucket",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.sa_bucket_mask(perm, spec.window, q.shape[0], lengths),
     keys_attended_row=keys_attended_row,

@@ -40,7 +40,7 @@ def keys_attended_row(spec, length, row):
 
 
 SA_BUCKET_SWA_UNION = register_variant(Variant(
-    name="sa_bucket_swa_union", label="SA-bucket+SWA", color="#E59866", marker=">", paths=("sa_bucket_swa_union",),
+    name="sa_bucket_swa_union", label="SA-bucket+SWA", color="#D4AC0D", marker=">", paths=("sa_bucket_swa_union",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: (oracle.sa_bucket_mask(perm, spec.window, q.shape[0], lengths)
                                                    | oracle.swa_mask(q.shape[2], spec.window, q.device)),
