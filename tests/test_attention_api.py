@@ -188,7 +188,7 @@ def test_gate_single_and_dual_path():
         two(y_sa)
 
 
-@pytest.mark.parametrize("variant", ["swa", "sa", "sa_swa", "moba"])
+@pytest.mark.parametrize("variant", ["swa", "sa", "sa_swa", "moba", "sa_bucket", "sa_bucket_swa_union"])
 def test_no_n_by_n_tensor(variant):
     """Forward and backward at n=4096, w=64 never hold a tensor of n*n elements (per head)."""
     n, hq = 4096, 1
@@ -249,8 +249,8 @@ def test_the_kernels_malloc_tuning_is_a_call_never_an_import(case, tmp_path):
 
 @pytest.mark.parametrize("rows", [1, 3])
 def test_permute_tokens_is_a_gather_whose_backward_copies_by_the_inverse(rows):
-    """SA's flex path and bucketed SA reorder q, k, v and the output through ``permute_tokens``: the values of a
-    gather, and the gradient of one, without a scatter-add; spare trailing entries get no gradient."""
+    """Bucketed SA reorders q, k, v and the output through ``permute_tokens``: the values of a gather, and the
+    gradient of one, without a scatter-add; spare trailing entries get no gradient."""
     from sa_lightning.attention.permutation import permute_tokens
 
     g = torch.Generator().manual_seed(rows)
@@ -263,10 +263,17 @@ def test_permute_tokens_is_a_gather_whose_backward_copies_by_the_inverse(rows):
     w = torch.randn(got.shape, generator=g, dtype=torch.float64)
     assert torch.equal(torch.autograd.grad((got * w).sum(), x)[0],
                        torch.autograd.grad((want * w).sum(), x, retain_graph=True)[0])
-    # two spare entries repeating row 9 at the end: their gradient is dropped, the real rows' is exact
+    # two spare entries repeating row 9 at the end: their gradient is dropped (even where the loss weighs them),
+    # the real rows' is exact; and the other way, output rows from `valid` on get no gradient
     spare = torch.cat([perm.expand(3, -1), torch.full((3, 2), 9)], 1)
-    got = permute_tokens(x, spare, inv.expand(3, -1), 10)
+    got = permute_tokens(x, spare, inv.expand(3, -1))
     assert torch.equal(got[:, :, :10], want) and torch.equal(got[:, :, 10:], x[:, :, [9, 9]])
-    w = torch.cat([w, torch.zeros(3, 2, 2, 4, dtype=torch.float64)], 2)
-    assert torch.equal(torch.autograd.grad((got * w).sum(), x)[0],
-                       torch.autograd.grad((want * w[:, :, :10]).sum(), x)[0])
+    heavy = torch.cat([w, torch.full((3, 2, 2, 4), 5.0, dtype=torch.float64)], 2)
+    assert torch.equal(torch.autograd.grad((got * heavy).sum(), x)[0],
+                       torch.autograd.grad((want * w).sum(), x, retain_graph=True)[0])
+    y = torch.randn(3, 2, 12, 4, generator=g, dtype=torch.float64, requires_grad=True)  # 10 real rows, 2 spare
+    back = permute_tokens(y, inv.expand(3, -1), spare, 10)
+    assert torch.equal(back, torch.take_along_dim(y, inv.expand(3, -1)[:, None, :, None], dim=2))
+    (dy,) = torch.autograd.grad((back * w).sum(), y)
+    assert torch.equal(dy[:, :, 10:], torch.zeros(3, 2, 2, 4, dtype=torch.float64))
+    assert torch.equal(dy[:, :, :10], torch.take_along_dim(w, perm.expand(3, -1)[:, None, :, None], dim=2))

@@ -27,7 +27,9 @@ def _guard_on():
 CASES = [("full", "auto", 0), ("swa", "banded", 0), ("swa", "dense", 0), ("swa", "flex", 0),
          ("sa", "banded", 0), ("sa", "dense", 0), ("sa", "flex", 0), ("sa_swa", "banded", 0),
          ("sa_swa", "dense", 0), ("sa_swa_union", "auto", 0), ("moba", "auto", 0),
-         ("swa", "auto", SINK), ("sa", "auto", SINK), ("sa_swa_union", "auto", SINK)]
+         ("swa", "auto", SINK), ("sa", "auto", SINK), ("sa_swa_union", "auto", SINK),
+         ("sa_bucket", "banded", 0), ("sa_bucket", "dense", 0), ("sa_bucket_swa_union", "auto", 0),
+         ("sa_bucket", "auto", SINK)]
 
 
 def _forward_cases():
@@ -35,7 +37,8 @@ def _forward_cases():
     (whose kernels take another path with ``lengths``) run unpadded too; gradients where the forward differs
     (training kernels); n=24 (< 2w) where it has a path of its own (the union's and the sinks' dense lse)."""
     for name, backend, sink in CASES:
-        pads = (False, True) if name in ("sa", "sa_swa", "sa_swa_union") else (True,)
+        pads = (False, True) if name in ("sa", "sa_swa", "sa_swa_union", "sa_bucket", "sa_bucket_swa_union") \
+            else (True,)
         grads = (False,) if backend in ("flex", "dense") or name == "full" else (False, True)
         yield from ((name, backend, sink, 96, padded, grad) for padded in pads for grad in grads)
         if name == "sa_swa_union" or sink:
@@ -89,7 +92,9 @@ def _masks(name, sink, q, k, perm, lengths, n):
         return [oracle.moba_mask(q, k, BLOCK, TOP_K)]  # selected on the inputs as given (a NaN gate never selects)
     own = {"full": lambda: oracle.full_mask(n), "swa": lambda: oracle.swa_mask(n, W),
            "sa": lambda: oracle.sa_mask(perm, W, B, lengths),
-           "sa_swa_union": lambda: oracle.sa_swa_union_mask(perm, W, B, lengths)}
+           "sa_swa_union": lambda: oracle.sa_swa_union_mask(perm, W, B, lengths),
+           "sa_bucket": lambda: oracle.sa_bucket_mask(perm, W, B, lengths),
+           "sa_bucket_swa_union": lambda: oracle.sa_bucket_mask(perm, W, B, lengths) | oracle.swa_mask(n, W)}
     if name == "sa_swa":
         return [own["sa"](), own["swa"]()]
     mask = own[name]().view(-1, 1, n, n)

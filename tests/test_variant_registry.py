@@ -170,6 +170,38 @@ def test_a_new_variant_is_one_file(tmp_path):
         VARIANTS.pop("swa_wide", None)
 
 
+@pytest.mark.parametrize("n, shared", [(45, False), (45, True), (9, False), (37, True)])
+def test_bucketed_sa_at_a_multiple_of_its_bucket_below_one_bucket_and_with_one_sigma_for_the_batch(n, shared):
+    """b = 15 at w = 16: n = 45 is three whole buckets, n = 9 less than one; a shared (n,) σ serves the batch."""
+    variant, spec = get_variant("sa_bucket"), AttentionSpec("sa_bucket", window=16)
+    g = torch.Generator().manual_seed(n)
+    q, k, v = (torch.randn(2, h, n, 8, generator=g, requires_grad=True) for h in (4, 2, 2))
+    perm = variant.draw(spec, n, None if shared else torch.tensor([n, n]), g)
+    assert perm.dim() == (1 if shared else 2)
+    for name in ("sa_bucket", "sa_bucket_swa_union"):
+        (y,) = get_variant(name)(q, k, v, AttentionSpec(name, window=16), perm)
+        (mask,) = get_variant(name).oracle_masks(AttentionSpec(name, window=16), q, k, perm)
+        ref = oracle.reference_attention(q.double(), k.double(), v.double(), mask)
+        torch.testing.assert_close(y.double(), ref, atol=1e-5, rtol=0)
+        w = torch.randn(y.shape, generator=g)
+        got, want = (torch.autograd.grad((out * w).sum(), (q, k, v)) for out in (y, ref))
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0)
+
+
+def test_bucketed_sa_reads_a_strided_kernel_output():
+    """CUDA's flash kernel returns its output as a transposed view; the way back to token order takes it."""
+    from sa_lightning.attention import bucketed
+
+    n, b, heads = 30, 15, 4
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    order, _, inverse = bucketed._plan(perm, 2, b)
+    y = torch.randn(2 * heads, b, n // b, 8).transpose(1, 2)  # (B * heads, nb, b, d), not contiguous
+    back = bucketed._from_buckets(y, order, inverse, heads, n)
+    flat = y.reshape(2, heads, n, 8)
+    assert torch.equal(back, torch.take_along_dim(flat, inverse[:, None, :, None], dim=2))
+
+
 @pytest.mark.parametrize("hkv", [1, 2])
 def test_bucketed_sa_takes_grouped_query_heads_down_to_one_and_transposed_inputs(hkv):
     """A model's q, k, v are transposed views, and Qwen3-8B's shapes group many query heads on few kv heads (one

@@ -6,7 +6,9 @@ with SA's connection probability (b − 1)/(n − 1) (for n a multiple of b), bu
 (a partition of the tokens) instead of overlapping bands, and no mask function is needed: each bucket is a short
 causal sequence for the stock kernel (``scaled_dot_product_attention``: the fused kernel on a CPU, flash on CUDA).
 With padding (``lengths``), a row's valid tokens fill its first slots (σ keeps the padding last) and come after
-no padding token in their bucket, so a valid query never reads one.
+no padding token in their bucket, so a valid query never reads one. What a padding query's output holds is
+unspecified (the kernels, ``masks.bucketed`` and the oracle each give it something finite, not the same thing;
+every caller discards it), as for every variant here.
 
 Pure functions of tensors: the bucket order is a sort on the device, with no host sync.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ._finite import checking_finite
 from .dense import dense_masked_attention
 from .masks import sa_band_others
 from .permutation import permute_tokens
@@ -45,19 +48,21 @@ def _plan(perm: torch.Tensor, batch: int, b: int) -> tuple[torch.Tensor, torch.T
 
 
 def _to_buckets(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor, b: int, heads: int) -> torch.Tensor:
-    """x (B, H, n, d) in bucket order, as (B, heads * nb, b, d) with each of H heads repeated heads / H times
-    (a grouped-query k or v beside its q heads; no copy when heads == H)."""
+    """x (B, H, n, d) in bucket order, as (B * heads, nb, b, d): each (batch, head) one batch entry of the kernel
+    and its buckets the kernel's heads (so no launch grid holds B * H * nb, which passes CUDA's 65535 at long n),
+    each of H heads repeated heads / H times (a grouped-query k or v beside its q heads; no copy when heads == H)."""
     B, H, n, d = x.shape
     y = permute_tokens(x, index, inverse, n).view(B, H, -1, b, d)  # (B, H, nb, b, d)
     if heads != H:  # one kv head may give a stride-0 view here: reshape copies where a view cannot serve
         y = y.unsqueeze(2).expand(B, H, heads // H, *y.shape[2:]).reshape(B, heads, *y.shape[2:])
-    return y.reshape(B, -1, b, d)
+    return y.reshape(B * heads, -1, b, d)
 
 
 def _from_buckets(y: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor, heads: int, n: int) -> torch.Tensor:
-    """The inverse of ``_to_buckets`` for an output (B, heads * nb, b, d): (B, heads, n, d) in token order."""
-    B, _, _, d = y.shape
-    return permute_tokens(y.view(B, heads, -1, d), inverse, order.clamp(max=n - 1), n)
+    """The inverse of ``_to_buckets`` for an output (B * heads, nb, b, d), which may be a strided view (CUDA's
+    flash kernel returns one): (B, heads, n, d) in token order."""
+    d = y.shape[-1]
+    return permute_tokens(y.reshape(order.shape[0], heads, -1, d), inverse, order.clamp(max=n - 1), n)
 
 
 def bucketed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, perm: torch.Tensor, *,
@@ -69,6 +74,8 @@ def bucketed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
     order, index, inverse = _plan(perm, B, b)
     qb, kb, vb = (_to_buckets(t, index, inverse, b, Hq) for t in (q, k, v))
     y = F.scaled_dot_product_attention(qb, kb, vb, is_causal=True, scale=scale)
+    if checking_finite():  # the CPU kernel gives a NaN query of a short sequence 0, not NaN: say it (debug mode)
+        y = y + qb.sum(-1, keepdim=True) * 0
     return _from_buckets(y, order, inverse, Hq, n)
 
 
@@ -80,11 +87,11 @@ def bucketed_attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, wi
     B, Hq, n, _ = q.shape
     b = bucket_size(window)
     order, index, inverse = _plan(perm, B, b)
-    qb, kb, vb = (_to_buckets(t, index, inverse, b, Hq) for t in (q, k, v))  # (B, Hq * nb, b, d)
+    qb, kb, vb = (_to_buckets(t, index, inverse, b, Hq) for t in (q, k, v))  # (B * Hq, nb, b, d)
     pos = order.view(B, 1, -1, b)  # each bucket's positions, ascending (the spare n last), shared by the heads
     mask = (pos.unsqueeze(-1) >= pos.unsqueeze(-2)) & (pos.unsqueeze(-2) < n)  # causal; the spare never read
     if skip_recent:
         mask = mask & (pos.unsqueeze(-1) - pos.unsqueeze(-2) >= skip_recent)
-    mask = mask.expand(B, Hq, -1, b, b).reshape(B, -1, b, b)
+    mask = mask.expand(B, Hq, -1, b, b).reshape(B * Hq, -1, b, b)
     y, lse = dense_masked_attention(qb, kb, vb, mask, scale=scale, return_lse=True)
     return _from_buckets(y, order, inverse, Hq, n), _from_buckets(lse.unsqueeze(-1), order, inverse, Hq, n)[..., 0]

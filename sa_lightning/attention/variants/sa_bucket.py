@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from .. import masks, oracle
 from ..bucketed import bucket_size, bucketed_attention, bucketed_attention_lse
+from .._finite import guard_nonfinite
 from ..functional import _permutation_args
 from ..registry import Variant, register_variant
 from ._common import check_permutation, dense_with_lse, draw_permutation, slot_of
@@ -26,18 +27,25 @@ def checked(call):
     return replace(call, perm=perm, inv=inv, lengths=lengths)
 
 
-def kernel_with_lse(call):
-    call = checked(call)
+def _with_lse(call):
     if call.backend == "dense":
         return dense_with_lse(call, mask(call.spec, call.q.shape[2], call.perm, call.lengths))
     return bucketed_attention_lse(call.q, call.k, call.v, call.window, call.perm, scale=call.scale)
 
 
+def kernel_with_lse(call):
+    call = checked(call)
+    return guard_nonfinite(lambda q, k, v: _with_lse(replace(call, q=q, k=k, v=v)), call.q, call.k, call.v)
+
+
 def kernel(call):
+    """The buckets through the stock causal kernel; in the debug mode (``check_finite``) a non-finite key or value
+    reaches only the rows that read it."""
     call = checked(call)
     if call.backend == "dense":
         return (kernel_with_lse(call)[0],)
-    return (bucketed_attention(call.q, call.k, call.v, call.window, call.perm, scale=call.scale),)
+    return (guard_nonfinite(lambda q, k, v: bucketed_attention(q, k, v, call.window, call.perm, scale=call.scale),
+                            call.q, call.k, call.v),)
 
 
 def keys_attended_row(spec, length, row=None):
