@@ -239,7 +239,8 @@ def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
         seeds = f"σ seeds {', '.join(map(str, cfg.seeds))}" if len(cfg.seeds) > 1 else f"σ seed {cfg.seeds[0]}"
         fig.suptitle(f"{cfg.model}: training-free prefill attention" +
                      (", score against the measured budget" if x_of else "") +
-                     f"\n{cfg.limit or 'all'} documents per task (task_limits apart), {seeds}; bars: 95% interval "
+                     f"\n{f'{cfg.limit:g}' if cfg.limit else 'all'} documents per task (task_limits apart), {seeds}; "
+                     "bars: 95% interval "
                      "over documents (a range under five)", fontsize=9)
         written.append(_save(fig, out / f"{name}.png"))
     position = position_plot(cfg, table, out)
