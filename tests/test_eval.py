@@ -597,8 +597,13 @@ def test_evaluate_never_writes_over_a_users_files_and_a_stop_keeps_the_previous_
         return real(*a, **k)
 
     monkeypatch.setattr(evaluate, "run_tasks_with_items", interrupted)
-    with pytest.raises(Stopped) as stopped:
-        evaluate.main([*args[:-3], "--limit", "4", "--seeds", "0", "1", "--out", str(out)])
+    # as a terminal starts it: a suite run as a background job inherits SIGINT ignored, which the runner keeps
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(Stopped) as stopped:
+            evaluate.main([*args[:-3], "--limit", "4", "--seeds", "0", "1", "--out", str(out)])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert stopped.value.code == 128 + signal.SIGINT
     after = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")
              and "tb" not in p.parts}

@@ -157,7 +157,8 @@ def test_a_label_with_a_bar_or_a_newline_stays_one_table_cell():
 def test_a_ctrl_c_outside_a_cell_loop_is_one_line(tmp_path):
     code = ("import os, signal, sys; sys.argv = ['cli.py', 'x']; import sa_lightning.main as m; "
             "m.main = lambda: os.kill(os.getpid(), signal.SIGINT); m.main_with_clean_errors()")
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         preexec_fn=_default_signals)
     assert res.returncode == 130 and "Traceback" not in res.stderr
     assert res.stderr.strip() == "stopped by SIGINT (Ctrl-C); every file written so far is whole"
 
