@@ -30,7 +30,8 @@ def bucket_size(window: int) -> int:
 
 def bucket_order(perm: torch.Tensor, b: int) -> torch.Tensor:
     """(P, nb * b) long: the tokens of each bucket of ``b`` consecutive slots of ``perm`` ((P, n) gather index),
-    in ascending original position; the last bucket is filled up with ``n`` (a spare zero row), which sorts last."""
+    in ascending original position; the last bucket is filled up with ``n`` (a spare slot past every token), which
+    sorts last, so no real query's causal mask reaches it."""
     n = perm.shape[-1]
     padded = F.pad(perm, (0, (-n) % b), value=n)
     return padded.view(perm.shape[0], -1, b).sort(dim=-1).values.view(perm.shape[0], -1)
