@@ -424,16 +424,15 @@ def stage_table2(out: Path, tiny: bool) -> dict:
     lines = head(["n", "SA ms", "full_window ms", "speed-up", "paper A100: SA ms", "full ms", "speed-up",
                   "SA ÷ SWA", "bucketed SA ÷ SWA"], "---:")
 
-    def ratio(a, b):
-        return f"{a / b:.2f}×" if a and b and a == a and b == b else "–"
+    def ratio(a, b, spec=".2f"):
+        return f"{a / b:{spec}}×" if a and b and a == a and b == b else "–"
 
     for n in sorted({r["n"] for r in rows}):
         sa, full, swa = by.get((n, SA.name)), by.get((n, "full_window")), by.get((n, SWA.name))
         paper = PAPER_TABLE2.get(n)
-        ours = f"{full / sa:.1f}×" if sa and full and sa == sa and full == full else "–"
         theirs = [paper[0], paper[1], f"{paper[1] / paper[0]:.1f}×"] if paper else ["–"] * 3
-        lines.append(row([n, number(sa, ".1f"), number(full, ".1f"), ours, *theirs, ratio(sa, swa),
-                          ratio(by.get((n, SA_BUCKET.name)), swa)]))
+        lines.append(row([n, number(sa, ".1f"), number(full, ".1f"), ratio(full, sa, ".1f"), *theirs,
+                          ratio(sa, swa), ratio(by.get((n, SA_BUCKET.name)), swa)]))
     lines += ["", f"Every variant and measure: `{out / 'table2'}`."]
     failed = [r for r in rows if r["ms"] != r["ms"] and not r.get("note")]
     return {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}

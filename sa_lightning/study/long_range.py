@@ -410,9 +410,10 @@ def compare(results: list[dict], comparisons: list[dict], margins: dict | None =
         lines += ["", trained.NOTE + (f" Margins δ: {margins}." if margins else "")]
     accuracy = OUTCOMES[0]
     alone = []
+    scored = scored_at(results)
     for k in sorted({k for r in results for k in r["scores"]}):
         for setting, arms in sorted(units(results, k, accuracy.key).items()):
-            own = [(a, b) for a, b in pairs if scored_at(results, setting, a, k)]
+            own = [(a, b) for a, b in pairs if scored(*setting, a, k)]
             alone += [{**r, "setting": (*setting, k)} for r in trained.within_seed(
                 arms, own, accuracy, control=(FULL.name, SWA.name), key=setting)]
     alone_lines = trained.within_seed_table(alone, accuracy, SETTING) + [
@@ -435,6 +436,7 @@ def sections(results: list[dict], pairs: list[tuple[str, str]], margins: dict) -
     trained, with the positive control (full attention, SWA) and, for accuracy, the seeds that learned (90% beyond
     SWA's field); each variant's row carries the steps at which its seeds learned."""
     ks = sorted({k for r in results for k in r["scores"]})
+    scored = scored_at(results)
     out = []
     for outcome in OUTCOMES:
         by_setting = {(*setting, k): arms for k in ks for setting, arms in units(results, k, outcome.key).items()
@@ -443,10 +445,9 @@ def sections(results: list[dict], pairs: list[tuple[str, str]], margins: dict) -
                                  control=(FULL.name, SWA.name), threshold=TARGET if outcome.key == "acc" else None,
                                  order=variant_names())
         # at K > 1 the rows of the models that draw: the others appear at K = 1 only (as B they stand in at K)
-        section.summaries[:] = [e for e in section.summaries
-                                if scored_at(results, e["setting"][:3], e["arm"], e["setting"][3])]
+        section.summaries[:] = [e for e in section.summaries if scored(*e["setting"][:3], e["arm"], e["setting"][3])]
         section.comparisons[:] = [e for e in section.comparisons
-                                  if scored_at(results, e["setting"][:3], e["a"], e["setting"][3])]
+                                  if scored(*e["setting"][:3], e["a"], e["setting"][3])]
         for entry in section.summaries:
             task, depth, window, _ = entry["setting"]
             cells_ = [r for r in results if (r["task"], r["depth"], r["window"], r["variant"])
@@ -458,11 +459,12 @@ def sections(results: list[dict], pairs: list[tuple[str, str]], margins: dict) -
     return out
 
 
-def scored_at(results: list[dict], setting: tuple, variant: str, k: int) -> bool:
-    """Whether ``variant`` was validated at K in ``setting`` (task, L, w) itself: K = 1 always; a larger K only for a
-    model that draws (the others stand in at K = 1 as the B side of a comparison, never as a row of their own)."""
-    return k == 1 or any((r["task"], r["depth"], r["window"], r["variant"]) == (*setting, variant)
-                         and k in r["scores"] for r in results)
+def scored_at(results: list[dict]):
+    """``scored(task, L, w, variant, K)``: whether the variant was validated at K in that setting itself: K = 1
+    always; a larger K only for a model that draws (the others stand in at K = 1 as the B side of a comparison,
+    never as a row of their own)."""
+    validated = {(r["task"], r["depth"], r["window"], r["variant"], k) for r in results for k in r["scores"]}
+    return lambda task, depth, window, variant, k: k == 1 or (task, depth, window, variant, k) in validated
 
 
 def learned_line(section: trained.Section) -> str:
@@ -525,12 +527,12 @@ def units(results: list[dict], k: int, outcome: str) -> dict[tuple, "trained.Uni
     return out
 
 
-def plot_seeds(results: list[dict], path: Path, margins: dict | None = None) -> bool:
+def plot_seeds(results: list[dict], path: Path) -> bool:
     """``over_seeds.png``: per (task, L, w) and outcome at K = 1 that two or more training seeds trained, each
     variant's training seeds (dots) and their mean with its interval over the seeds (``utils.trained.figure``).
     Whether there was such a setting (and so a figure)."""
     panels = []
-    for section in sections(results, [], margins or {}):
+    for section in sections(results, [], {}):  # the arms alone: no comparison, so no margin
         at_one = trained.Section(section.outcome, [r for r in section.summaries if r["setting"][3] == 1], [])
         panels += trained.panels(at_one, lambda s, o=section.outcome: f"{s[0]}, L={s[1]}, w={s[2]}: {o.name}")
     if panels:

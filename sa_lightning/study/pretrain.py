@@ -279,13 +279,19 @@ def unpaired(results: list[dict], comparisons: list[dict]) -> list[str]:
     return out
 
 
+def eval_seed_counts(results: list[dict]) -> dict[str, int]:
+    """Each model's count of evaluation σ seeds (the most any of its cells was scored under)."""
+    out: dict[str, int] = {}
+    for r in results:
+        out[r["model"]] = max(out.get(r["model"], 1), len(r.get("eval_seeds") or [0]))
+    return out
+
+
 def table(parts: list[trained.Section], settings: dict, results: list[dict]) -> str:
     """``table.md``: Table 1's layout (a model a row, an outcome a column, mean [95% over training seeds]), then the
     spread of each score over training seeds and over evaluation σ seeds."""
     models = list(dict.fromkeys(r["arm"] for part in parts for r in part.summaries))
-    eval_seeds_of: dict[str, int] = {}
-    for r in results:
-        eval_seeds_of[r["model"]] = max(eval_seeds_of.get(r["model"], 1), len(r.get("eval_seeds") or [0]))
+    eval_seeds_of = eval_seed_counts(results)
     lines = trained.wide_table(parts, models, label=label, extra={"σ seeds": lambda m: eval_seeds_of.get(m, 1)})
     by = {(part.outcome.key, r["arm"]): r for part in parts for r in part.summaries}
 
@@ -334,19 +340,17 @@ def compare(parts: list[trained.Section], results: list[dict], comparisons: list
 def csv_rows(parts: list[trained.Section], results: list[dict]) -> list[dict]:
     """``results.csv``: one row per (model, outcome), the numbers as they print (a perplexity for validation)."""
     out = []
+    eval_seeds_of = eval_seed_counts(results)
     for part in parts:
         o = part.outcome
         for r in part.summaries:
-            values = [o.value(v) for v in r["per_seed"].values()]
             out.append({"model": r["arm"], "outcome": o.key, "mean": o.value(r["mean"]),
                         "lo": None if r.get("lo") is None else o.value(r["lo"]),
                         "hi": None if r.get("hi") is None else o.value(r["hi"]), "form": r.get("form"),
                         "seeds": r["seeds"], "items_all_seeds": r.get("items"),
-                        "per_seed": " ".join(f"{v:.6g}" for v in values),
-                        "seed_sd": float(np.std(values, ddof=1)) if len(values) > 1 else None,
-                        "sigma_sd": sigma_sd(results, r["arm"], o.key),
-                        "eval_seeds": max((len(c.get("eval_seeds") or [0]) for c in results if c["model"] == r["arm"]),
-                                          default=1)})
+                        "per_seed": " ".join(f"{o.value(v):.6g}" for v in r["per_seed"].values()),
+                        "seed_sd": trained.seed_sd(r, o), "sigma_sd": sigma_sd(results, r["arm"], o.key),
+                        "eval_seeds": eval_seeds_of.get(r["arm"], 1)})
     return out
 
 

@@ -25,7 +25,7 @@ made here. Every interval comes from ``utils.stats``; nothing here knows what a 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -184,11 +184,17 @@ def summary_table(rows_: list[dict], outcome: Outcome, settings: list[str], thre
     return lines
 
 
-def shown_sd(entry: dict, outcome: Outcome) -> str:
+def seed_sd(entry: dict, outcome: Outcome) -> float | None:
     """The SD over training seeds of an arm's score as it prints (a perplexity's, not its NLL's, when the outcome
-    is shown through a transform); "–" with one seed."""
+    is shown through a transform); None with one seed."""
     values = [outcome.value(v) for v in entry["per_seed"].values()]
-    return "–" if len(values) < 2 else f"{float(np.std(values, ddof=1)):{outcome.spec}}"
+    return float(np.std(values, ddof=1)) if len(values) > 1 else None
+
+
+def shown_sd(entry: dict, outcome: Outcome) -> str:
+    """``seed_sd`` in the outcome's format; "–" with one seed."""
+    sd = seed_sd(entry, outcome)
+    return "–" if sd is None else f"{sd:{outcome.spec}}"
 
 
 def comparison_table(rows_: list[dict], outcome: Outcome, settings: list[str], label: Callable[[str], str] = str) \
@@ -285,7 +291,8 @@ def within_seed_table(rows_: list[dict], outcome: Outcome, settings: list[str], 
         -> list[str]:
     """Markdown lines: one row per (setting, seed, comparison) of ``within_seed``."""
     lines = head([*settings, "seed", "A", "B", f"A: {outcome.name}", "B", f"A − B ({outcome.difference}) [95%]",
-                  "verdict", "headroom", "items"], ["---"] * (len(settings) + 3) + ["---:", "---:", "---:", "---", "---", "---:"])
+                  "verdict", "headroom", "items"],
+                 ["---"] * (len(settings) + 3) + ["---:", "---:", "---:", "---", "---", "---:"])
     for r in rows_:
         lines.append(row([*r["setting"], r["seed"], label(r["a"]), label(r["b"]), outcome.text(r["mean_a"]),
                           outcome.text(r["mean_b"]), outcome.interval(Interval.from_dict(r), signed=True),
@@ -347,8 +354,7 @@ def markdown(section: Section, settings: list[str], *, label: Callable[[str], st
 
 def _diff(outcome: Outcome) -> Outcome:
     """The outcome as its differences print (for ``power_text``, whose numbers are differences)."""
-    return Outcome(outcome.key, outcome.difference, outcome.lower_is_better, outcome.scale,
-                   outcome.diff_spec or outcome.spec, outcome.unit)
+    return replace(outcome, name=outcome.difference, spec=outcome.diff_spec or outcome.spec, transform=None)
 
 
 def wide_table(sections: list[Section], arms: list[str], *, label: Callable[[str], str] = str,
