@@ -81,22 +81,23 @@ def test_moba_flex_block_mask_covers_every_pick_and_matches_oracle(n, block, top
 def test_random_keys_flex_matches_oracle(n, w, per_row, union):
     """The random-keys control (and its union with SWA) on FlexAttention, CUDA's route: its block mask visits
     every tile holding a readable pair, and the eager forward equals the float64 oracle over the drawn table,
-    padded rows included (row 1 holds n - 17 valid tokens)."""
+    padded rows included (row 1 holds n - 17 valid tokens): one hash, evaluated tile by tile, no table."""
     from sa_lightning.attention import VARIANTS
 
     name = "random_swa_union" if union else "random"
     spec = AttentionSpec(name, window=w)
     lengths = torch.tensor([n, n - 17]) if per_row else None
-    table = VARIANTS[name].draw(spec, n, lengths, torch.Generator().manual_seed(n))
+    seeds = VARIANTS[name].draw(spec, n, lengths, torch.Generator().manual_seed(n))
     q, k, v = _qkv(n)
     size = flex.bucket(n)
-    bm = flex.keys_block_mask(table if table.dim() == 3 else table.unsqueeze(0), size, w if union else 0)
-    mask = (oracle.random_swa_union_mask(table, w, 2, lengths) if union else oracle.random_mask(table, 2, lengths))
+    bm = flex.keys_block_mask(seeds, w, n, size, lengths, w if union else 0)
+    mask = (oracle.random_swa_union_mask(seeds, w, 2, n, lengths) if union
+            else oracle.random_mask(seeds, w, 2, n, lengths))
     nt = bm.kv_num_blocks.shape[-1]
     pad = nt * 128 - n
     covered = torch.nn.functional.pad(mask[:, 0], (0, pad, 0, pad)).view(2, nt, 128, nt, 128).any(4).any(2)
     assert bool((bm.to_dense()[:, 0].bool() | ~covered).all()), "a tile holding a readable key is skipped"
-    y = flex.keys_flex(q, k, v, table, scale=0.25, window=w if union else 0, compiled=False)
+    y = flex.keys_flex(q, k, v, seeds, w, lengths=lengths, scale=0.25, window=w if union else 0, compiled=False)
     ref = oracle.reference_attention(q.double(), k.double(), v.double(), mask, 0.25)
     torch.testing.assert_close(y.double(), ref, atol=1e-5, rtol=0)
 
@@ -125,7 +126,7 @@ def test_auto_backend_avoids_flex_below_its_head_dim():
 @pytest.mark.parametrize("variant", ["swa", "sa", "random", "random_swa_union"])
 def test_cuda_flex_forward_backward(variant, dtype, tol):
     """Each variant where a GPU user trains it (auto -> flex on CUDA), at Table 2's window, forward and backward
-    against the oracle over its own draw (σ per row, or the random control's key table)."""
+    against the oracle over its own draw (σ per row, or the random control's hash seeds)."""
     n, w = 2048, 256
     q, k, v = _qkv(n, "cuda", dtype, grad=True)
     spec = AttentionSpec(variant, window=w)

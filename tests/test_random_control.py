@@ -10,14 +10,14 @@ import torch
 from sa_lightning.attention import AttentionSpec, get_variant, sample_permutation
 from sa_lightning.attention.draws import layer_draws
 from sa_lightning.attention.oracle import random_mask, sa_mask
-from sa_lightning.attention.random_keys import check_keys, probability
+from sa_lightning.attention.random_keys import check_keys, key_table, probability
 from sa_lightning.attention.variants import RANDOM, SA
 
 N, W = 48, 12
 
 
-def _dense(table) -> torch.Tensor:
-    return random_mask(table, 1)[0, 0]
+def _dense(seeds) -> torch.Tensor:
+    return random_mask(seeds, W, 1, N)[0, 0]
 
 
 def _degrees(masks: torch.Tensor) -> torch.Tensor:
@@ -55,7 +55,8 @@ def test_a_rows_draw_depends_on_its_own_tokens_only_and_a_training_draw_on_seed_
     together = layer_draws(RANDOM, spec, 40, [0, 1], seed=3, rows=[a, b])
     alone = layer_draws(RANDOM, spec, 25, [0, 1], seed=3, rows=[b])
     for layer in range(2):
-        got, want = together[layer][1], alone[layer][0]
+        got = key_table(together[layer], 40, W, torch.tensor([len(a), len(b)]))[1]
+        want = key_table(alone[layer], 25, W, torch.tensor([len(b)]))[0]
         width = max(got.shape[-1], want.shape[-1])
         pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[-1]), value=-1)  # noqa: E731
         assert torch.equal(pad(got)[:25], pad(want)) and (got[25:] == -1).all()  # padding reads nothing
@@ -78,11 +79,13 @@ def test_a_callers_key_table_is_checked_at_the_models_boundary():
     draws = model.draws(N, 0, "cpu")
     torch.testing.assert_close(model(idx, perms=draws), model(idx, perm_stream=0))
     future = [d.clone() for d in draws]
-    future[1][3, 0] = 10  # query 3 may not read key 10
-    with pytest.raises(ValueError, match="earlier keys"):
+    future[1][0] = -5  # a seed outside [0, 2**31)
+    with pytest.raises(ValueError, match="must lie in"):
         model(idx, perms=future)
+    with pytest.raises(ValueError, match="shape"):  # a key table of the old draw is not a seed
+        check_keys(torch.zeros(N, 2, dtype=torch.long), 2, N, torch.device("cpu"))
     with pytest.raises(ValueError, match="shape"):
-        check_keys(torch.zeros(N + 1, 2, dtype=torch.long), 2, N, torch.device("cpu"))
+        check_keys(torch.zeros(3, dtype=torch.long), 2, N, torch.device("cpu"))
     with pytest.raises(ValueError, match="window >= 3"):
         RANDOM.draw(AttentionSpec(RANDOM.name, window=2), N, None, torch.Generator())
 
@@ -123,6 +126,7 @@ def test_the_gather_kernel_matches_the_oracle_where_it_runs_instead_of_the_dense
 
     monkeypatch.setattr(random_keys, "DENSE_ELEMENTS", 0)
     monkeypatch.setattr(random_keys, "_CHUNK_ELEMENTS", 4096)  # a few queries per chunk, each its own width
+    monkeypatch.setattr(random_keys, "_TABLE_ELEMENTS", 1000)  # the table built over several chunks of queries
     variant, n = get_variant(name), 96
     spec = AttentionSpec(name, window=16)
     g = torch.Generator().manual_seed(7)
@@ -147,7 +151,8 @@ def test_each_chunk_gathers_up_to_its_own_last_key_and_the_full_width_gives_the_
     from sa_lightning.attention import random_keys
 
     n, spec = 96, AttentionSpec(RANDOM.name, window=16)
-    table = random_keys.draw_keys(spec, n, torch.tensor([n, n - 29]), torch.Generator().manual_seed(3))
+    lengths = torch.tensor([n, n - 29])
+    table = key_table(random_keys.draw_keys(spec, n, lengths, torch.Generator().manual_seed(3)), n, 16, lengths)
     idx = torch.cat([torch.arange(n).view(1, n, 1).expand(2, n, 1), table], -1)
     starts = list(range(0, n, 8))
     widths = random_keys._chunk_widths(idx >= 0, starts, 8)
@@ -200,30 +205,28 @@ def test_the_route_follows_the_measured_crossover_with_and_without_a_backward_pa
 def test_a_short_padded_row_that_reads_every_key_draws_nothing_for_its_padding():
     """A row of 10 tokens at w = 32 reads all its earlier keys (p = 1); its padding queries draw no keys, so the
     table stays about w wide instead of growing with the batch's width n."""
-    spec = AttentionSpec(RANDOM.name, window=32)
-    table = RANDOM.draw(spec, 2048, torch.tensor([10, 2048]), torch.Generator().manual_seed(0))
+    spec, lengths = AttentionSpec(RANDOM.name, window=32), torch.tensor([10, 2048])
+    table = key_table(RANDOM.draw(spec, 2048, lengths, torch.Generator().manual_seed(0)), 2048, 32, lengths)
     assert table.shape[-1] < 100
     assert torch.equal((table[0, :10] >= 0).sum(-1), torch.arange(10)) and (table[0, 10:] == -1).all()
 
 
-def test_a_key_tables_width_is_dynamic_so_a_compiled_step_traces_it_once():
-    """Each draw's table is as wide as the most keys any query drew, which differs per draw; layer_draws marks that
-    width dynamic, so a compiled graph that takes the table (a CUDA model's FlexAttention path) is traced once,
-    not once more at the second width (dynamo's own trace; σ's shape never varies and stays static)."""
-    from torch._dynamo.utils import counters
+def test_every_path_reads_one_hash_and_nothing_n_by_n_is_drawn():
+    """The draw is a seed per row (its shape fixed, so a compiled step never retraces for it); the mask function
+    (FlexAttention's and the dense paths'), the CPU kernels' key table and the oracle (numpy's uint64) give the
+    same pairs, padded rows included, and the hash's bits are uniform: every pair's rate is its row's p."""
+    from sa_lightning.attention import masks
 
-    from sa_lightning.attention import AttentionSpec, VARIANTS
-    from sa_lightning.attention.draws import layer_draws
-
-    torch._dynamo.reset()
-    counters.clear()
-    step = torch.compile(lambda t: (t.clamp(min=0) * 2).sum(), backend="eager", fullgraph=True)
-    widths = set()
-    for layer in range(6):
-        (table,) = layer_draws(VARIANTS["random"], AttentionSpec("random", window=32), 200, [layer], seed=0)
-        widths.add(table.shape[-1])
-        assert int(step(table)) == int((table.clamp(min=0) * 2).sum())
-    assert len(widths) > 1, widths
-    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
-    (perm,) = layer_draws(VARIANTS["sa"], AttentionSpec("sa", window=32), 200, [0], seed=0)
-    assert not getattr(perm, "_dynamo_weak_dynamic_indices", None)
+    lengths = torch.tensor([300, 211, 2])
+    seeds = RANDOM.draw(AttentionSpec(RANDOM.name, window=32), 300, lengths, torch.Generator().manual_seed(5))
+    assert seeds.shape == (3,) and seeds.dtype == torch.int64
+    want = random_mask(seeds, 32, 3, 300, lengths)[:, 0]
+    got = masks.dense(masks.random_keys(seeds, 32, 300, lengths), 300, batch=3)[:, 0]
+    table = key_table(seeds, 300, 32, lengths)
+    scattered = torch.zeros(3, 300, 301, dtype=torch.bool).scatter_(2, torch.where(table < 0, 300, table), True)
+    assert torch.equal(got, want) and torch.equal(scattered[..., :300] | torch.eye(300, dtype=torch.bool), want)
+    assert (table >= 0).sum(-1)[2].max() == 1 and (table[1, 211:] == -1).all()  # L = 2: the one earlier key
+    bits = masks.pair_hash(torch.tensor(7), torch.arange(512).view(-1, 1), torch.arange(512).view(1, -1))
+    assert int(bits.min()) >= 0 and int(bits.max()) < 2 ** 32
+    top = torch.bincount((bits >> 28).view(-1), minlength=16).double()  # the high bits the threshold reads
+    assert float(((top - top.mean()) ** 2 / top.mean()).sum()) < 45  # chi-square, 15 dof: p < 1e-4 above 45

@@ -71,20 +71,12 @@ def layer_draws(variant, spec, n: int, layers: Iterable[int], *, seed: int, devi
     if not variant.draws:
         return [None] * len(layers)
     if rows is None:
-        return [_sized(variant, variant.draw(spec, n, lengths, layer_generator(seed, layer), device))
-                for layer in layers]
+        return [variant.draw(spec, n, lengths, layer_generator(seed, layer), device) for layer in layers]
     identity = row_identities(rows, mode, sample, keys)
     sizes = [r if isinstance(r, int) else len(r) for r in rows]
 
     def generators(layer):
         return [torch.Generator().manual_seed(_row_seed(int(seed), int(layer), key)) for key in identity]
 
-    return [_sized(variant, variant.draw(spec, n, sizes, generators(layer), device)) for layer in layers]
+    return [variant.draw(spec, n, sizes, generators(layer), device) for layer in layers]
 
-
-def _sized(variant, drawn: torch.Tensor) -> torch.Tensor:
-    """A key table's width (its last dim: the most keys any query drew) differs from draw to draw; marked dynamic,
-    so that a compiled model traces it once instead of recompiling at the second width (σ's shape never varies)."""
-    if variant.draw_ndim == 2:
-        torch._dynamo.maybe_mark_dynamic(drawn, drawn.dim() - 1)
-    return drawn

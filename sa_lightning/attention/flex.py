@@ -200,42 +200,27 @@ def moba_flex(q, k, v, picks: torch.Tensor, block_size: int, *, scale: float, co
     return _padded(run, q, k, v, (picks, -1))
 
 
-def keys_block_mask(table: torch.Tensor, size: int, window: int = 0, block: int = BLOCK):
-    """The BlockMask of a key table (1 or B, n, K), -1 = none (the random-keys control): query i reads itself, the
-    table's keys, and with ``window`` > 0 its last ``window`` keys (the union with SWA), over ``size`` >= n
-    positions. The readable pairs are one (1 or B, size, size) bool tensor scattered from the table on its device,
-    with no host sync (size^2 bytes per row: 1 GiB at 32k); the mask_mod reads it. Independent random keys leave
-    few tiles empty once n >> K, so at long n this costs about full causal attention: the price of keys with no
-    block structure, against the gather kernel's memory of n * K * d per head in a training step."""
-    Bt, n, _ = table.shape
-    dev = table.device
-    nt = -(-size // block)
-    padded = nt * block
-    readable = torch.zeros(Bt, padded, padded + 1, dtype=torch.bool, device=dev)  # the last column takes the -1s
-    readable[:, :n].scatter_(2, torch.where(table >= 0, table, padded), True)
-    readable = readable[..., :padded]
-    i = torch.arange(padded, device=dev)
-    readable[:, i, i] = True  # itself
+def keys_block_mask(seeds: torch.Tensor, keys_window: int, n: int, size: int, lengths: torch.Tensor | None = None,
+                    window: int = 0, block: int = BLOCK):
+    """The BlockMask of the random-keys control over ``size`` >= n positions (``window`` > 0: its union with SWA's
+    last ``window`` keys): the hash of ``masks.random_keys`` (p from ``keys_window`` and each row's length, n or
+    ``lengths``) as the mask function, evaluated tile by tile, over every causal tile. Independent keys at p about
+    w/n leave almost no causal tile empty, so visiting them all skips nothing worth skipping, and nothing n x n
+    is stored (the block tables are cached per size, as a band's are)."""
+    mod = masks.random_keys(seeds, keys_window, n, lengths)
     if window:
-        band = (i.view(-1, 1) >= i.view(1, -1)) & (i.view(-1, 1) - i.view(1, -1) < window)
-        readable |= band
-    hit = readable.view(Bt, nt, block, nt, block).any(4).any(2).unsqueeze(1)  # (Bt, 1, nt, nt)
-    num, order = _kv_blocks(hit)
-    if Bt == 1:
-        def mask_mod(b, h, q_idx, kv_idx):
-            return readable[0, q_idx, kv_idx]
-    else:
-        def mask_mod(b, h, q_idx, kv_idx):
-            return readable[b, q_idx, kv_idx]
-    return _flex().BlockMask.from_kv_blocks(num, order, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(size, size))
+        mod = masks.union(mod, masks.sliding_window(window))
+    return band_block_mask(size, size, 0, False, block, str(seeds.device), mask_mod=mod)
 
 
-def keys_flex(q, k, v, table: torch.Tensor, *, scale: float, window: int = 0, compiled: bool = True):
+def keys_flex(q, k, v, seeds: torch.Tensor, keys_window: int, *, scale: float, lengths: torch.Tensor | None = None,
+              window: int = 0, compiled: bool = True):
     """The random-keys control (``window`` > 0: its union with SWA's window) on FlexAttention, exact over the
-    table's mask. ``table`` (n, K) or (1 or B, n, K); padded queries past the bucket's n are dropped."""
-    table = table if table.dim() == 3 else table.unsqueeze(0)
+    hash's mask. ``seeds`` (1 or B,); padded queries past the bucket's n are dropped."""
+    n = q.shape[2]
 
     def run(q, k, v, size):
-        return flex_attention(q, k, v, keys_block_mask(table, size, window), scale=scale, compiled=compiled)
+        bm = keys_block_mask(seeds, keys_window, n, size, lengths, window)
+        return flex_attention(q, k, v, bm, scale=scale, compiled=compiled)
 
     return _padded(run, q, k, v)

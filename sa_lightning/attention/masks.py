@@ -126,17 +126,57 @@ def strided(window: int, n: int, lengths: torch.Tensor | None = None) -> MaskMod
     return mask
 
 
-def random_keys(table: torch.Tensor) -> MaskMod:
-    """The random-keys control from its drawn key table, (n, K) or (B, n, K) with -1 for no key: query i reads
-    itself and the keys of its row. Scattered once into a (1 or B, n, n) grid (the dense paths' use)."""
-    table = table if table.dim() == 3 else table.unsqueeze(0)
-    rows, n, _ = table.shape
-    grid = torch.zeros(rows, n, n + 1, dtype=torch.bool, device=table.device)
-    grid.scatter_(2, torch.where(table < 0, n, table), True)  # -1 lands in a spare last column
-    grid = grid[..., :n] | torch.eye(n, dtype=torch.bool, device=table.device)
+#: the random keys' counter-based hash: 32-bit values held in int64, every product below 2**63 (multipliers
+#: below 2**31), so CPU tensors, Triton's integers, numpy's uint64 and Python's ints compute the same bits
+HASH_MASK = 0xFFFFFFFF
+HASH_ROW, HASH_COL = 0x61C88647, 0x2545F491
+HASH_MIX = (0x7FEB352D, 0x046CA68B)
+#: the seeds a draw holds lie in [0, SEED_LIMIT)
+SEED_LIMIT = 1 << 31
+
+
+def mix32(x):
+    """A 32-bit finalizer (xorshift, multiply, twice): a bijection on [0, 2**32) that spreads every input bit over
+    the output, for int64 tensors or Python ints."""
+    x = x ^ (x >> 16)
+    x = (x * HASH_MIX[0]) & HASH_MASK
+    x = x ^ (x >> 15)
+    x = (x * HASH_MIX[1]) & HASH_MASK
+    return x ^ (x >> 16)
+
+
+def pair_hash(seed, i, j):
+    """32 uniform bits for the pair (query i, key j) under ``seed``: row i's stream is seeded by mix32(seed + i *
+    HASH_ROW), and the pair is element j of it (a counter-based draw: no state, any pair in any order)."""
+    return mix32((mix32((seed + i * HASH_ROW) & HASH_MASK) + j * HASH_COL) & HASH_MASK)
+
+
+def random_thresholds(lengths: torch.Tensor, window: int) -> torch.Tensor:
+    """floor(p * 2**32) per row as int64, p = min(1, (2*ceil(w/2) - 2) / (L - 1)) for L valid tokens (0 for L <= 1):
+    a pair is a key where its hash lies below its row's threshold. Float64 IEEE arithmetic, so every device gives
+    the same integers."""
+    L = lengths.to(torch.float64)
+    p = torch.clamp(sa_band_others(window) / (L - 1).clamp(min=1), max=1.0)
+    p = torch.where(L > 1, p, torch.zeros_like(p))
+    return torch.floor(p * 2.0 ** 32).to(torch.int64)
+
+
+def random_keys(seeds: torch.Tensor, window: int, n: int, lengths: torch.Tensor | None = None) -> MaskMod:
+    """The random-keys control: query i reads itself and each earlier key j < i of its row's valid tokens where
+    pair_hash(seed, i, j) falls below the row's threshold (each pair independently at SA's connection
+    probability). ``seeds`` (1 or B,) int64 (one per row, or one shared), ``lengths`` (B,) or None for n valid
+    tokens. Nothing n x n is stored: FlexAttention evaluates it tile by tile, the dense paths on the whole grid."""
+    L = torch.full((1,), n, device=seeds.device) if lengths is None else lengths.to(seeds.device)
+    rows = max(seeds.shape[0], L.shape[0])
+    seed = seeds.long().expand(rows) if seeds.shape[0] == 1 else seeds.long()
+    L = L.long().expand(rows) if L.shape[0] == 1 else L.long()
+    thr = random_thresholds(L, window)
 
     def mask(b, h, q_idx, kv_idx):
-        return grid[b if rows > 1 else torch.zeros_like(b), q_idx, kv_idx]
+        r = b if rows > 1 else torch.zeros_like(b)
+        i, j = q_idx.long(), kv_idx.long()
+        drawn = (j < i) & (i < L[r]) & (pair_hash(seed[r], i, j) < thr[r])
+        return (j == i) | drawn
 
     return mask
 

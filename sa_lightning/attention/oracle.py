@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import torch
 
 from . import masks
+from .masks import HASH_COL, HASH_MASK, HASH_MIX, HASH_ROW
 from .permutation import invert_permutation
 
 
@@ -100,24 +103,38 @@ def strided_swa_union_mask(n: int, window: int, batch: int, lengths: torch.Tenso
     return strided_mask(n, window, batch, lengths, device) | swa_mask(n, window, device)
 
 
-def random_mask(table: torch.Tensor, batch: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
-    """(B, 1, n, n): query i reads itself and each key its row of the drawn table names (-1: none); written
-    out entry by entry, independently of ``masks.random_keys``."""
-    table = table if table.dim() == 3 else table.unsqueeze(0).expand(batch, -1, -1)
-    n = table.shape[1]
+def _mix32_numpy(x):
+    """masks.mix32 in numpy's uint64, wrapping where int64 would not need to: the same bits, another arithmetic."""
+    x = x ^ (x >> np.uint64(16))
+    x = (x * np.uint64(HASH_MIX[0])) & np.uint64(HASH_MASK)
+    x = x ^ (x >> np.uint64(15))
+    x = (x * np.uint64(HASH_MIX[1])) & np.uint64(HASH_MASK)
+    return x ^ (x >> np.uint64(16))
+
+
+def random_mask(seeds: torch.Tensor, window: int, batch: int, n: int, lengths: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """(B, 1, n, n): query i < L reads itself and each j < i whose pair hash under its row's seed lies below
+    floor(p * 2**32), p = min(1, (2*ceil(w/2) - 2) / (L - 1)); a padded query reads itself. Hashed in numpy's
+    uint64 from the constants alone, independently of ``masks.random_keys``'s tensors."""
+    device, seeds = seeds.device, seeds.cpu().view(-1).tolist()
+    sizes = [n] * batch if lengths is None else [int(x) for x in lengths.view(-1).tolist()]
     out = torch.zeros(batch, 1, n, n, dtype=torch.bool)
-    for b, rows in enumerate(table.cpu().tolist()):
-        for i, keys in enumerate(rows):
-            out[b, 0, i, i] = True
-            for j in keys:
-                if j >= 0:
-                    out[b, 0, i, j] = True
-    return out.to(table.device)
+    i = np.arange(n, dtype=np.uint64).reshape(-1, 1)
+    j = np.arange(n, dtype=np.uint64).reshape(1, -1)
+    for b in range(batch):
+        seed, L = np.uint64(seeds[b if len(seeds) > 1 else 0]), sizes[b]
+        p = min(1.0, (2 * math.ceil(window / 2) - 2) / (L - 1)) if L > 1 else 0.0
+        row = _mix32_numpy((seed + i * np.uint64(HASH_ROW)) & np.uint64(HASH_MASK))
+        h = _mix32_numpy((row + j * np.uint64(HASH_COL)) & np.uint64(HASH_MASK))
+        drawn = (h < np.uint64(math.floor(p * 2.0 ** 32))) & (j < i) & (i < L)
+        out[b, 0] = torch.from_numpy(drawn | (i == j))
+    return out.to(device)
 
 
-def random_swa_union_mask(table: torch.Tensor, window: int, batch: int, lengths=None) -> torch.Tensor:
+def random_swa_union_mask(seeds: torch.Tensor, window: int, batch: int, n: int, lengths=None) -> torch.Tensor:
     """The random keys or SWA's window (one softmax over both key sets)."""
-    return random_mask(table, batch, lengths) | swa_mask(table.shape[-2], window, table.device)
+    return random_mask(seeds, window, batch, n, lengths) | swa_mask(n, window, seeds.device)
 
 
 def reference_moba_selection(q, k, block_size: int, top_k: int) -> torch.Tensor:

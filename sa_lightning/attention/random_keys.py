@@ -4,11 +4,12 @@ tokens share a band (each of the other n - 1 tokens lands in one of SA's 2 * cei
 with equal chance), so the control has SA's expected degree at every position, with independent edges instead
 of a permutation's (BigBird's random keys, at SA's budget).
 
-**The draw** is a key table, as σ is SA's: (n, K) or (B, n, K) int64, row i holding the keys query i reads
-besides itself, most recent first, -1 after them. Each row's keys are a Bernoulli(p) process walked backwards
-from i - 1: the gaps between successive keys are geometric, so drawing about p * i gaps per query (not i coin
-flips) makes the draw O(n * w) and exact. The table is drawn on the generator's device (the host, in the
-model) and then moved, so the kernels never read it back.
+**The draw** is one seed per row (or one for the batch), (1 or B,) int64, as σ is SA's draw: every pair's
+edge is a counter-based hash of (seed, i, j) against the row's threshold (``masks.pair_hash``, drawn per layer
+and step because the seed is). So the pattern needs nothing n x n in memory: FlexAttention (CUDA's route)
+evaluates the hash tile by tile inside its mask function, and the CPU kernels build the key table below from
+the same hash, so every path reads the same draw. The table costs O(n^2) hash evaluations per layer (22 ms at
+n = 2048 on one CPU thread, beside about 50 ms for the gather itself); the draw itself is O(B).
 
 **The kernel** gathers each query's keys (its own, then the table's) and runs one softmax over them:
 O(n * K * d), K about w, chunked over queries. It returns its log-sum-exp, so sinks and the union with SWA
@@ -36,10 +37,12 @@ import math
 
 import torch
 
-from .masks import sa_band_others
+from .masks import SEED_LIMIT, pair_hash, random_thresholds, sa_band_others
 
 #: gathered elements (queries x keys x head dim x kv heads x batch) per chunk of queries
 _CHUNK_ELEMENTS = 1 << 24
+#: hashed pairs (rows x queries x keys) per chunk of a key table's build
+_TABLE_ELEMENTS = 1 << 18  # cache-sized: at 1 << 22 the same table took 14 times as long
 #: up to this many scores (batch x query heads x n x n), the n x n masked path runs instead of the gather
 DENSE_ELEMENTS = 1 << 26
 #: without a backward pass, the gather runs once n reaches INFERENCE_RATIO + INFERENCE_RATIO_PER_KV x (kv heads /
@@ -77,62 +80,45 @@ def probability(length: int, window: int) -> float:
     return min(1.0, budget(window) / (length - 1)) if length > 1 else 0.0
 
 
-def _gaps(p: torch.Tensor, shape, generator) -> torch.Tensor:
-    """Geometric gaps on {1, 2, ...} with success probability p (broadcast over ``shape``'s leading dims)."""
-    u = torch.rand(shape, generator=generator, device=generator.device if generator is not None else "cpu",
-                   dtype=torch.float64)
-    step = torch.floor(torch.log(u) / torch.log1p(-p)) + 1
-    step = torch.where(p >= 1, torch.ones_like(step), step)
-    return torch.where(p <= 0, torch.full_like(step, math.inf), torch.nan_to_num(step, nan=math.inf))
-
-
-def _table(lengths: torch.Tensor, n: int, window: int, generator) -> torch.Tensor:
-    """(B, n, K) for rows of the given valid ``lengths`` (float64, on the generator's device), one generator."""
-    device = generator.device if generator is not None else torch.device("cpu")
-    per = budget(window)
-    L = lengths.to(device=device, dtype=torch.float64).view(-1, 1, 1)
-    p = torch.where(L > 1, torch.clamp(per / (L - 1).clamp(min=1), max=1.0), torch.zeros_like(L))
-    i = torch.arange(n, device=device, dtype=torch.float64).view(1, n, 1)
-    width = int(math.ceil(per + 6 * math.sqrt(per) + 8))
-    positions = i - torch.cumsum(_gaps(p, (L.shape[0], n, width), generator), -1)
-    live = (i < L)[..., 0]  # the valid queries (a padded row's later ones draw nothing that counts)
-    while bool(((positions[..., -1] >= 0) & live).any()):  # rare: a query has more keys than drawn gaps: more
-        more = positions[..., -1:] - torch.cumsum(_gaps(p, (L.shape[0], n, width), generator), -1)
-        positions = torch.cat([positions, more], -1)
-    valid = (positions >= 0) & live.unsqueeze(-1)  # queries past a row's length read nothing but themselves
-    keys = int(valid.sum(-1).max()) if valid.numel() else 0
-    return torch.where(valid, positions, -1.0)[..., :keys].long()
-
-
 def draw_keys(spec, n: int, lengths, generator, device=None) -> torch.Tensor:
-    """The variant's draw (``Variant.draw``): one (n, K) table for the batch from one ``generator`` (``lengths``
-    None), (B, n, K) with ``lengths`` (B,), or (B, n, K) from a list of generators, row b drawn over its own
-    lengths[b] tokens by generators[b] alone (so neither the batch nor its padding changes it)."""
-    window = spec.window
+    """The variant's draw (``Variant.draw``): one seed (1,) for the batch from one ``generator`` (``lengths``
+    None), (B,) with ``lengths`` (B,), or (B,) from a list of generators, row b's seed from generators[b] alone
+    (the hash does not read n, so neither the batch nor its padding changes a row's keys)."""
+    budget(spec.window)  # refuses a window below 3 before anything is drawn
     if isinstance(generator, (list, tuple)):
-        sizes = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
-        rows = [_table(torch.tensor([length]), length, window, g)[0] for length, g in zip(sizes, generator)]
-        width = max([r.shape[-1] for r in rows], default=0)
-        table = torch.full((len(rows), n, width), -1, dtype=torch.long)
-        for b, row in enumerate(rows):
-            table[b, :row.shape[0], :row.shape[1]] = row
-    elif lengths is None:
-        table = _table(torch.tensor([n]), n, window, generator)[0]
+        seeds = torch.cat([torch.randint(0, SEED_LIMIT, (1,), generator=g) for g in generator]).long()
     else:
-        table = _table(lengths, n, window, generator)
-    return table.to(device) if device is not None else table
+        rows = 1 if lengths is None else len(lengths)
+        gen_device = generator.device if generator is not None else "cpu"
+        seeds = torch.randint(0, SEED_LIMIT, (rows,), generator=generator, device=gen_device)
+    return seeds.to(device) if device is not None else seeds
 
 
-def check_keys(table, batch: int, n: int, device, lengths: torch.Tensor | None = None, values: bool = True):
-    """Check a key table given by a caller: (n, K) or (B, n, K) integers on q's device, and with ``values`` every
-    entry -1 or an earlier key j < i of a valid query (host syncs: the model's boundary, never per layer)."""
+def check_keys(seeds, batch: int, n: int, device, lengths: torch.Tensor | None = None, values: bool = True):
+    """Check a draw given by a caller: (1,) or (B,) integer seeds on q's device, and with ``values`` each in
+    [0, 2**31) (a host sync: the model's boundary, never per layer)."""
+    if not isinstance(seeds, torch.Tensor) or seeds.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"the random-keys draw must be an integer tensor of seeds (1,) or (B,), got {seeds!r}.")
+    if seeds.dim() != 1 or seeds.shape[0] not in (1, batch):
+        raise ValueError(f"the random-keys draw must have shape (1,) or ({batch},): one seed per row, got "
+                         f"{tuple(seeds.shape)}.")
+    if seeds.device != device:
+        raise ValueError(f"the random-keys draw is on {seeds.device} but q is on {device}.")
+    seeds = seeds.long()
+    if values and not torch.compiler.is_compiling() and not bool(((seeds >= 0) & (seeds < SEED_LIMIT)).all()):
+        raise ValueError("the random-keys seeds must lie in [0, 2**31); draw them with the variant's draw().")
+    return seeds
+
+
+def check_table(table, batch: int, n: int, device, lengths: torch.Tensor | None = None, values: bool = True):
+    """Check a key table given to ``random_attention``: (n, K) or (1 or B, n, K) integers on q's device, and with
+    ``values`` every entry -1 or an earlier key j < i of a valid query (a host sync)."""
     if not isinstance(table, torch.Tensor) or table.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"the random-keys draw must be an integer tensor (n, K) or (B, n, K), got {table!r}.")
+        raise ValueError(f"a key table must be an integer tensor (n, K) or (B, n, K), got {table!r}.")
     if table.dim() not in (2, 3) or table.shape[-2] != n or (table.dim() == 3 and table.shape[0] not in (1, batch)):
-        raise ValueError(f"the random-keys draw must have shape ({n}, K) or ({batch}, {n}, K), got "
-                         f"{tuple(table.shape)}.")
+        raise ValueError(f"a key table must have shape ({n}, K) or ({batch}, {n}, K), got {tuple(table.shape)}.")
     if table.device != device:
-        raise ValueError(f"the random-keys draw is on {table.device} but q is on {device}.")
+        raise ValueError(f"the key table is on {table.device} but q is on {device}.")
     table = table.long()
     if values and table.numel() and not torch.compiler.is_compiling():
         i = torch.arange(n, device=device).view(-1, 1)
@@ -141,8 +127,38 @@ def check_keys(table, batch: int, n: int, device, lengths: torch.Tensor | None =
             t = table if table.dim() == 3 else table.unsqueeze(0)
             ok = ok & ((t == -1) | (i.view(1, n, 1) < lengths.view(-1, 1, 1)))
         if not bool(ok.all()):
-            raise ValueError("the random-keys draw may hold only -1 and earlier keys j < i of each row's valid "
-                             "queries; draw it with the variant's draw().")
+            raise ValueError("a key table may hold only -1 and earlier keys j < i of each row's valid queries.")
+    return table
+
+
+def expected_width(window: int) -> int:
+    """About the widest key table row: SA's budget and three standard deviations of a binomial degree."""
+    per = budget(window)
+    return int(per + 3 * math.sqrt(per)) + 1
+
+
+def key_table(seeds: torch.Tensor, n: int, window: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """(1 or B, n, K) int64 on the seeds' device: row i the keys query i reads besides itself (the hash's pairs of
+    ``masks.random_keys``), most recent first, -1 after them; K the most any query reads (a host sync where the
+    table is built: the CPU's kernels). Built over chunks of queries, each against the keys before it."""
+    dev = seeds.device
+    L = torch.full((1,), n, device=dev) if lengths is None else lengths.to(dev)
+    rows = max(seeds.shape[0], L.shape[0])
+    seed = (seeds.long().expand(rows) if seeds.shape[0] == 1 else seeds.long()).view(rows, 1, 1)
+    L = (L.long().expand(rows) if L.shape[0] == 1 else L.long()).view(rows, 1, 1)
+    thr = random_thresholds(L.view(-1), window).view(rows, 1, 1)
+    chunk = max(1, _TABLE_ELEMENTS // max(1, rows * n))
+    parts, width = [], 0
+    for a in range(0, n, chunk):
+        b = min(n, a + chunk)
+        i = torch.arange(a, b, device=dev).view(1, -1, 1)
+        j = torch.arange(b, device=dev).view(1, 1, -1)
+        drawn = (j < i) & (i < L) & (pair_hash(seed, i, j) < thr)
+        keys = int(drawn.sum(-1).max()) if drawn.numel() else 0
+        part = torch.where(drawn, j, -1).topk(keys, dim=-1).values if keys else drawn.new_empty(rows, b - a, 0).long()
+        parts.append(part)
+        width = max(width, keys)
+    table = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[-1]), value=-1) for p in parts], 1)
     return table
 
 
@@ -154,7 +170,7 @@ def random_attention(q, k, v, table: torch.Tensor, *, scale: float, skip_recent:
     themselves; a query with no key at all (``skip_recent``) gets output 0 and log-sum-exp -inf. ``table`` is
     checked (``check_keys``; its values too unless ``validate`` is False)."""
     B, Hq, n, d = q.shape
-    table = check_keys(table, B, n, q.device, lengths, values=validate)
+    table = check_table(table, B, n, q.device, lengths, values=validate)
     Hkv = k.shape[1]
     G = Hq // Hkv
     table = table if table.dim() == 3 else table.unsqueeze(0)

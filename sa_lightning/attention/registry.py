@@ -54,7 +54,7 @@ class AttentionSpec:
 class Call:
     """One attention call, checked: what a kernel reads. ``perm`` is the layer's draw (``Variant.draw``): the
     gather index (n,) or (B, n) of the variants that permute (slot s holds token perm[s]), the random control's
-    key table; ``inv`` σ's inverse when known; ``lengths`` (B,) marks
+    hash seeds (1 or B,); ``inv`` σ's inverse when known; ``lengths`` (B,) marks
     right padding (row b's valid tokens come first); ``backend`` is resolved (never ``auto``). ``validate``
     False: ``perm`` and ``lengths`` are valid by construction, and their values are not read back (no host
     sync; the model's layers)."""
@@ -121,12 +121,12 @@ class Variant:
     #: one oracle mask per path (a gated variant's paths are variants: the registry has theirs)
     oracle_mask: OracleMask | None = field(default=None, repr=False)
     #: draw(spec, n, lengths, generator, device) -> the tensor it draws per layer (σ's gather index, the random
-    #: control's key table), from one generator for the batch or a list of one per row; None: it draws nothing.
+    #: control's hash seeds), from one generator for the batch or a list of one per row; None: it draws nothing.
     #: Callers go through ``attention.draws.layer_draws``, never this directly.
     draw: Drawer | None = field(default=None, repr=False)
     #: check_draw(draw, batch, n, device, lengths) -> a caller's draw, checked once at a model's boundary
     check_draw: DrawCheck | None = field(default=None, repr=False)
-    #: the dims of one row's draw: 1 for σ (n,), 2 for a key table (n, K); a batch adds one in front
+    #: the dims of one row's draw: 1 for σ (n,), 0 for a hash seed; a batch adds one in front
     draw_ndim: int = 1
     #: its draw is a permutation, and its paths read slots (σ's band)
     uses_permutation: bool = False

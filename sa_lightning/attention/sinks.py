@@ -93,7 +93,7 @@ def _extra_sink_keys(variant, spec, row: torch.Tensor | None, length: int) -> in
     """Sink keys (j < sink, j <= i) that the variant's own mask does not already hold, over one row."""
     s = min(spec.sink, length)
     device = None if row is None else row.device
-    n = length if row is None else row.shape[0]
+    n = length if row is None or row.dim() == 0 else row.shape[0]  # a hash seed is one number, σ a row of n
     lengths = None if row is None else torch.tensor([length], device=device)
     mask = variant.mask(spec, n, None if row is None else row.unsqueeze(0), lengths)
     qi = torch.arange(length, device=device).view(1, 1, -1, 1)

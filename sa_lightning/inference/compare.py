@@ -156,7 +156,7 @@ def method_note(cfg: SweepConfig) -> str:
 
 
 def one_draw_note(cfg: SweepConfig) -> str:
-    """A sentence naming the modes that draw (σ, a key table) but ran one seed here: their intervals hold the
+    """A sentence naming the modes that draw (σ, hash seeds) but ran one seed here: their intervals hold the
     documents' noise and one draw's, not the draw-to-draw spread, so they are narrower than a several-seed mode's
     would be. Empty where every drawing mode ran several seeds."""
     several = len(cfg.seeds) > 1

@@ -23,7 +23,7 @@ class ModelConfig:
     ``d_ff`` defaults to floor(2.67 d) (2734 at d=1024). ``n_kv_head`` defaults to ``n_head`` (the
     paper's fused d -> 3d QKV); a smaller value gives GQA. ``permutation="stochastic"`` draws a fresh
     permutation per layer on every training step from ``seed``; ``"deterministic"`` keeps one per layer (the
-    draw of every variant that draws: σ, the random control's key table).
+    draw of every variant that draws: σ, the random control's hash seeds).
     ``attention`` is the registry's ``AttentionSpec`` (variant, window, MoBA's block_size and top_k,
     backend, sink): ``--model.arch.attention.variant sa`` swaps the variant.
     ``backbone="qwen3"`` builds a Hugging Face ``Qwen3ForCausalLM`` of the same size instead, run through

@@ -1,7 +1,7 @@
 """The one meaning of ``eval_samples`` K: the prediction of K draws of a stochastic attention is the mean of their
 next-token **probabilities**, scored by its log (``LitLM.eval_scores`` in validation, ``eval.lm.SALM`` in lm-eval).
 
-Why probabilities. A model whose attention draws (σ for SA, the key table of the random control) is a mixture over
+Why probabilities. A model whose attention draws (σ for SA, the hash seeds of the random control) is a mixture over
 its draws, and the mixture's prediction at a position is (1/K) Σ_s p_s(x): a distribution (it sums to one), whose
 log-likelihood, perplexity and argmax are those of the ensemble. The mean of the log-probabilities would be the log
 of a geometric mean instead: it sums to less than one, and it lowers every likelihood by a Jensen gap that grows

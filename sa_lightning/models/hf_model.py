@@ -69,7 +69,7 @@ class SATransformerForCausalLM(PreTrainedModel, GenerationMixin):
 
     # ---- sigma and padding ---------------------------------------------------------------------
     def draws(self, rows: list[list[int]], n: int, sample: int = 0) -> list[torch.Tensor] | None:
-        """Per layer, draw number ``sample`` (σ, a key table) for right-padded ``rows``, from each row's tokens."""
+        """Per layer, draw number ``sample`` (σ, hash seeds) for right-padded ``rows``, from each row's tokens."""
         return self.model.row_draws(rows, n, seed=self.config.sa_seed, mode=self.config.sa_mode, sample=sample,
                                     device=self.device)
 

@@ -14,7 +14,7 @@ padding mask (B, kv_len) instead of an n x n one.
   unrepeated (query head h reads kv head h // num_key_value_groups).
 - SA is stochastic by default, as in the paper (§3.3): each row draws its own sigma per layer from
   (seed, layer, the row's own tokens, the draw index), through ``attention.draws.layer_draws``, the same
-  function the Transformer++ uses (the random control draws its key table the same way). A forward pre-hook on the
+  function the Transformer++ uses (the random control draws its hash seeds the same way). A forward pre-hook on the
   base model reads ``input_ids``, the padding mask and the draw index ``sa_sample`` (a keyword of the model's
   forward, 0 by default, that transformers hands down; ``eval_samples`` averages several) once per forward; a rerun
   reproduces every sigma, and batching or padding never changes it.
@@ -111,7 +111,7 @@ class PatchSpec(AttentionSpec):
 
     @property
     def draws(self) -> bool:
-        """Its variant draws per layer and input (σ, a key table)."""
+        """Its variant draws per layer and input (σ, hash seeds)."""
         return get_variant(self.variant).draws
 
 

@@ -149,7 +149,7 @@ class Transformer(nn.Module):
     @torch.compiler.disable  # seeded torch.Generators cannot be traced: draws are made eagerly, then passed in
     def draws(self, n: int, stream: int | None, device, lengths: torch.Tensor | None = None
               ) -> list[torch.Tensor | None]:
-        """Each layer's draw (σ for SA, the key table of the random control; None for a variant that draws
+        """Each layer's draw (σ for SA, the hash seeds of the random control; None for a variant that draws
         nothing), shared across heads and the batch; with ``lengths`` (a right-padded batch), one per row that
         keeps its padding in place, as the kernels require (``attention.draws.layer_draws``).
 
@@ -197,7 +197,7 @@ class Transformer(nn.Module):
                  decode: tuple[torch.Tensor, ...] | None = None, compiled: bool = True) -> torch.Tensor:
         """The final normed hidden states (B, n, d_model): ``forward`` without the LM head, for callers
         that need logits at a few positions only (scoring continuations). ``perms`` overrides the per-layer
-        draws (σ, key tables).
+        draws (σ, hash seeds).
 
         ``lengths`` (B,) marks a right-padded batch: row b's tokens from lengths[b] on are padding and
         are never attended to; the drawn permutations then keep each row's padding in place, and given

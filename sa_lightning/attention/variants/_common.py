@@ -1,4 +1,4 @@
-"""What several variant files share: the permutation's slot table, the random keys' checked table, the dense path
+"""What several variant files share: the permutation's slot table, the random keys' checked seeds, the dense path
 of any mask, and the SA ∪ SWA mask with its key count (the training-free union and the gated pair read the same
 keys)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from .. import masks
 from ..dense import dense_masked_attention
 from .._checks import check_padded_perm, check_perm
 from ..permutation import invert_permutation, prefix_permutations, sample_permutation
-from ..random_keys import check_keys, dense_is_cheaper
+from ..random_keys import check_keys, dense_is_cheaper, expected_width
 from ..sinks import causal_keys
 
 
@@ -33,15 +33,15 @@ def check_permutation(perm, batch: int, n: int, device, lengths=None) -> torch.T
     return perm
 
 
-def key_table(call) -> torch.Tensor:
-    """The random-keys call's table, checked (values too unless the caller vouches for it)."""
+def call_seeds(call) -> torch.Tensor:
+    """The random-keys call's seeds, checked (values too unless the caller vouches for them)."""
     return check_keys(call.perm, call.q.shape[0], call.q.shape[2], call.q.device, call.lengths, values=call.validate)
 
 
-def dense_for_keys(call, table: torch.Tensor) -> bool:
-    """The random-keys route: the n x n path where asked for, or where it is cheaper than gathering the table's
-    keys and the query's own (``dense_is_cheaper``)."""
-    return call.backend == "dense" or dense_is_cheaper(call.q, table.shape[-1] + 1, call.k.shape[1])
+def dense_for_keys(call) -> bool:
+    """The random-keys route: the n x n path where asked for, or where it is cheaper than gathering about the
+    widest table row's keys and the query's own (``dense_is_cheaper``)."""
+    return call.backend == "dense" or dense_is_cheaper(call.q, expected_width(call.spec.window) + 1, call.k.shape[1])
 
 
 def dense_with_lse(call, mask_mod: masks.MaskMod):
