@@ -6,11 +6,14 @@ import time
 
 import torch
 
-torch.set_num_threads(1)
 from sa_lightning.attention import AttentionSpec, get_variant
 from sa_lightning.attention.draws import layer_draws
+
+torch.set_num_threads(1)
 res = {}
-for name, n, w, grad in [("random", 2048, 32, False), ("random", 8192, 256, False), ("random_swa_union", 2048, 32, False), ("random", 256, 16, True)]:
+CASES = [("random", 2048, 32, False), ("random", 8192, 256, False), ("random_swa_union", 2048, 32, False),
+         ("random", 256, 16, True)]
+for name, n, w, grad in CASES:
     v = get_variant(name); spec = AttentionSpec(name, window=w)
     B, Hq, Hkv = (1, 9, 3) if not grad else (16, 4, 4)
     d = 64 if not grad else 32
