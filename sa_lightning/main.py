@@ -70,6 +70,7 @@ COMMANDS: dict[str, Command | Group] = {
     "bench": Group("a benchmark", "python cli.py bench attention", {
         "attention": Command("sa_lightning.bench.attention"),
         "train": Command("sa_lightning.bench.train"),
+        "profile": Command("sa_lightning.bench.profile"),
         "eval": Command("sa_lightning.bench.eval"),
         "prefill": Command("sa_lightning.bench.prefill"),
         "generate": Command("sa_lightning.bench.generate"),

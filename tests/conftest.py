@@ -23,7 +23,17 @@ import torch  # noqa: E402
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
 
 
+#: the modules that take longest (their tests' seconds summed, 2026-11-27), started first: pytest -n 2 hands out
+#: tests in collection order, so a long module met last (the wheel's group, which one worker runs alone) left the
+#: other worker idle at the end. Whole modules move, so no module fixture is built twice; the rest keep their order.
+FIRST = ("test_faults.py", "test_wheel.py", "test_doctor.py", "test_cluster.py", "test_training.py",
+         "test_hf_model.py", "test_synthetic.py", "test_smollm2_cache.py", "test_real_model.py", "test_gpu_risks.py",
+         "test_eval.py", "test_inference.py", "test_sweep_reuse.py", "test_fit_output.py", "test_resume.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: each module's order is kept
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

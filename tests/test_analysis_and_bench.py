@@ -189,6 +189,29 @@ def test_bench_train_times_every_variant_and_the_data_pipeline(tmp_path):
     assert "| sa_swa |" in (tmp_path / "train_cpu.md").read_text()
 
 
+def test_bench_profile_splits_each_variants_time_into_parts_beside_swa(tmp_path):
+    """One attention call and one training step per variant under torch.profiler: each op's self time lands in
+    one part by its name, the parts add up to the total, and each variant's part stands beside SWA's."""
+    from sa_lightning.bench.profile import PART_NAMES, main as bench_profile, part_of
+
+    assert part_of("aten::index_select") == part_of("IndexSelectBackward0") == "gather/scatter"
+    assert part_of("aten::_log_softmax") == "loss" and part_of("aten::_softmax") == "attention"
+    assert part_of("aten::mm") == "matmul" and part_of("aten::bmm") == "attention"
+    assert part_of("aten::randperm") == "draw" and part_of("aten::add_") == "other"
+    results = bench_profile(["--variants", "swa", "sa", "--n", "256", "--window", "16", "--seq-len", "32",
+                             "--step-batch", "2", "--layers", "1", "--repeats", "1", "--warmup", "1",
+                             "--out", str(tmp_path)])
+    for what in ("layer", "step"):
+        for variant in ("swa", "sa"):
+            parts, ops = results[what][variant]
+            assert set(parts) == set(PART_NAMES) and sum(parts.values()) == pytest.approx(sum(ms for _, ms in ops))
+            assert parts["attention"] > 0
+    assert results["step"]["sa"][0]["draw"] > 0 and results["step"]["swa"][0]["draw"] == 0  # σ per layer
+    assert results["step"]["sa"][0]["matmul"] > 0 and results["layer"]["sa"][0]["matmul"] == 0
+    text = (tmp_path / "profile_cpu.md").read_text()
+    assert "| gather/scatter |" in text and "SA ÷ SWA" in text and text.count("| **total** |") == 2
+
+
 def _script(name: str):
     import importlib.util
 

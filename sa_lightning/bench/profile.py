@@ -1,0 +1,202 @@
+"""``cli.py bench profile``: where each variant's time goes, part by part, beside SWA's (issue 50, item 1).
+
+Two things are profiled with ``torch.profiler``, forward and backward:
+- **layer**: one attention call at Table 2's layout (``bench attention``'s case: q, k, v and a fresh draw per
+  call, made before the clock starts);
+- **step**: one whole training step of a model (``bench train``'s case: the tiny model on the CPU, the 360M model
+  at seq 2048 on a GPU), its per-layer draws included.
+Each op's self time (the device's on CUDA, the host's on a CPU) is summed into a part by its name: the draw (σ or
+the hash seeds), the loss, the gathers and scatters (SA's reorders and their backward, and the band kernels' own
+scatter-adds), the attention kernels, the matrix products (projections, MLP, logits), the optimizer and the rest. A part's name patterns are in ``PARTS``; an op matches
+the first part whose pattern it contains. Within a step, a batched product (``bmm``) counts as attention and a
+2-D one (``mm``, ``addmm``) as a matrix product: the model's linear layers run as 2-D products and the banded
+kernels as batched ones. Writes ``profile_<preset>.md``: the parts in ms per call with each variant's ratio to
+SWA's same part, then each variant's costliest ops.
+"""
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from datetime import date
+from pathlib import Path
+
+import torch
+
+from ..attention import VARIANTS, trained_variant_names, variant_label
+from ..attention.variants import SA, SA_SWA, SWA
+from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
+from ..utils.report import head, number, row
+from .machine import describe, positive_int, sync
+
+PRESETS = {
+    "cpu": dict(device="cpu", batch=1, heads=4, kv_heads=4, dim=64, window=256, n=8192, dtype="float32",
+                model="tiny", seq_len=256, step_batch=16, step_window=32, repeats=3, warmup=1),
+    "paper": dict(device="cuda", batch=16, heads=16, kv_heads=16, dim=64, window=256, n=8192, dtype="bfloat16",
+                  model="360m", seq_len=2048, step_batch=8, step_window=256, repeats=5, warmup=3),
+}
+#: (part, substrings of a lower-cased op or kernel name); the first match wins, "other" takes the rest
+PARTS = (
+    ("draw", ("randperm", "argsort", "randint", "uniform_", "random_", "bernoulli")),
+    ("loss", ("log_softmax", "nll_loss", "cross_entropy")),
+    ("gather/scatter", ("index_select", "indexselect", "gather", "scatter", "index_add", "index_copy", "index_put",
+                 "take_along", "indexing_backward", "index_elementwise")),
+    ("attention", ("attention", "flash", "flex", "fmha", "softmax", "logsumexp", "bmm", "tem_fused")),
+    ("matmul", ("addmm", "aten::mm", "gemm", "xmma", "cutlass", "nvjet", "sgemm", "matmul")),
+    ("optimizer", ("adam", "_foreach", "multi_tensor")),
+)
+PART_NAMES = tuple(name for name, _ in PARTS) + ("other",)
+
+
+def part_of(name: str) -> str:
+    """The part an op or kernel name belongs to (``PARTS``)."""
+    low = name.lower()
+    return next((part for part, keys in PARTS if any(k in low for k in keys)), "other")
+
+
+def profile_calls(fn, calls: int, device: torch.device) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """(ms per call of each part, the ops by self time in ms per call) over ``calls`` calls of ``fn``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .memory import quiet_profiler
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync(device)
+    with quiet_profiler(), profile(activities=activities) as prof:
+        for _ in range(calls):
+            fn()
+        sync(device)
+    ops: dict[str, float] = defaultdict(float)
+    for evt in prof.key_averages():
+        us = evt.self_device_time_total if cuda else evt.self_cpu_time_total
+        if us > 0 and (not cuda or evt.device_type.name == "CUDA" or "cuda" in str(evt.device_type).lower()):
+            ops[evt.key] += us / 1e3 / calls
+    parts = dict.fromkeys(PART_NAMES, 0.0)
+    for name, ms in ops.items():
+        parts[part_of(name)] += ms
+    return parts, sorted(ops.items(), key=lambda kv: -kv[1])
+
+
+def layer_case(variant: str, args, device: torch.device):
+    """``bench attention``'s case at one length: a call is forward and backward with a fresh draw."""
+    from .attention import Case
+
+    shim = argparse.Namespace(batch=args.batch, heads=args.heads, kv_heads=args.kv_heads, dim=args.dim,
+                              window=args.window, moba_top_k=2, backend="auto", forward_only=False)
+    case = Case(variant, args.n, shim, device, getattr(torch, args.dtype))
+    total = args.warmup + args.repeats
+
+    def call():
+        if not case.pairs:
+            case.draw(total)
+        case()
+
+    return call
+
+
+def step_case(variant: str, args, device: torch.device):
+    """``bench train``'s case: a call is one training step (forward, backward, optimizer) with its draws."""
+    from .train import StepCase
+
+    shim = argparse.Namespace(model=args.model, layers=args.layers, window=args.step_window, seq_len=args.seq_len,
+                              moba_block_size=max(1, args.step_window // 2), batch=args.step_batch,
+                              dtype=args.dtype)
+    return StepCase(variant, shim, device).step
+
+
+def run(args) -> dict[str, dict[str, tuple[dict, list]]]:
+    """{"layer"/"step": {variant: (parts, ops)}}."""
+    device = torch.device(args.device)
+    results: dict[str, dict[str, tuple[dict, list]]] = {}
+    for what in args.what:
+        results[what] = {}
+        fns = {v: (layer_case if what == "layer" else step_case)(v, args, device) for v in args.variants}
+        for fn in fns.values():  # every variant warmed up before any is profiled, so none pays the first calls
+            for _ in range(args.warmup):
+                fn()
+        for variant, fn in fns.items():
+            results[what][variant] = profile_calls(fn, args.repeats, device)
+            total = sum(results[what][variant][0].values())
+            print(f"{what} {variant_label(variant)}: {total:.1f} ms per call", flush=True)
+    return results
+
+
+def part_table(found: dict[str, tuple[dict, list]]) -> list[str]:
+    """Parts x variants: ms per call, and each part's ratio to SWA's same part."""
+    names = list(found)
+    lines = head(["part", *[f"{variant_label(v)} ms" for v in names],
+                  *[f"{variant_label(v)} ÷ SWA" for v in names if v != SWA.name and SWA.name in found]],
+                 ["---", *["---:"] * (len(names) + sum(v != SWA.name and SWA.name in found for v in names))])
+    totals = {v: sum(p.values()) for v, (p, _) in found.items()}
+    for part in (*PART_NAMES, "total"):
+        ms = {v: (totals[v] if part == "total" else found[v][0][part]) for v in names}
+        ratios = []
+        if SWA.name in found:
+            base = ms[SWA.name]
+            ratios = [number(ms[v] / base, ".2f") if base > 0.005 else "–" for v in names if v != SWA.name]
+        lines.append(row([f"**{part}**" if part == "total" else part, *[number(ms[v], ".2f") for v in names],
+                          *ratios]))
+    return lines
+
+
+def markdown(results, args) -> str:
+    device = torch.device(args.device)
+    text = [f"# Where the time goes: `bench profile --preset {args.preset}`\n",
+            f"{describe(device)}, {date.today()}. torch.profiler over {args.repeats} calls after {args.warmup} "
+            f"warm-up calls; each op's self time ({'the device' if device.type == 'cuda' else 'the host'}), "
+            "summed into parts by name (`bench/profile.py`, PARTS), in ms per call.\n"]
+    for what, found in results.items():
+        if what == "layer":
+            text.append(f"## One attention call, forward and backward\n\nB = {args.batch}, H = {args.heads} "
+                        f"(kv {args.kv_heads}), d = {args.dim}, n = {args.n}, w = {args.window}, {args.dtype}; "
+                        "a fresh draw per call, made before the profile.\n")
+        else:
+            layers = f", {args.layers} layers" if args.layers else ""
+            text.append(f"## One training step, forward, backward and optimizer\n\nModel {args.model}{layers}, "
+                        f"B = {args.step_batch}, seq {args.seq_len}, w = {args.step_window}, {args.dtype}; the "
+                        "per-layer draws inside the step.\n")
+        text += part_table(found)
+        text.append("")
+        for variant, (_, ops) in found.items():
+            top = ", ".join(f"`{name}` {ms:.2f}" for name, ms in ops[:args.top])
+            text.append(f"- {variant_label(variant)}, costliest ops (ms per call): {top}")
+        text.append("")
+    return "\n".join(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cli.py bench profile", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", choices=PRESETS, default="cpu")
+    p.add_argument("--what", nargs="+", choices=["layer", "step"], default=["layer", "step"])
+    p.add_argument("--variants", nargs="+", default=[SWA.name, SA.name, SA_SWA.name], choices=sorted(VARIANTS))
+    for key in ("batch", "heads", "kv_heads", "dim", "window", "n", "seq_len", "step_batch", "step_window",
+                "repeats", "warmup", "layers"):
+        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None)
+    p.add_argument("--model", choices=["tiny", "360m"], default=None, help="the step's model (tiny on a CPU)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    p.add_argument("--top", type=positive_int, default=6, help="ops listed per variant")
+    p.add_argument("--out", type=output_folder, default="outputs/bench")
+    add_overwrite(p)
+    return p
+
+
+def main(argv: list[str] | None = None):
+    args = build_parser().parse_args(argv)
+    for key, value in PRESETS[args.preset].items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --preset paper needs a CUDA GPU; use --preset cpu on this machine.")
+    if "step" in args.what:
+        untrainable = [v for v in args.variants if v not in trained_variant_names()]
+        if untrainable:
+            raise SystemExit(f"error: a training step needs a variant a model trains with; {', '.join(untrainable)} "
+                             "is training-free: profile it with --what layer.")
+    results = run(args)
+    text = markdown(results, args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with replacing_files(out, "benchmark", args.overwrite) as tmp:  # never a file of the user's own
+        write_text(tmp / f"profile_{args.preset}.md", text)
+    print(text)
+    return results
