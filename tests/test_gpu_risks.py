@@ -276,3 +276,39 @@ def test_fsdp_strategy_of_the_shipped_config_wraps_blocks_and_round_trips_a_full
     # and a plain, unwrapped model starts from it (``model.init_weights``): full state dicts load anywhere
     plain = LitLM(arch=cfg, init_weights=str(path))
     assert all(torch.equal(v, trained[f"net.{k}"]) for k, v in plain.net.state_dict().items())
+
+
+def test_draws_move_to_their_device_as_drawn_on_the_host():
+    """layer_draws draws on the host and moves each draw with ``to_device``: the same values on any device."""
+    from sa_lightning.attention import AttentionSpec
+    from sa_lightning.attention.draws import layer_draws, to_device
+
+    for name in ("sa", "random"):
+        spec = AttentionSpec(name, window=16)
+        host = layer_draws(get_variant(name), spec, 64, range(3), seed=4)
+        moved = layer_draws(get_variant(name), spec, 64, range(3), seed=4, device="cpu")
+        assert all(torch.equal(a, b) for a, b in zip(host, moved))
+    t = torch.arange(5)
+    assert to_device(t, None) is t and to_device(t, "cpu") is t
+
+
+@pytest.mark.gpu
+def test_a_steps_draws_reach_the_gpu_without_waiting_for_queued_work():
+    """24 layers' σ for a 360M step go to the GPU from pinned memory without blocking: with about a second of
+    work queued on the stream, drawing returns while that work still runs (a blocking copy would wait for it)."""
+    import time
+
+    from sa_lightning.attention import AttentionSpec
+    from sa_lightning.attention.draws import layer_draws
+
+    spec = AttentionSpec("sa", window=256)
+    layer_draws(get_variant("sa"), spec, 2048, range(24), seed=0, device="cuda")  # pinned blocks cached
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e9))  # about a second of spinning queued on the current stream
+    start = time.perf_counter()
+    draws = layer_draws(get_variant("sa"), spec, 2048, range(24), seed=1, device="cuda")
+    took = time.perf_counter() - start
+    assert not torch.cuda.current_stream().query(), f"the queued work ended while drawing ({took:.2f} s): a sync"
+    torch.cuda.synchronize()
+    host = layer_draws(get_variant("sa"), spec, 2048, range(24), seed=1)
+    assert all(torch.equal(d.cpu(), h) for d, h in zip(draws, host))

@@ -1,4 +1,4 @@
-"""Each layer's randomness, drawn one way for every caller: σ for SA and its unions, the key table for the
+"""Each layer's randomness, drawn one way for every caller: σ for SA and its unions, the hash seeds of the
 random control (whatever the variant's ``draw`` makes).
 
 :func:`layer_draws` is the only place a draw is seeded. Two sources:
@@ -12,7 +12,9 @@ random control (whatever the variant's ``draw`` makes).
   ``sa_mode``, or (seed, layer, its length) in ``deterministic`` mode. A row's draw then depends on nothing
   else: neither the batch it sits in nor its padding changes it, and a rerun reproduces it.
 
-Draws are made on the host (the generators live there) and moved to ``device``, so no kernel reads them back.
+Draws are made on the host (the generators live there) and moved to ``device`` (:func:`to_device`): to a GPU
+from pinned memory without blocking, so that drawing a step's layers never waits for the work already queued
+(a blocking copy of pageable memory did, once per layer), and no kernel reads them back.
 """
 from __future__ import annotations
 
@@ -71,12 +73,23 @@ def layer_draws(variant, spec, n: int, layers: Iterable[int], *, seed: int, devi
     if not variant.draws:
         return [None] * len(layers)
     if rows is None:
-        return [variant.draw(spec, n, lengths, layer_generator(seed, layer), device) for layer in layers]
+        return [to_device(variant.draw(spec, n, lengths, layer_generator(seed, layer)), device) for layer in layers]
     identity = row_identities(rows, mode, sample, keys)
     sizes = [r if isinstance(r, int) else len(r) for r in rows]
 
     def generators(layer):
         return [torch.Generator().manual_seed(_row_seed(int(seed), int(layer), key)) for key in identity]
 
-    return [variant.draw(spec, n, sizes, generators(layer), device) for layer in layers]
+    return [to_device(variant.draw(spec, n, sizes, generators(layer)), device) for layer in layers]
+
+
+def to_device(drawn: torch.Tensor, device) -> torch.Tensor:
+    """A host draw on ``device``: to a CUDA device through pinned memory with ``non_blocking`` (the host goes on
+    at once; the caching host allocator keeps the pinned block until the copy has run), elsewhere as is."""
+    if device is None:
+        return drawn
+    device = torch.device(device)
+    if device.type == "cuda" and drawn.device.type == "cpu":
+        return drawn.pin_memory().to(device, non_blocking=True)
+    return drawn.to(device)
 
