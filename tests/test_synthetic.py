@@ -215,8 +215,11 @@ def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unkno
     count = {v: sum(c["variant"] == v for c in todo) for v in {c["variant"] for c in todo}}
     assert count == {"full": 5, "swa": 5, "sa": 10, "random": 10, "sa_swa": 10, "random_swa": 10, "strided": 10,
                      "sa_bucket": 10}
-    outs = {p: load_settings(config, p, {})["out"] for p in ("pilot", "powered", "mqar-pilot", "mqar", "gpu")}
-    assert len(set(outs.values())) == 5
+    deeper = cells(load_settings(config, "powered-l4", {}))
+    assert {c["depth"] for c in deeper} == {4} and len(deeper) == 5 * 10 + 2 * 5
+    presets = ("pilot", "powered", "powered-l4", "mqar-pilot", "mqar", "gpu")
+    outs = {p: load_settings(config, p, {})["out"] for p in presets}
+    assert len(set(outs.values())) == len(presets)
     with pytest.raises(ValueError, match="seeds_by_variant names moba"):
         load_settings(config, "powered", {"seeds_by_variant": {"moba": [0]}})
 
