@@ -136,7 +136,7 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     with SWA paired answer by answer, and a cell that a rerun skips."""
     out = tmp_path / "study"
     args = ["study", "long-range", "--preset", "quick", "--variants", "sa", "swa", "--depths", "1", "--windows", "8",
-            "--eval_samples", "1", "2", "--out", str(out), "--set", "trainer.max_steps=4",
+            "--eval_samples", "1", "2", "--out", str(out), "--jobs", "1", "--set", "trainer.max_steps=4",
             "--set", "data.init_args.seq_len=64", "--set", "model.arch.max_seq_len=64",
             "--set", "data.init_args.val_examples=16", "--set", "data.init_args.batch_size=8"]
     res = run_cli_here(*args)

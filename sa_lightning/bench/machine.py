@@ -33,9 +33,11 @@ def peak_flops(device: torch.device | str, dtype: torch.dtype) -> float | None:
     Lightning matches an H200 only by its SXM1/NVL1 names, and lists the datasheet's with-sparsity figures for
     it; an H200 SXM has the H100 SXM's tensor cores and clocks (989 dense bf16 TFLOP/s), so it reads that entry.
     """
+    device = torch.device(device)
+    if device.type != "cuda":  # Lightning's table knows no CPU peak; importing it would cost seconds for None
+        return None
     from lightning.fabric.utilities import throughput
 
-    device = torch.device(device)
     flops = throughput.get_available_flops(device, dtype)
     if device.type == "cuda" and "h200" in torch.cuda.get_device_name(device).lower():
         hopper = getattr(throughput, "_CUDA_FLOPS", {}).get("h100 sxm", {})
