@@ -36,16 +36,15 @@ def test_compile_on_refuses_the_cpu_in_one_sentence(tmp_path):
 
 @pytest.mark.slow
 def test_mfu_is_tokens_per_second_times_train_flops_per_token_over_the_peak(tmp_path, monkeypatch):
-    """With a known peak (Lightning's table, patched) and the compiled path forced onto the CPU (dynamo with
-    the eager backend: the plumbing, not Inductor), each row's MFU is exactly tokens/s x flops/token / peak,
-    and the warm-up steps are never timed."""
-    from lightning.fabric.utilities import throughput
-
+    """With a known peak (the device's peak, patched: a CPU has none) and the compiled path forced onto the CPU
+    (dynamo with the eager backend: the plumbing, not Inductor), each row's MFU is exactly tokens/s x
+    flops/token / peak, and the warm-up steps are never timed."""
     from sa_lightning.models import ModelConfig, Transformer
     from sa_lightning.models.flops import matmul_params, train_flops_per_token
 
     peak = 3.5e12
-    monkeypatch.setattr(throughput, "get_available_flops", lambda device, dtype: peak)
+    assert T.peak_flops("cpu", torch.float32) is None
+    monkeypatch.setattr(T, "peak_flops", lambda device, dtype: peak)
     monkeypatch.setattr(T, "COMPILED_DEVICES", ("cpu", "cuda"))
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
     calls = []
