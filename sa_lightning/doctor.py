@@ -317,7 +317,7 @@ def exactness_grid(device, n: int, window: int) -> list[dict]:
                 q, k, v = (t.to(dtype).to(device).requires_grad_(True) for t in base)
                 spec = AttentionSpec(variant, window=window, block_size=max(1, window // 2), top_k=2, backend=backend)
                 drawn = VARIANTS[variant].draw(spec, n, torch.full((B,), n), g) if VARIANTS[variant].draws else None
-                perm = None if drawn is None else drawn.to(device)  # one draw per row (σ, a key table)
+                perm = None if drawn is None else drawn.to(device)  # one draw per row (σ, hash seeds)
                 outs = get_variant(variant)(q, k, v, spec, perm)
                 ref_in = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
                 refs = _oracle_paths(variant, *ref_in, perm, window, spec)

@@ -278,18 +278,34 @@ def test_fsdp_strategy_of_the_shipped_config_wraps_blocks_and_round_trips_a_full
     assert all(torch.equal(v, trained[f"net.{k}"]) for k, v in plain.net.state_dict().items())
 
 
-def test_draws_move_to_their_device_as_drawn_on_the_host():
-    """layer_draws draws on the host and moves each draw with ``to_device``: the same values on any device."""
+def test_draws_go_to_a_gpu_through_pinned_memory_without_blocking(monkeypatch):
+    """layer_draws draws on the host, then ``to_device`` moves each draw: to a CUDA device from pinned memory with
+    ``non_blocking`` (seen here through the two tensor methods, patched, on a machine without CUDA), to the CPU as
+    it is; the values are the host's."""
     from sa_lightning.attention import AttentionSpec
-    from sa_lightning.attention.draws import layer_draws, to_device
+    from sa_lightning.attention.draws import layer_draws
 
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: calls.append("pin") or self.clone())
+    real_to = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        if args and str(args[0]).startswith("cuda"):
+            calls.append(("to", str(args[0]), kwargs.get("non_blocking")))
+            return self
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
     for name in ("sa", "random"):
         spec = AttentionSpec(name, window=16)
         host = layer_draws(get_variant(name), spec, 64, range(3), seed=4)
-        moved = layer_draws(get_variant(name), spec, 64, range(3), seed=4, device="cpu")
+        calls.clear()
+        moved = layer_draws(get_variant(name), spec, 64, range(3), seed=4, device="cuda")
+        assert calls == ["pin", ("to", "cuda", True)] * 3, calls
         assert all(torch.equal(a, b) for a, b in zip(host, moved))
-    t = torch.arange(5)
-    assert to_device(t, None) is t and to_device(t, "cpu") is t
+        calls.clear()
+        layer_draws(get_variant(name), spec, 64, range(3), seed=4, device="cpu")
+        assert calls == []  # nothing pinned for the host itself
 
 
 @pytest.mark.gpu

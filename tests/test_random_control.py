@@ -226,6 +226,8 @@ def test_every_path_reads_one_hash_and_nothing_n_by_n_is_drawn():
     scattered = torch.zeros(3, 300, 301, dtype=torch.bool).scatter_(2, torch.where(table < 0, 300, table), True)
     assert torch.equal(got, want) and torch.equal(scattered[..., :300] | torch.eye(300, dtype=torch.bool), want)
     assert (table >= 0).sum(-1)[2].max() == 1 and (table[1, 211:] == -1).all()  # L = 2: the one earlier key
+    # an accelerator's way (the width counted first, read back once, then the table): the same table
+    assert torch.equal(key_table(seeds, 300, 32, lengths, one_read_back=True), table)
     bits = masks.pair_hash(torch.tensor(7), torch.arange(512).view(-1, 1), torch.arange(512).view(1, -1))
     assert int(bits.min()) >= 0 and int(bits.max()) < 2 ** 32
     top = torch.bincount((bits >> 28).view(-1), minlength=16).double()  # the high bits the threshold reads

@@ -119,6 +119,7 @@ def random_mask(seeds: torch.Tensor, window: int, batch: int, n: int, lengths: t
     uint64 from the constants alone, independently of ``masks.random_keys``'s tensors."""
     device, seeds = seeds.device, seeds.cpu().view(-1).tolist()
     sizes = [n] * batch if lengths is None else [int(x) for x in lengths.view(-1).tolist()]
+    sizes = sizes * batch if len(sizes) == 1 else sizes  # one length for every row, as the mask function takes it
     out = torch.zeros(batch, 1, n, n, dtype=torch.bool)
     i = np.arange(n, dtype=np.uint64).reshape(-1, 1)
     j = np.arange(n, dtype=np.uint64).reshape(1, -1)

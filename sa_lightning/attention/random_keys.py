@@ -137,10 +137,15 @@ def expected_width(window: int) -> int:
     return int(per + 3 * math.sqrt(per)) + 1
 
 
-def key_table(seeds: torch.Tensor, n: int, window: int, lengths: torch.Tensor | None = None) -> torch.Tensor:
+def key_table(seeds: torch.Tensor, n: int, window: int, lengths: torch.Tensor | None = None, *,
+              one_read_back: bool | None = None) -> torch.Tensor:
     """(1 or B, n, K) int64 on the seeds' device: row i the keys query i reads besides itself (the hash's pairs of
-    ``masks.random_keys``), most recent first, -1 after them; K the most any query reads (a host sync where the
-    table is built: the CPU's kernels). Built over chunks of queries, each against the keys before it."""
+    ``masks.random_keys``), most recent first, -1 after them; K the most any query reads. Built over chunks of
+    queries, each against the keys before it. K is read back to the host: per chunk on the CPU (free there), once
+    per call elsewhere (the hash counted in a first pass, the table built in a second): the accelerator routes that
+    build a table (sinks, ``backend: banded``, a head dim below FlexAttention's) sync once per layer; CUDA's
+    default route, FlexAttention, builds none. ``one_read_back`` chooses the second way on any device (None: off
+    the CPU)."""
     dev = seeds.device
     L = torch.full((1,), n, device=dev) if lengths is None else lengths.to(dev)
     rows = max(seeds.shape[0], L.shape[0])
@@ -148,18 +153,28 @@ def key_table(seeds: torch.Tensor, n: int, window: int, lengths: torch.Tensor | 
     L = (L.long().expand(rows) if L.shape[0] == 1 else L.long()).view(rows, 1, 1)
     thr = random_thresholds(L.view(-1), window).view(rows, 1, 1)
     chunk = max(1, _TABLE_ELEMENTS // max(1, rows * n))
-    parts, width = [], 0
-    for a in range(0, n, chunk):
+    starts = range(0, n, chunk)
+
+    def drawn(a: int) -> tuple[torch.Tensor, torch.Tensor]:
         b = min(n, a + chunk)
         i = torch.arange(a, b, device=dev).view(1, -1, 1)
         j = torch.arange(b, device=dev).view(1, 1, -1)
-        drawn = (j < i) & (i < L) & (pair_hash(seed, i, j) < thr)
-        keys = int(drawn.sum(-1).max()) if drawn.numel() else 0
-        part = torch.where(drawn, j, -1).topk(keys, dim=-1).values if keys else drawn.new_empty(rows, b - a, 0).long()
-        parts.append(part)
-        width = max(width, keys)
-    table = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[-1]), value=-1) for p in parts], 1)
-    return table
+        return (j < i) & (i < L) & (pair_hash(seed, i, j) < thr), j
+
+    def keys_of(pairs: torch.Tensor, j: torch.Tensor, width: int) -> torch.Tensor:
+        if not width:
+            return pairs.new_empty(rows, pairs.shape[1], 0).long()
+        return torch.where(pairs, j, -1).topk(width, dim=-1).values
+
+    if not (dev.type != "cpu" if one_read_back is None else one_read_back):
+        parts = []
+        for a in starts:
+            pairs, j = drawn(a)
+            parts.append(keys_of(pairs, j, int(pairs.sum(-1).max())))
+        width = max(p.shape[-1] for p in parts)
+        return torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[-1]), value=-1) for p in parts], 1)
+    width = int(torch.stack([drawn(a)[0].sum(-1).amax() for a in starts]).amax())  # the one read-back
+    return torch.cat([keys_of(*drawn(a), width) for a in starts], 1)
 
 
 def random_attention(q, k, v, table: torch.Tensor, *, scale: float, skip_recent: int = 0,
@@ -168,7 +183,7 @@ def random_attention(q, k, v, table: torch.Tensor, *, scale: float, skip_recent:
     (``skip_recent``: only the keys with i - j >= skip_recent, and not itself). q (B, Hq, n, d), k/v
     (B, Hkv, n, d), ``table`` (n, K) or (1 or B, n, K). Rows whose table is empty past padding read only
     themselves; a query with no key at all (``skip_recent``) gets output 0 and log-sum-exp -inf. ``table`` is
-    checked (``check_keys``; its values too unless ``validate`` is False)."""
+    checked (``check_table``; its values too unless ``validate`` is False)."""
     B, Hq, n, d = q.shape
     table = check_table(table, B, n, q.device, lengths, values=validate)
     Hkv = k.shape[1]

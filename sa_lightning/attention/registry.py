@@ -267,8 +267,8 @@ def variant_names(**flags) -> tuple[str, ...]:
 
 
 def sigma_seeds(name: str | Variant, seeds) -> list[int]:
-    """The σ seeds a model with variant ``name`` is scored under: all of ``seeds`` where its attention draws (σ, a
-    key table), the first alone where it draws nothing (every seed would score it the same)."""
+    """The σ seeds a model with variant ``name`` is scored under: all of ``seeds`` where its attention draws (σ, hash
+    seeds), the first alone where it draws nothing (every seed would score it the same)."""
     seeds = list(seeds)
     return seeds if get_variant(name).draws else seeds[:1]
 

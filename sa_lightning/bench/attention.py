@@ -63,7 +63,7 @@ _DENSE_LIVE = 4
 
 class Case:
     """One (variant, n) cell: fixed inputs and, for a variant that draws (SA's sigma, with its inverse; the
-    random control's key table), a fresh draw per call, as in training, made ahead of time by ``draw``."""
+    random control's hash seeds), a fresh draw per call, as in training, made ahead of time by ``draw``."""
 
     def __init__(self, variant: str, n: int, args, device, dtype):
         self.variant, self.n, self.device = variant, n, device

@@ -7,11 +7,14 @@ Two things are profiled with ``torch.profiler``, forward and backward:
   at seq 2048 on a GPU), its per-layer draws included.
 Each op's self time (the device's on CUDA, the host's on a CPU) is summed into a part by its name: the draw (σ or
 the hash seeds), the loss, the gathers and scatters (SA's reorders and their backward, and the band kernels' own
-scatter-adds), the attention kernels, the matrix products (projections, MLP, logits), the optimizer and the rest. A part's name patterns are in ``PARTS``; an op matches
-the first part whose pattern it contains. Within a step, a batched product (``bmm``) counts as attention and a
-2-D one (``mm``, ``addmm``) as a matrix product: the model's linear layers run as 2-D products and the banded
-kernels as batched ones. Writes ``profile_<preset>.md``: the parts in ms per call with each variant's ratio to
-SWA's same part, then each variant's costliest ops.
+scatter-adds), the attention kernels, the matrix products (projections, MLP, logits), the optimizer and the rest.
+A part's name patterns are in ``PARTS``; an op matches the first part whose pattern it contains. Within a step on a
+CPU, a batched product (``bmm``) counts as attention and a 2-D one (``mm``, ``addmm``) as a matrix product: the
+model's linear layers run as 2-D products and the banded kernels as batched ones. On CUDA the parts are matched on
+kernel names, where cuBLAS's batched products carry no "bmm" and count as matmul, and the draws (made on the host)
+add no device time: a GPU profile's parts are read with the costliest kernels listed under them. Writes
+``profile_<preset>.md``: the parts in ms per call with each variant's ratio to SWA's same part, then each
+variant's costliest ops.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ PRESETS = {
 #: (part, substrings of a lower-cased op or kernel name); the first match wins, "other" takes the rest
 PARTS = (
     ("draw", ("randperm", "argsort", "randint", "uniform_", "random_", "bernoulli")),
-    ("loss", ("log_softmax", "nll_loss", "cross_entropy")),
+    ("loss", ("log_softmax", "logsoftmax", "nll_loss", "cross_entropy")),  # CUDA: cunn_SoftMax...LogSoftMax...
     ("gather/scatter", ("index_select", "indexselect", "gather", "scatter", "index_add", "index_copy", "index_put",
                  "take_along", "indexing_backward", "index_elementwise")),
     ("attention", ("attention", "flash", "flex", "fmha", "softmax", "logsumexp", "bmm", "tem_fused")),
