@@ -14,6 +14,16 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def apply_preset(args, presets: dict) -> None:
+    """Fill each argument left unset (None) from ``args.preset``'s values, and refuse in one line a preset for a
+    CUDA GPU where there is none (``bench train``, ``bench profile``)."""
+    for key, value in presets[args.preset].items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"error: --preset {args.preset} needs a CUDA GPU; use --preset cpu on this machine.")
+
+
 def describe(device: torch.device | str = "cpu") -> str:
     device = torch.device(device)
     if device.type == "cuda":

@@ -29,7 +29,7 @@ from ..attention import VARIANTS, trained_variant_names, variant_label
 from ..attention.variants import SA, SA_SWA, SWA
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, number, row
-from .machine import describe, positive_int, sync
+from .machine import apply_preset, describe, positive_int, sync
 
 PRESETS = {
     "cpu": dict(device="cpu", batch=1, heads=4, kv_heads=4, dim=64, window=256, n=8192, dtype="float32",
@@ -185,11 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None):
     args = build_parser().parse_args(argv)
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --preset paper needs a CUDA GPU; use --preset cpu on this machine.")
+    apply_preset(args, PRESETS)
     if "step" in args.what:
         untrainable = [v for v in args.variants if v not in trained_variant_names()]
         if untrainable:

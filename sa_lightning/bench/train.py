@@ -38,7 +38,7 @@ from ..attention import trained_variant_names, variant_label
 from ..attention.variants import SWA
 from ..models import ModelConfig, Transformer
 from ..models.flops import matmul_params, train_flops_per_token
-from .machine import describe, peak_flops, positive_int, sync
+from .machine import apply_preset, describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, number, row
@@ -246,11 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None):
     args = build_parser().parse_args(argv)
-    for key, value in PRESETS[args.preset].items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --preset paper needs a CUDA GPU; use --preset cpu on this machine.")
+    apply_preset(args, PRESETS)
     if args.compile == "on" and torch.device(args.device).type not in COMPILED_DEVICES:
         raise SystemExit("error: --compile on times compiled training on CUDA only; on the CPU use --compile off, "
                          "or --compile both to list the compiled rows as skipped.")
