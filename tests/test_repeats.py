@@ -41,7 +41,7 @@ def test_validation_blocks_keep_their_segment_and_each_training_epoch_draws_anew
 
 
 @pytest.mark.parametrize("kwargs, match", [({"length": 1}, "length >= 2"), ({"gap": 70}, "do not fit a block"),
-                                           ({"low": 99}, "too few")])
+                                           ({"low": 99}, "two ids")])
 def test_a_mix_that_cannot_fit_is_refused_in_one_sentence(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RepeatMix(**{"length": 8, "gap": 40, **kwargs}).check(seq_len=64, vocab=100)
@@ -56,7 +56,64 @@ def test_the_data_module_scores_the_repeats_apart(monkeypatch):
     assert batch["tokens"].shape == (4, 65) and batch["repeat"].shape == (4, 64)
     assert batch["repeat"].sum(dim=1).tolist() == [7, 7, 7, 7] and not bool((batch["repeat"] & batch["planted"]).any())
     assert next(iter(dm.train_dataloader())).shape == (4, 65)  # training: plain blocks, every token a target
-    with pytest.raises(ValueError, match="data repeats takes length, gap and low"):
+    with pytest.raises(ValueError, match="data repeats takes length, gap, low, count and alphabet"):
         LMDataModule(seq_len=64, repeats={"length": 8, "distance": 40})
     with pytest.raises(ValueError, match="set data.mode: cache"):
         LMDataModule(seq_len=64, mode="stream", repeats={"length": 8, "gap": 40})
+
+
+def test_several_segments_are_planted_apart_each_copied_from_the_alphabet():
+    mix = RepeatMix(length=6, gap=30, count=3, alphabet=10)
+    block = torch.arange(1000, 1097)  # n + 1 = 97 tokens of "text"
+    for seed in range(20):
+        out, mask, made = mix.plant(block, seed=seed, vocab=100)
+        changed = out != block
+        assert int(changed.sum()) == 2 * 3 * 6  # six disjoint spans, none over another
+        assert bool(((out[changed] >= 16) & (out[changed] < 26)).all())  # [low, low + alphabet)
+        # every copy target predicts the token planted gap earlier's successor: the copy is the only way to it
+        targets = mask.nonzero().flatten()
+        assert len(targets) == 3 * 5 and torch.equal(out[targets + 1], out[targets + 1 - 30])
+        assert not bool((made & mask).any())
+    assert torch.equal(RepeatMix(length=8, gap=40, count=1).plant(torch.arange(1000, 1065), 3, 100)[0],
+                       RepeatMix(length=8, gap=40).plant(torch.arange(1000, 1065), 3, 100)[0])
+
+
+@pytest.mark.parametrize("kwargs, match", [({"count": 3}, "at most a quarter"), ({"alphabet": 1}, "two ids"),
+                                           ({"alphabet": 90}, "inside the vocabulary")])
+def test_a_crowded_or_empty_mix_is_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RepeatMix(**{"length": 8, "gap": 40, **kwargs}).check(seq_len=64, vocab=100)
+
+
+def test_validation_logs_the_copies_nll_and_the_texts_apart():
+    """val/repeat_nll and val/text_loss: the token-weighted NLL over each mask, checked against the model's own scores;
+    with the planted targets they make up val/loss."""
+    import lightning as L
+    import torch.nn.functional as F
+
+    from sa_lightning.data import LMDataModule
+    from sa_lightning.lit import LitLM
+    from sa_lightning.models import ModelConfig
+
+    dm = LMDataModule(seq_len=64, batch_size=4, val_blocks=8, repeats={"length": 8, "gap": 40, "count": 2},
+                      progress=False)
+    torch.manual_seed(0)
+    model = LitLM(arch=ModelConfig.from_name("debug", vocab_size=len(dm.tokenizer), max_seq_len=64))
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
+    sums = {"repeat": [0.0, 0], "text": [0.0, 0], "all": [0.0, 0]}
+    model.eval()
+    with torch.no_grad():
+        for i, batch in enumerate(dm.val_dataloader()):
+            inputs, targets = model.targets_of(batch)
+            nll = F.cross_entropy(model.eval_scores(inputs, model.val_stream(i)).transpose(1, 2), targets,
+                                  reduction="none")
+            for name, sel in (("repeat", batch["repeat"]), ("text", ~(batch["repeat"] | batch["planted"])),
+                              ("all", torch.ones_like(batch["repeat"]))):
+                sums[name][0] += float(nll[sel].sum())
+                sums[name][1] += int(sel.sum())
+    assert metrics["val/repeat_nll"] == pytest.approx(sums["repeat"][0] / sums["repeat"][1], rel=1e-4)
+    assert metrics["val/text_loss"] == pytest.approx(sums["text"][0] / sums["text"][1], rel=1e-4)
+    assert metrics["val/loss"] == pytest.approx(sums["all"][0] / sums["all"][1], rel=1e-4)
+    assert sums["repeat"][1] == 8 * 2 * 7  # two copies of seven predictable targets in each of the eight blocks

@@ -84,6 +84,8 @@ class LitLM(L.LightningModule):
             load_weights(self.net, init_weights)
         self.compile = compile
         self.val_loss = MeanMetric()
+        # text with planted repeats (data.repeats): the copies' NLL and the text's apart, as the copying is learnt
+        self.val_repeat, self.val_text = MeanMetric(), MeanMetric()
         self.micro_step = 0  # training forward passes so far: the permutation stream, restored on resume
         self.tokens_seen = 0  # global (all ranks) training tokens
         self.trained_steps = 0  # optimizer steps of the loaded checkpoint
@@ -162,7 +164,13 @@ class LitLM(L.LightningModule):
         if count == 0:
             return None
         self.val_loss.update(self.cross_entropy(scores, targets), weight=count)
-        if not isinstance(batch, dict) or "repeat" in batch:  # text, planted repeats included: a loss only
+        if isinstance(batch, dict) and "repeat" in batch:  # text with planted repeats: the copies and the text apart
+            nll = F.cross_entropy(scores.float().transpose(1, 2), targets, ignore_index=-100, reduction="none")
+            copy, text = batch["repeat"], ~(batch["repeat"] | batch["planted"])
+            self.val_repeat.update(nll[copy].mean(), weight=copy.sum())
+            self.val_text.update(nll[text].mean(), weight=text.sum())
+            return None
+        if not isinstance(batch, dict):  # text: a loss only
             return None
         # the answer's log-probability at each position (meaningless where no answer counts): a continuous outcome
         # beside the argmax, which a model at chance or at the ceiling cannot move (``DistanceAccuracy`` keeps it
@@ -176,6 +184,11 @@ class LitLM(L.LightningModule):
         self.val_loss.reset()
         self.log(f"{stage}/loss", loss, prog_bar=prog_bar, sync_dist=False)
         self.log(f"{stage}/ppl", torch.exp(loss), sync_dist=False)
+        if self.val_repeat.update_count:  # planted repeats: the copies' NLL beside the text's (nats per token)
+            self.log(f"{stage}/repeat_nll", self.val_repeat.compute(), sync_dist=False)
+            self.log(f"{stage}/text_loss", self.val_text.compute(), sync_dist=False)
+            self.val_repeat.reset()
+            self.val_text.reset()
         if stage == "val" and self.unigram_ppl is not None:
             # the context-free baseline val/ppl should beat: a flat line beside val/ppl (see on_fit_start)
             self.log("val/unigram_ppl", self.unigram_ppl, sync_dist=False)
