@@ -109,3 +109,15 @@ def test_a_cell_trained_with_the_same_fit_arguments_is_scored_again_from_its_las
 
 def _run_seeing_spec(cell: dict, spec: dict) -> dict:
     return {**cell, "given": spec, "seconds": 0.0, "scores": {}}
+
+
+def test_help_lists_the_presets_the_default_config_defines(tmp_path):
+    """The presets in --help come from the config itself, so a new preset never goes missing from it."""
+    import yaml
+
+    for config in ("configs/study/long_range.yaml", "configs/study/pretrain.yaml"):
+        names = list(yaml.safe_load(open(config))["presets"])
+        assert grid.preset_names(config) == names and "quick" in names
+        text = " ".join(grid.parser("x", "", config, "quick: short", "out").format_help().split())
+        assert all(name in text.replace("- ", "-") for name in names)
+    assert grid.preset_names(str(tmp_path / "missing.yaml")) == []

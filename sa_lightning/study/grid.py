@@ -46,12 +46,21 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict, require
     return settings
 
 
+def preset_names(config: str) -> list[str]:
+    """The presets a study config defines, in its order (none where it cannot be read: help must not fail)."""
+    try:
+        return list((yaml.safe_load(Path(config).read_text()) or {}).get("presets") or {})
+    except (OSError, yaml.YAMLError, AttributeError):
+        return []
+
+
 def parser(name: str, description: str, config: str, presets: str, folders: str) -> argparse.ArgumentParser:
     """A study's command line with what every study takes: ``--config``, ``--preset``, ``--set`` and ``--out``
     (``folders``: the default output folders, one per preset); the study adds its grid's flags."""
     parser = argparse.ArgumentParser(prog=f"cli.py study {name}", description=description)
     parser.add_argument("--config", default=config)
-    parser.add_argument("--preset", help=f"a preset of the config: {presets}")
+    parser.add_argument("--preset", help=f"a preset of the config ({presets}); the default config's: "
+                                         f"{', '.join(preset_names(config)) or 'none found'}; its header says each")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
     parser.add_argument("--jobs", type=jobs_arg,

@@ -607,8 +607,7 @@ def plot(results: list[dict], path: Path) -> None:
 # ---- the command ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = grid.parser("long-range", __doc__.split("\n\n")[0], "configs/study/long_range.yaml",
-                         "quick (<= 5 min on 2 CPU cores), pilot, powered (the trained test: 60 cells, about 55 min), "
-                         "mqar-pilot, mqar, grid (L x w, one seed) or paper-scale (GPU)",
+                         "quick: <= 5 min on 2 CPU cores",
                          "outputs/study/long_range, long_range_quick, long_range_grid, long_range_paper_scale")
     parser.add_argument("--eval_samples", type=int, nargs="+", help="K permutations averaged at evaluation (SA)")
     for key in GRID_KEYS:

@@ -369,7 +369,7 @@ def plot(parts: list[trained.Section], path: Path, settings: dict | None = None)
 # ---- the command -----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = grid.parser("pretrain", __doc__.split("\n\n")[0], "configs/study/pretrain.yaml",
-                         "quick (<= 5 min on 2 CPU cores)", "outputs/study/pretrain, pretrain_quick")
+                         "quick: <= 5 min on 2 CPU cores", "outputs/study/pretrain, pretrain_quick")
     parser.add_argument("--models", nargs="+", help="override the config's models (<variant>@<window> or full)")
     parser.add_argument("--seeds", nargs="+", type=int, help="override the config's training seeds")
     parser.add_argument("--limit", type=int, help="override the config's documents per offline task")
