@@ -222,6 +222,11 @@ def test_every_path_reads_one_hash_and_nothing_n_by_n_is_drawn():
     assert seeds.shape == (3,) and seeds.dtype == torch.int64
     want = random_mask(seeds, 32, 3, 300, lengths)[:, 0]
     got = masks.dense(masks.random_keys(seeds, 32, 300, lengths), 300, batch=3)[:, 0]
+    # evaluated a few query rows at a time (bounded temporaries on a large grid), or a row at a time: the same grid
+    assert torch.equal(masks.dense(masks.random_keys(seeds, 32, 300, lengths), 300, batch=3, chunk=3 * 300 * 7)[:, 0],
+                       got)
+    shared = masks.dense(masks.sliding_window(16), 300, batch=3, heads=2, chunk=1)
+    assert shared.shape == (3, 2, 300, 300) and torch.equal(shared, masks.dense(masks.sliding_window(16), 300, 3, 2))
     table = key_table(seeds, 300, 32, lengths)
     scattered = torch.zeros(3, 300, 301, dtype=torch.bool).scatter_(2, torch.where(table < 0, 300, table), True)
     assert torch.equal(got, want) and torch.equal(scattered[..., :300] | torch.eye(300, dtype=torch.bool), want)

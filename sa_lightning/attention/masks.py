@@ -220,10 +220,21 @@ def union(*masks: MaskMod) -> MaskMod:
     return mask
 
 
-def dense(mask: MaskMod, n: int, batch: int = 1, heads: int = 1, device=None) -> torch.Tensor:
-    """Evaluate a mask function on the full (batch, heads, n, n) grid."""
+#: grid points a mask function is evaluated on at once by ``dense``: its temporaries (the random control's int64
+#: hash: several of 8 bytes per point) stay near 32 MB each however large the grid; the result is 1 byte per point
+DENSE_CHUNK = 1 << 22
+
+
+def dense(mask: MaskMod, n: int, batch: int = 1, heads: int = 1, device=None,
+          chunk: int = DENSE_CHUNK) -> torch.Tensor:
+    """Evaluate a mask function on the full (batch, heads, n, n) grid, ``chunk`` grid points of query rows at a
+    time (the result broadcast over the batch and heads it does not depend on)."""
     b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
     h = torch.arange(heads, device=device).view(1, -1, 1, 1)
-    q_idx = torch.arange(n, device=device).view(1, 1, -1, 1)
     kv_idx = torch.arange(n, device=device).view(1, 1, 1, -1)
-    return mask(b, h, q_idx, kv_idx).expand(batch, heads, n, n)
+    rows = max(1, chunk // max(1, batch * heads * n))
+    parts = [mask(b, h, torch.arange(s, min(s + rows, n), device=device).view(1, 1, -1, 1), kv_idx)
+             for s in range(0, n, rows)]
+    lead = (max(p.shape[0] for p in parts), max(p.shape[1] for p in parts))
+    whole = parts[0] if len(parts) == 1 else torch.cat([p.expand(*lead, -1, n) for p in parts], dim=2)
+    return whole.expand(batch, heads, n, n)
