@@ -159,3 +159,14 @@ def test_the_test_session_never_writes_into_the_users_cache_and_removes_its_own(
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert not user.exists()
     assert not list(tmp.glob("sa_lightning_cache_*"))  # the session's own folder is gone
+
+
+def test_a_later_run_in_the_same_process_counts_its_first_batch_from_its_own_data_module(monkeypatch):
+    """A study's worker trains cell after cell in one process: its later cells' "first training batch ... after
+    start" must not count the cells before them."""
+    from sa_lightning.data import datamodule as D
+
+    monkeypatch.setattr(D, "_BUILT", [])
+    first, later = D.LMDataModule(seq_len=64, progress=False), D.LMDataModule(seq_len=64, progress=False)
+    assert first._built is None  # the process's own run: from the process's start, imports included
+    assert later._built is not None and 0 <= D.time.perf_counter() - later._built < 60

@@ -59,6 +59,7 @@ def _process_seconds() -> float:
 
 
 _IMPORTED = time.perf_counter()
+_BUILT: list[bool] = []  # [True] once a data module was built in this process: a later one's run began later
 
 
 class LMDataModule(L.LightningDataModule):
@@ -142,6 +143,10 @@ class LMDataModule(L.LightningDataModule):
         self.train_sampler: BlockSampler | None = None
         self._train_loader: StreamLoader | None = None
         self._first_batch_logged = False
+        # a process that trains one run counts from its own start (imports included); a later run in the same
+        # process (a study's worker trains cell after cell) from when its data module was built
+        self._built = time.perf_counter() if _BUILT else None
+        _BUILT[:] = [True]
         self._resume: dict | None = None
         self._source_identity: dict | None = None  # stream mode: the training files as this run found them
 
@@ -279,8 +284,8 @@ class LMDataModule(L.LightningDataModule):
             if not self._first_batch_logged:
                 self._first_batch_logged = True
                 if trainer.is_global_zero:
-                    print(f"data: first training batch {_process_seconds():.1f} s after start ({self.mode} mode)",
-                          flush=True)
+                    since = _process_seconds() if self._built is None else time.perf_counter() - self._built
+                    print(f"data: first training batch {since:.1f} s after start ({self.mode} mode)", flush=True)
         return batch
 
     # ---- checkpoint state -----------------------------------------------------------------------
