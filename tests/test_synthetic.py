@@ -217,7 +217,7 @@ def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unkno
                      "sa_bucket": 10}
     deeper = cells(load_settings(config, "powered-l4", {}))
     assert {c["depth"] for c in deeper} == {4} and len(deeper) == 5 * 10 + 2 * 5
-    presets = ("pilot", "powered", "powered-l4", "mqar-pilot", "mqar", "gpu")
+    presets = ("pilot", "powered", "powered-l4", "mqar-pilot", "mqar", "gpu", "gpu-mqar")
     outs = {p: load_settings(config, p, {})["out"] for p in presets}
     assert len(set(outs.values())) == len(presets)
     with pytest.raises(ValueError, match="seeds_by_variant names moba"):
