@@ -58,6 +58,11 @@ OUTCOMES = (trained.Outcome("val_ppl", "Val. PPL ↓", True, spec=".2f", unit="n
             trained.Outcome("repeat_nll", "NLL on the repeats ↓", True, spec=".3f", unit="nats"))
 
 
+#: a model copies where its NLL on the planted copies is at most this (a guess from the segments' alphabet costs
+#: ln(alphabet) nats: 5.5 for 256 ids): the seeds that learned to copy, beside the mean over seeds
+COPIED = 1.0
+
+
 def present(results: list[dict]) -> tuple[trained.Outcome, ...]:
     """The outcomes some cell of ``results`` scored (``repeat_nll`` only where the data planted repeats)."""
     return tuple(o for o in OUTCOMES if any(o.key in r["scores"] for r in results))
@@ -264,7 +269,8 @@ def sections(results: list[dict], comparisons: list[dict], margins: dict | None 
 
     order = models or list(dict.fromkeys(r["model"] for r in results))
     return [trained.report({(): units(results, o.key)}, o, pairs, margin=margins.get(o.key), control=control,
-                           order=order) for o in present(results)]
+                           order=order, threshold=COPIED if o.key == "repeat_nll" else None)
+            for o in present(results)]
 
 
 def unpaired(results: list[dict], comparisons: list[dict]) -> list[str]:
@@ -326,7 +332,9 @@ def compare(parts: list[trained.Section], results: list[dict], comparisons: list
     lines: list[str] = []
     for part in parts:
         if part.comparisons:
-            lines += trained.markdown(part, [], label=label, margin=(margins or {}).get(part.outcome.key))
+            copies = part.outcome.key == "repeat_nll"
+            lines += trained.markdown(part, [], label=label, margin=(margins or {}).get(part.outcome.key),
+                                      threshold_label=f"seeds that copy (≤ {COPIED:g} nat)" if copies else None)
     note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points), "
             "paired by training seed. " + trained.NOTE
             + (f" Margins δ (\"equivalent within ±δ\"): {margins}." if margins else ""))
