@@ -1,17 +1,18 @@
 """A language-model mix with long-range information in it: random-token segments planted in text and repeated.
 
 Each block of text gets ``count`` segments of ``length`` random tokens, each at a random position p and again at
-p + ``gap``, no two of the 2 * ``count`` spans overlapping. The text around them is left alone. Once the model has seen the segment's first token in
-the copy, the rest of the copy is predictable only by looking ``gap`` tokens back: a window shorter than that
-cannot, full attention can (an induction head). Scored apart (``repeat``, a mask over the targets), the NLL on the
-copies measures reach inside ordinary language modelling; the NLL on the text measures everything else.
+p + ``gap``, no two of the 2 * ``count`` spans overlapping. The text around them is left alone. Once the model has
+seen a segment's first token in its copy, the rest of the copy is predictable only by looking ``gap`` tokens back:
+a window shorter than that cannot, full attention can (an induction head). Scored apart (``repeat``, a mask over
+the targets), the NLL on the copies measures reach inside ordinary language modelling; the NLL on the text measures
+everything else.
 
     data:
       repeats: {length: 16, gap: 160}     # configs/study/pretrain.yaml, preset repeats
-      repeats: {length: 12, gap: 64, count: 4, alphabet: 256}   # more copies per block, from 256 token ids
+      repeats: {length: 8, gap: 80, count: 3, alphabet: 256}   # preset copy: three copies per block, 256 token ids
 
-Training blocks draw a fresh segment each epoch (from the epoch and the block's index: a resumed run plants the
-same); validation blocks one fixed segment each, so every model is scored on the same copies. The text's NLL leaves
+Training blocks draw fresh segments each epoch (from the epoch and the block's index: a resumed run plants the
+same); validation blocks fixed ones, so every model is scored on the same copies. The text's NLL leaves
 out every target the planting made (``planted``), the copies' are ``repeat``.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from torch.utils.data import Dataset
 
 _TRIES = 1000  # placements tried per segment before a block is declared too crowded
+
 
 @dataclass(frozen=True)
 class RepeatMix:
@@ -55,7 +57,7 @@ class RepeatMix:
                              f"ids and lie inside the vocabulary of {vocab}.")
 
     def plant(self, block: torch.Tensor, seed: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``block`` (n + 1,) with the segment planted twice, the (n,) mask of the targets that the copy makes
+        """``block`` (n + 1,) with each segment planted twice, the (n,) mask of the targets that the copies make
         predictable (target t predicts token t + 1, so the copy at q..q+length-1 gives targets q..q+length-2), and
         the (n,) mask of the other targets the planting made: the first occurrence's tokens (random, unpredictable)
         and the copy's first token. Neither mask is text."""
