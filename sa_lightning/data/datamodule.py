@@ -81,9 +81,9 @@ class LMDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes (stream mode: the tokenizing readers per rank).
         cache_dir: where packed tokens are cached (``$SA_LIGHTNING_CACHE`` overrides the default).
         repeats: ``{length, gap[, count, alphabet, low]}``: random-token segments planted in every block and
-            repeated ``gap`` tokens later (``data.repeats.RepeatMix``): long-range information inside ordinary text. Validation batches then
-            carry ``repeat``, the mask of the targets that only the copy predicts, and ``planted``, the other
-            targets the planting made (``study pretrain`` scores the copies apart and the text without either).
+            repeated ``gap`` tokens later (``data.repeats.RepeatMix``): long-range information inside ordinary
+            text. Validation batches then carry ``repeat``, the mask of the targets that only the copies predict,
+            and ``planted``, the other targets the planting made (``study pretrain`` scores the copies apart and the text without either).
             Cache mode only.
     """
 

@@ -89,6 +89,12 @@ class RepeatMix:
                          f"apart in a block of {size} tokens after {_TRIES} tries; lower count or length.")
 
 
+def text_targets(batch: dict) -> torch.Tensor:
+    """The (B, n) targets of a labeled batch that are the text's own: neither a copy (``repeat``) nor another target
+    the planting made (``planted``). Validation and ``study pretrain`` score the text on these."""
+    return ~(batch["repeat"] | batch["planted"])
+
+
 class RepeatedBlocks(Dataset):
     """``blocks`` with a ``RepeatMix`` planted in each, drawn from (``seed``, index). ``labeled`` (validation):
     items are ``{"tokens", "labels", "repeat", "planted"}``, the same segment for block i every time. Training

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from lightning.pytorch.loggers import TensorBoardLogger
 from torchmetrics.aggregation import MeanMetric
 
+from ..data.repeats import text_targets
 from ..models import ModelConfig, build_model
 from ..models.ensemble import mean_over_draws
 from ..models.flops import matmul_params, train_flops_per_token
@@ -163,13 +164,15 @@ class LitLM(L.LightningModule):
         count = (targets != -100).sum()
         if count == 0:
             return None
-        self.val_loss.update(self.cross_entropy(scores, targets), weight=count)
         if isinstance(batch, dict) and "repeat" in batch:  # text with planted repeats: the copies and the text apart
+            # one per-token NLL (0 where a target does not count) gives all three means
             nll = F.cross_entropy(scores.float().transpose(1, 2), targets, ignore_index=-100, reduction="none")
-            copy, text = batch["repeat"], ~(batch["repeat"] | batch["planted"])
+            copy, text = batch["repeat"], text_targets(batch)
+            self.val_loss.update(nll.sum() / count, weight=count)
             self.val_repeat.update(nll[copy].mean(), weight=copy.sum())
             self.val_text.update(nll[text].mean(), weight=text.sum())
             return None
+        self.val_loss.update(self.cross_entropy(scores, targets), weight=count)
         if not isinstance(batch, dict):  # text: a loss only
             return None
         # the answer's log-probability at each position (meaningless where no answer counts): a continuous outcome

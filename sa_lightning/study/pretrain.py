@@ -163,6 +163,8 @@ def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
     import torch
     import torch.nn.functional as F
 
+    from ..data.repeats import text_targets
+
     model.eval()
     model.eval_seed = eval_seed
     text, repeats = [], []
@@ -176,7 +178,7 @@ def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
             if copy is None:
                 text += nll.mean(dim=1).tolist()
                 continue
-            plain = ~(copy | batch["planted"])  # the text's own targets: neither a copy nor a planted token
+            plain = text_targets(batch)
             text += ((nll * plain).sum(dim=1) / plain.sum(dim=1)).tolist()
             repeats += ((nll * copy).sum(dim=1) / copy.sum(dim=1)).tolist()
     return {"val_ppl": text, **({"repeat_nll": repeats} if repeats else {})}
