@@ -105,10 +105,52 @@ def test_sharding_over_two_ranks_is_disjoint_and_complete():
     (dict(num_pairs=4, num_queries=8), "cannot exceed num_pairs=4"),
     (dict(num_pairs=32, num_queries=8, num_keys=16), "too small for the key set"),
     (dict(vocab_size=100), "too small for the key and value sets"),
+    (dict(filler="zeros"), "unknown synthetic filler 'zeros'"),
 ])
 def test_bad_synthetic_settings_get_one_sentence(kwargs, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
         SyntheticDataModule(**kwargs)
+
+
+def test_counter_filler_scores_each_filler_token_that_follows_from_the_token_two_back():
+    """filler=counters: the filler's own targets are exactly the tokens that the token two places back (plus one)
+    predicts; never a query's position (its target is the answer), never a target next to a planted token."""
+    task = RecallTask("mqar", seq_len=128, num_pairs=8, num_queries=6, filler="counters")
+    filler0, size = task.num_keys + task.num_values, task.num_filler
+    for index in range(20):
+        ex = {k: v.numpy() for k, v in task.example(3, "train", index).items()}
+        tokens, aux, labels = ex["tokens"], ex["aux_labels"], ex["labels"]
+        scored = np.flatnonzero(aux != IGNORE)
+        assert len(scored) > 64 and not (labels[scored] != IGNORE).any()
+        assert (aux[scored] == tokens[scored + 1]).all()
+        assert (tokens[scored - 1] >= filler0).all() and (tokens[scored + 1] >= filler0).all()
+        assert ((tokens[scored - 1] - filler0 + 1) % size == tokens[scored + 1] - filler0).all()
+        held = np.flatnonzero((tokens[:-2] >= filler0) & (tokens[2:] >= filler0)) + 1  # every t where the rule holds
+        assert set(scored) == set(held) - set(np.flatnonzero(labels != IGNORE))
+        assert (labels != IGNORE).sum() == 6  # the answers are those of random filler
+    assert "aux_labels" not in RecallTask("mqar", seq_len=128, num_pairs=8, num_queries=6).example(3, "train", 0)
+
+
+def test_training_adds_the_fillers_mean_loss_to_the_answers_and_validation_scores_the_answers_alone():
+    from sa_lightning.lit import LitLM
+    from sa_lightning.models.config import ModelConfig
+
+    task = RecallTask("mqar", seq_len=64, num_pairs=4, num_queries=4, filler="counters")
+    batch = {k: torch.stack([task.example(0, "train", i)[k] for i in range(3)]) for k in ("tokens", "labels",
+                                                                                        "distance", "aux_labels")}
+    lit = LitLM(arch=ModelConfig(vocab_size=task.vocab, n_layer=1, n_head=2, n_kv_head=2, d_model=32, d_ff=64,
+                               max_seq_len=64, attention={"variant": "full"}))
+    scores = lit(batch["tokens"][:, :-1])
+    answers, filler = LitLM.cross_entropy(scores, batch["labels"]), LitLM.cross_entropy(scores, batch["aux_labels"])
+    torch.testing.assert_close(lit.loss(batch, None), answers + filler)
+    plain = {k: v for k, v in batch.items() if k != "aux_labels"}
+    torch.testing.assert_close(lit.loss(plain, None), answers)
+
+
+def test_a_checkpoint_of_one_filler_is_refused_by_a_run_with_the_other():
+    dm = SyntheticDataModule(filler="counters")
+    with pytest.raises(ValueError, match="trained with 'random' filler, not 'counters'"):
+        dm.load_state_dict({"epoch": 0, "consumed": 0, "task": "mqar", "vocab_size": dm.vocab_size})
 
 
 def test_bad_synthetic_setting_from_the_cli_is_one_line(tmp_path):

@@ -14,6 +14,15 @@ then a distance in it), so every distance bucket gets the same share of queries 
 validation. Keys are distinct within a sequence; values may repeat; filler never uses a key or value.
 
 Token ids: keys ``[0, num_keys)``, values ``[num_keys, num_keys + num_values)``, filler after them.
+
+Filler is i.i.d. (``filler="random"``) or two interleaved counters (``filler="counters"``: each filler token is the
+one two places before it plus one, modulo ``num_filler``). Predicting such filler needs the token before the
+current one: a previous-token head, the first half of the circuit that matches a query's key to its pair (its
+second half reads the token after the match). Random filler and an answer-only loss train no such head, and MQAR
+stalls where a model finds the planted values without matching keys (about 1/pairs of the answers). With counters,
+each example also carries ``aux_labels``: the filler's own next tokens where the rule holds (the token two back
+and the next one unplanted filler), ``IGNORE`` elsewhere; training adds their mean loss to the answers' (validation
+and accuracy score the answers alone).
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ from torch.utils.data import DataLoader, Dataset
 from .sampler import BlockSampler, EpochOffsetSampler, fit_position
 
 TASKS = ("mqar", "passkey")
+FILLERS = ("random", "counters")
 IGNORE = -100  # cross_entropy's ignore_index: targets that are not answers
 _SPLITS = {"train": 0, "validation": 1}
 _TRIES = 200  # placement attempts per query before a sequence is declared too crowded
@@ -59,6 +69,7 @@ class RecallTask:
         vocab_size: the model's vocabulary (default: exactly the three sets); must hold them.
         buckets: distance bucket edges, increasing, from >= 2 to <= seq_len (default: powers of two).
         max_distance: the longest key-query distance drawn (default: the last edge - 1).
+        filler: ``random`` (i.i.d.) or ``counters`` (see the module docstring: trains a previous-token head).
     """
 
     task: str = "mqar"
@@ -71,10 +82,13 @@ class RecallTask:
     vocab_size: int | None = None
     buckets: list[int] | None = field(default=None, hash=False)
     max_distance: int | None = None
+    filler: str = "random"
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"unknown synthetic task {self.task!r}; choose one of {', '.join(TASKS)}.")
+        if self.filler not in FILLERS:
+            raise ValueError(f"unknown synthetic filler {self.filler!r}; choose one of {', '.join(FILLERS)}.")
         for name in ("seq_len", "num_pairs", "num_queries", "num_keys", "num_values", "num_filler"):
             if getattr(self, name) < 1:
                 raise ValueError(f"synthetic {name} must be >= 1, got {getattr(self, name)}.")
@@ -141,10 +155,16 @@ class RecallTask:
         return int(rng.integers(lo, hi + 1))
 
     def sample(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """One sequence: ``tokens`` (n + 1,), ``labels`` (n,) and ``distance`` (n,) (-1 where no answer)."""
+        """One sequence: ``tokens`` (n + 1,), ``labels`` (n,) and ``distance`` (n,) (-1 where no answer); with
+        counters as filler also ``aux_labels`` (n,)."""
         n = self.seq_len
         filler0 = self.num_keys + self.num_values
-        tokens = rng.integers(filler0, filler0 + self.num_filler, size=n + 1)
+        if self.filler == "counters":
+            starts = rng.integers(0, self.num_filler, size=2)
+            step = np.arange(n + 1)
+            tokens = filler0 + (starts[step % 2] + step // 2) % self.num_filler
+        else:
+            tokens = rng.integers(filler0, filler0 + self.num_filler, size=n + 1)
         labels = np.full(n, IGNORE, dtype=np.int64)
         distance = np.full(n, -1, dtype=np.int64)
         used = np.zeros(n + 1, dtype=bool)
@@ -160,7 +180,14 @@ class RecallTask:
                 p = self._free_pair(rng, used)
             tokens[p], tokens[p + 1] = keys[i], values[i]
             used[p:p + 2] = True
-        return {"tokens": tokens.astype(np.int64), "labels": labels, "distance": distance}
+        example = {"tokens": tokens.astype(np.int64), "labels": labels, "distance": distance}
+        if self.filler == "counters":  # target t is token t + 1, predictable from token t - 1 where both are filler
+            filler = tokens >= filler0
+            rule = np.zeros(n, dtype=bool)
+            rule[1:] = filler[:-2] & filler[2:]
+            rule &= labels == IGNORE  # a query's target is its answer
+            example["aux_labels"] = np.where(rule, tokens[1:], IGNORE).astype(np.int64)
+        return example
 
     def _place_query(self, rng: np.random.Generator, used: np.ndarray) -> tuple[int, int]:
         """(query position t, pair position p = t - d) with all four slots free."""
@@ -210,15 +237,17 @@ class SyntheticDataModule(L.LightningDataModule):
         val_examples: the fixed validation set (split over ranks).
         seed: linked from ``seed_everything``.
         num_workers: DataLoader worker processes.
+        filler: ``random`` or ``counters`` (the module docstring).
     """
 
     def __init__(self, task: str = "mqar", seq_len: int = 512, num_pairs: int = 16, num_queries: int = 16,
                  num_keys: int = 64, num_values: int = 64, num_filler: int = 16, vocab_size: int | None = None,
                  buckets: list[int] | None = None, max_distance: int | None = None, batch_size: int = 32,
-                 train_examples: int = 100_000, val_examples: int = 512, seed: int = 0, num_workers: int = 0):
+                 train_examples: int = 100_000, val_examples: int = 512, seed: int = 0, num_workers: int = 0,
+                 filler: str = "random"):
         super().__init__()
         self.task = RecallTask(task, seq_len, num_pairs, num_queries, num_keys, num_values, num_filler, vocab_size,
-                               buckets, max_distance)
+                               buckets, max_distance, filler)
         for name, value in (("batch_size", batch_size), ("train_examples", train_examples),
                             ("val_examples", val_examples)):
             if value < 1:
@@ -263,11 +292,15 @@ class SyntheticDataModule(L.LightningDataModule):
         if self.trainer is None:
             return {}
         epoch, consumed = fit_position(self.trainer, self.batch_size)
-        return {"epoch": epoch, "consumed": consumed, "task": self.task.task, "vocab_size": self.vocab_size}
+        return {"epoch": epoch, "consumed": consumed, "task": self.task.task, "vocab_size": self.vocab_size,
+                "filler": self.task.filler}
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
             return
         if state.get("task") not in (None, self.task.task):
             raise ValueError(f"the checkpoint was trained on synthetic task {state['task']!r}, not {self.task.task!r}.")
+        if state.get("filler", "random") != self.task.filler:
+            raise ValueError(f"the checkpoint was trained with {state.get('filler', 'random')!r} filler, not "
+                             f"{self.task.filler!r}: pass --data.init_args.filler {state.get('filler', 'random')}.")
         self._resume = {"epoch": state["epoch"], "consumed": state["consumed"]}

@@ -117,8 +117,14 @@ class LitLM(L.LightningModule):
         return F.cross_entropy(scores.float().reshape(-1, scores.size(-1)), targets.reshape(-1), ignore_index=-100)
 
     def loss(self, batch, perm_stream: int | None) -> torch.Tensor:
+        """The training loss: the mean over the targets, plus for a labeled batch with ``aux_labels`` (synthetic
+        filler that trains a previous-token head) their own mean, so the answers keep their weight."""
         inputs, targets = self.targets_of(batch)
-        return self.cross_entropy(self(inputs, perm_stream), targets)
+        scores = self(inputs, perm_stream)
+        loss = self.cross_entropy(scores, targets)
+        if isinstance(batch, dict) and "aux_labels" in batch:
+            loss = loss + self.cross_entropy(scores, batch["aux_labels"])
+        return loss
 
     def val_stream(self, batch_idx: int) -> int:
         """The stream validation batch ``batch_idx`` draws from: the batch index alone for ``eval_seed`` 0 (val
