@@ -139,12 +139,13 @@ def test_training_adds_the_fillers_mean_loss_to_the_answers_and_validation_score
     batch = {k: torch.stack([task.example(0, "train", i)[k] for i in range(3)]) for k in ("tokens", "labels",
                                                                                         "distance", "aux_labels")}
     lit = LitLM(arch=ModelConfig(vocab_size=task.vocab, n_layer=1, n_head=2, n_kv_head=2, d_model=32, d_ff=64,
-                               max_seq_len=64, attention={"variant": "full"}))
+                                 max_seq_len=64, attention={"variant": "full"}))
     scores = lit(batch["tokens"][:, :-1])
     answers, filler = LitLM.cross_entropy(scores, batch["labels"]), LitLM.cross_entropy(scores, batch["aux_labels"])
     torch.testing.assert_close(lit.loss(batch, None), answers + filler)
     plain = {k: v for k, v in batch.items() if k != "aux_labels"}
     torch.testing.assert_close(lit.loss(plain, None), answers)
+    assert LitLM.targets_of(batch)[1] is batch["labels"]  # validation's targets: the answers, never the filler
 
 
 def test_a_checkpoint_of_one_filler_is_refused_by_a_run_with_the_other():

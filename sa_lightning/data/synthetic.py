@@ -302,7 +302,8 @@ class SyntheticDataModule(L.LightningDataModule):
             return
         if state.get("task") not in (None, self.task.task):
             raise ValueError(f"the checkpoint was trained on synthetic task {state['task']!r}, not {self.task.task!r}.")
-        if state.get("filler", "random") != self.task.filler:
-            raise ValueError(f"the checkpoint was trained with {state.get('filler', 'random')!r} filler, not "
-                             f"{self.task.filler!r}: pass --data.init_args.filler {state.get('filler', 'random')}.")
+        trained = state.get("filler", "random")  # a checkpoint from before the option had random filler
+        if trained != self.task.filler:
+            raise ValueError(f"the checkpoint was trained with {trained!r} filler, not {self.task.filler!r}: pass "
+                             f"--data.init_args.filler {trained}.")
         self._resume = {"epoch": state["epoch"], "consumed": state["consumed"]}
