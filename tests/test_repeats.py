@@ -22,6 +22,30 @@ def test_a_segment_is_planted_twice_and_the_mask_marks_the_targets_the_copy_pred
     assert torch.equal(mix.plant(block, seed=3, vocab=100)[0], out)  # a seed is one draw
 
 
+def test_with_several_copies_only_the_last_is_scored_and_each_earlier_one_is_a_source():
+    """copies = 3: the segment at p, p + gap, p + 2 gap and p + 3 gap; the last copy's targets are scored, the text
+    between the occurrences stays text, and every other target the planting made is marked planted."""
+    mix = RepeatMix(length=8, gap=32, copies=3)
+    mix.check(seq_len=128, vocab=100)
+    block = torch.arange(1000, 1129)
+    out, mask, made = mix.plant(block, seed=5, vocab=100)
+    planted = (out != block).nonzero().flatten().tolist()
+    p = planted[0]
+    starts = [p + j * 32 for j in range(4)]
+    assert planted == [t for s in starts for t in range(s, s + 8)]
+    assert all(torch.equal(out[s:s + 8], out[p:p + 8]) for s in starts)
+    q = starts[-1]
+    assert mask.nonzero().flatten().tolist() == list(range(q, q + 7))
+    expected = {t for s in starts[:-1] for t in range(s - 1, s + 7) if t >= 0} | {q - 1}
+    assert set(made.nonzero().flatten().tolist()) == expected and not bool((made & mask).any())
+    text = ~(mask | made)
+    assert bool(text[p + 8:p + 31].all())  # the text between two occurrences is text
+    with pytest.raises(ValueError, match="do not fit a block"):
+        RepeatMix(length=8, gap=41, copies=3).check(seq_len=128, vocab=100)
+    with pytest.raises(ValueError, match="at most half its tokens"):
+        RepeatMix(length=8, gap=32, copies=3, count=3).check(seq_len=128, vocab=100)
+
+
 def test_validation_blocks_keep_their_segment_and_each_training_epoch_draws_anew():
     from sa_lightning.data.sampler import BlockSampler, EpochOffsetSampler
 
@@ -56,7 +80,7 @@ def test_the_data_module_scores_the_repeats_apart(monkeypatch):
     assert batch["tokens"].shape == (4, 65) and batch["repeat"].shape == (4, 64)
     assert batch["repeat"].sum(dim=1).tolist() == [7, 7, 7, 7] and not bool((batch["repeat"] & batch["planted"]).any())
     assert next(iter(dm.train_dataloader())).shape == (4, 65)  # training: plain blocks, every token a target
-    with pytest.raises(ValueError, match="data repeats takes length, gap, low, count and alphabet"):
+    with pytest.raises(ValueError, match="data repeats takes length, gap, low, count, alphabet, copies"):
         LMDataModule(seq_len=64, repeats={"length": 8, "distance": 40})
     with pytest.raises(ValueError, match="set data.mode: cache"):
         LMDataModule(seq_len=64, mode="stream", repeats={"length": 8, "gap": 40})
@@ -78,7 +102,7 @@ def test_several_segments_are_planted_apart_each_copied_from_the_alphabet():
                        RepeatMix(length=8, gap=40).plant(torch.arange(1000, 1065), 3, 100)[0])
 
 
-@pytest.mark.parametrize("kwargs, match", [({"count": 3}, "at most a quarter"), ({"alphabet": 1}, "two ids"),
+@pytest.mark.parametrize("kwargs, match", [({"count": 3}, "at most half its tokens"), ({"alphabet": 1}, "two ids"),
                                            ({"alphabet": 90}, "inside the vocabulary")])
 def test_a_crowded_or_empty_mix_is_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

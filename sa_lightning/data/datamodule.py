@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import warnings
+from dataclasses import fields
 from pathlib import Path
 
 import lightning as L
@@ -80,11 +81,11 @@ class LMDataModule(L.LightningDataModule):
         read_batch: stream mode: documents read and tokenized per call in a worker.
         num_workers: DataLoader worker processes (stream mode: the tokenizing readers per rank).
         cache_dir: where packed tokens are cached (``$SA_LIGHTNING_CACHE`` overrides the default).
-        repeats: ``{length, gap[, count, alphabet, low]}``: random-token segments planted in every block and
-            repeated ``gap`` tokens later (``data.repeats.RepeatMix``): long-range information inside ordinary
-            text. Validation batches then carry ``repeat``, the mask of the targets that only the copies predict,
-            and ``planted``, the other targets the planting made (``study pretrain`` scores the copies apart and the text without either).
-            Cache mode only.
+        repeats: ``{length, gap[, count, alphabet, low, copies]}``: random-token segments planted in every block
+            and repeated ``gap`` tokens later (``copies`` times, the last one scored; ``data.repeats.RepeatMix``):
+            long-range information inside ordinary text. Validation batches then carry ``repeat``, the mask of the
+            targets that only the copies predict, and ``planted``, the other targets the planting made (``study
+            pretrain`` scores the copies apart and the text without either). Cache mode only.
     """
 
     def __init__(
@@ -128,10 +129,10 @@ class LMDataModule(L.LightningDataModule):
         if repeats:
             if self.mode == "stream":
                 raise ValueError("data repeats plants segments in the cached blocks; set data.mode: cache.")
-            unknown = set(repeats) - {"length", "gap", "low", "count", "alphabet"}
+            known = [f.name for f in fields(RepeatMix)]
+            unknown = set(repeats) - set(known)
             if unknown:
-                raise ValueError(f"data repeats takes length, gap, low, count and alphabet, got "
-                                 f"{', '.join(sorted(unknown))}.")
+                raise ValueError(f"data repeats takes {', '.join(known)}, got {', '.join(sorted(unknown))}.")
             self.repeats = RepeatMix(**repeats)
             self.repeats.check(seq_len, len(self.tokenizer))
         self.seq_len, self.batch_size, self.val_blocks = seq_len, batch_size, val_blocks
