@@ -154,23 +154,28 @@ def test_a_cell_trains_scores_its_items_and_resumes(tmp_path, capsys):
 def test_the_copy_presets_hold_table_1s_models_with_the_copies_beyond_every_band(monkeypatch):
     """Issue 49, item 3: the setting with headroom. Every model of Table 1 and its controls, five seeds on the CPU and
     sixteen on a GPU, and each copy lies past the receptive field L * (w - 1) of every band, SWA at 2w included (or
-    SWA at 2w would reach it, and the gated pair's comparison with it would be decided by the data's layout)."""
+    SWA at 2w would reach it, and the gated pair's comparison with it would be decided by the data's layout). The
+    copies with three sources (copy-multi) leave SWA at 2w out, since its field would hold the nearest source."""
     from pathlib import Path
+
+    from sa_lightning.data.repeats import RepeatMix
 
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)
-    for preset, seeds in (("copy", 5), ("copy-gpu", 16)):
+    for preset, seeds, steps in (("copy", 5, 1500), ("copy-gpu", 16, 1500), ("copy-multi", 5, 4000)):
         settings = pretrain.load_settings(CONFIG, preset, {})
         models = [pretrain.parse_model(m) for m in settings["models"]]
         assert {v for v, _ in models} == {"full", "swa", "sa", "random", "strided", "sa_swa", "random_swa"}
         assert len(settings["seeds"]) == seeds and {"a": "full", "b": settings["models"][1]} in settings["comparisons"]
         fit = settings["fit_overrides"]
-        depth, gap = fit["model.arch.n_layer"], fit["data.repeats"]["gap"]
+        depth, gap = fit["model.arch.n_layer"], fit["data.repeats"]["gap"]  # the nearest source is gap tokens back
         assert max(depth * (w - 1) for _, w in models if w) < gap
-        assert fit["model.arch.max_seq_len"] == fit["data.seq_len"] and fit["trainer.max_steps"] == 1500
+        assert fit["model.arch.max_seq_len"] == fit["data.seq_len"] and fit["trainer.max_steps"] == steps
         args = pretrain.fit_args(pretrain.cells(settings)[0], settings, root / "tmp")
         assert "--data.repeats" in args
-    assert settings["fit_overrides"]["trainer.accelerator"] == "gpu" and settings["jobs"] == 16
+        RepeatMix(**fit["data.repeats"]).check(fit["data.seq_len"], vocab=4096)  # the planting fits the block
+        if preset == "copy-gpu":
+            assert fit["trainer.accelerator"] == "gpu" and settings["jobs"] == 16
 
 
 def test_with_planted_copies_the_report_counts_the_seeds_that_learned_to_copy():
