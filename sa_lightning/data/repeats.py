@@ -2,8 +2,8 @@
 
 Each block of text gets ``count`` segments of ``length`` random tokens, each at a random position p and again at
 p + ``gap`` (with ``copies`` = k, at p + gap, p + 2 gap, ..., p + k gap), no two spans overlapping. The text around
-them is left alone. Once the model has
-seen a segment's first token in its copy, the rest of the copy is predictable only by looking ``gap`` tokens back:
+them is left alone. Once the model has seen a segment's first token in its copy, the rest of the copy is
+predictable only by looking ``gap`` tokens back:
 a window shorter than that cannot, full attention can (an induction head). Scored apart (``repeat``, a mask over
 the targets), the NLL on the copies measures reach inside ordinary language modelling; the NLL on the text measures
 everything else.
@@ -15,7 +15,7 @@ probability 1 - (1 - p)^k instead of p. The copies between are planted (neither 
     data:
       repeats: {length: 16, gap: 160}     # configs/study/pretrain.yaml, preset repeats
       repeats: {length: 8, gap: 80, count: 3, alphabet: 256}   # preset copy: three copies per block, 256 token ids
-      repeats: {length: 8, gap: 32, copies: 3, alphabet: 256}  # preset copy-multi: one segment, three sources
+      repeats: {length: 8, gap: 32, copies: 3, count: 2, alphabet: 256}  # preset copy-multi: three sources each
 
 Training blocks draw fresh segments each epoch (from the epoch and the block's index: a resumed run plants the
 same); validation blocks fixed ones, so every model is scored on the same copies. The text's NLL leaves
