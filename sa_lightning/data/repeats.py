@@ -3,10 +3,9 @@
 Each block of text gets ``count`` segments of ``length`` random tokens, each at a random position p and again at
 p + ``gap`` (with ``copies`` = k, at p + gap, p + 2 gap, ..., p + k gap), no two spans overlapping. The text around
 them is left alone. Once the model has seen a segment's first token in its copy, the rest of the copy is
-predictable only by looking ``gap`` tokens back:
-a window shorter than that cannot, full attention can (an induction head). Scored apart (``repeat``, a mask over
-the targets), the NLL on the copies measures reach inside ordinary language modelling; the NLL on the text measures
-everything else.
+predictable only by looking ``gap`` tokens back: a window shorter than that cannot, full attention can (an
+induction head). Scored apart (``repeat``, a mask over the targets), the NLL on the copies measures reach inside
+ordinary language modelling; the NLL on the text measures everything else.
 
 With ``copies`` = k > 1 only the last copy is scored: each of its tokens has k earlier sources, all at least ``gap``
 back, so a sparse query that sees each earlier token with probability p per layer reaches one of them with
