@@ -49,6 +49,10 @@ class RepeatMix:
         """Tokens from a segment's first occurrence to the end of its last copy."""
         return self.copies * self.gap + self.length
 
+    def starts(self, p: int) -> list[int]:
+        """Where a segment first placed at p lies: p, then each copy ``gap`` after the one before (the last scored)."""
+        return [p + j * self.gap for j in range(self.copies + 1)]
+
     def high(self, vocab: int) -> int:
         return vocab if self.alphabet is None else self.low + self.alphabet
 
@@ -84,14 +88,12 @@ class RepeatMix:
         for _ in range(self.count):
             p = self._place(g, size, taken)
             segment = torch.randint(self.low, self.high(vocab), (self.length,), generator=g, dtype=block.dtype)
-            for j in range(self.copies + 1):
-                start = p + j * self.gap
+            *sources, q = self.starts(p)  # q: the scored copy
+            for start in (*sources, q):
                 out[start:start + self.length] = segment
                 taken[start:start + self.length] = True
-            for j in range(self.copies):  # the first occurrence and each copy before the last: not scored
-                start = p + j * self.gap
+            for start in sources:  # the first occurrence and each copy before the last: not scored
                 planted[max(start - 1, 0):start + self.length - 1] = True
-            q = p + self.copies * self.gap  # the scored copy
             mask[q:q + self.length - 1] = True
             planted[q - 1] = True
         return out, mask & ~planted, planted
@@ -100,8 +102,7 @@ class RepeatMix:
         """A start p whose spans touch no span planted before (a segment's first draw is always free)."""
         for _ in range(_TRIES):
             p = int(torch.randint(0, size - self.span + 1, (1,), generator=g))
-            starts = (p + j * self.gap for j in range(self.copies + 1))
-            if not any(taken[s:s + self.length].any() for s in starts):
+            if not any(taken[s:s + self.length].any() for s in self.starts(p)):
                 return p
         raise ValueError(f"data repeats could not place {self.count} segments of {self.length} tokens {self.gap} "
                          f"apart in a block of {size} tokens after {_TRIES} tries; lower count or length.")
