@@ -466,8 +466,8 @@ def stage_prefill(out: Path, tiny: bool) -> dict:
     from .bench.prefill import main as bench_prefill
 
     # --tiny: bench prefill's random 4-layer Qwen3 (building even one layer of Qwen3-8B's shapes takes 10-20 s
-    # on a CPU; tests/test_bench_gpu_paths.py checks that builder and its shapes)
-    argv = (["--model", "tiny", "--lengths", "64", "128", "--window", "32", "--repeats", "1"] if tiny else
+    # on a CPU; tests/test_bench_gpu_paths.py checks that builder and its shapes), at one length as on the GPU
+    argv = (["--model", "tiny", "--lengths", "128", "--window", "32", "--repeats", "1"] if tiny else
             ["--model", "qwen3-8b-random", "--device", "cuda", "--dtype", "bfloat16",
              "--lengths", "8192", "--repeats", "2"])
     rows = bench_prefill([*argv, "--out", str(out / "prefill"), "--overwrite"])  # the doctor's own folder

@@ -110,12 +110,15 @@ class SkipUnusedWork(L.Callback):
     """Turns off the shipped config's work that a fault test never looks at: AttentionMapLogger's drawing
     (Figure 3's maps at the end of every fit, several seconds each; ``test_resume.py`` and ``test_eval.py``
     check the maps) and ZeroShotEval's loading of its tasks at the start of fit (its first evaluation, at step
-    150, is past these 6-step runs). Every other shipped callback runs as configured."""
+    150, is past these 6-step runs). Every other shipped callback runs as configured, and so does every one
+    appended after this one (a test that wants its own evaluation or maps appends them after it)."""
 
     def setup(self, trainer, pl_module, stage):
         from sa_lightning.lit import AttentionMapLogger, ZeroShotEval
 
         for cb in trainer.callbacks:
+            if cb is self:
+                break
             if isinstance(cb, AttentionMapLogger):
                 cb.every_n_steps, cb.at_fit_end = 0, False
             elif isinstance(cb, ZeroShotEval):

@@ -208,18 +208,29 @@ def stream_args(tmp_path_factory):
 
 
 def test_streamed_ddp_ranks_read_disjoint_data_resume_per_rank_and_reduce_validation(stream_args, tmp_path):
-    """Two gloo ranks x 2 workers: disjoint batches; a resume with another batch size is refused on every rank
-    before training; a resume from the periodic step-2 checkpoint continues every rank with its own next batches
-    (the kill -9 resumes of text runs are above); val/loss over the ranks' disjoint slices equals one process's."""
+    """Two gloo ranks x 2 workers: disjoint batches; zero-shot evaluation and attention maps on rank 0 while rank 1
+    waits at its barrier (no deadlock); a resume with another batch size is refused on every rank before training;
+    a resume from the periodic step-2 checkpoint continues every rank with its own next batches (the kill -9
+    resumes of text runs are above); val/loss over the ranks' disjoint slices equals one process's."""
     ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.limit_val_batches", "1.0"]
     metrics = {"class_path": "tests.helpers.DumpMetrics", "init_args": {"out": str(tmp_path / "metrics")}}
     keep = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",  # keeps every step's file, for step 2
             "init_args": {"dirpath": str(tmp_path / "keep"), "every_n_train_steps": 1, "save_top_k": -1}}
-    full = _fit(tmp_path, tmp_path / "full", metrics, keep, extra=[*stream_args, *ddp], env={"MASTER_PORT": ddp_port()})
+    # rank 0 alone evaluates (steps 2 and 4) and draws (step 4), as ZeroShotEval and AttentionMapLogger do in a run
+    zero_shot = {"class_path": "sa_lightning.lit.ZeroShotEval",
+                 "init_args": {"tasks": "shakespeare_lastword", "every_n_steps": 2, "limit": 2}}
+    maps = {"class_path": "sa_lightning.lit.AttentionMapLogger",
+            "init_args": {"every_n_steps": 4, "tokens": 12, "at_fit_end": False}}
+    full = _fit(tmp_path, tmp_path / "full", metrics, keep, zero_shot, maps, extra=[*stream_args, *ddp],
+                env={"MASTER_PORT": ddp_port()})
     assert full.returncode == 0, full.stderr[-3000:]
     ranks = [json.loads((tmp_path / "full" / f"rank{r}.json").read_text()) for r in (0, 1)]
     rows = [[h for s in steps for h in s["rows"]] for steps in ranks]
-    assert len(rows[0]) == len(rows[1]) == 6 * 4 and not set(rows[0]) & set(rows[1])
+    assert len(rows[0]) == len(rows[1]) == 6 * 4 and len(set(rows[0])) == 6 * 4 and not set(rows[0]) & set(rows[1])
+    logged = tmp_path / "tb" / "version_0"  # the shipped logger's run folder
+    assert json.loads((logged / "eval" / "step2.json").read_text())["shakespeare_lastword"]["acc"] >= 0
+    assert json.loads((logged / "eval" / "step4.json").read_text())
+    assert sorted(p.name for p in (logged / "attention_maps").iterdir()) == ["step4.png"]
     step2 = next((tmp_path / "keep").glob("*step=2.ckpt"))
     # another batch size (and one process): with 2 workers a batch-size change once trained again on rows already
     # seen; now every difference is refused at once

@@ -78,7 +78,8 @@ def test_the_wheel_ships_every_file_of_the_package_and_the_command(installed):
 
 
 # every command's --help in one interpreter of the installed copy, each as the console script runs it
-# (``main_with_clean_errors`` with ``sys.argv`` set): one import of Lightning and transformers for all 23
+# (``main_with_clean_errors`` with ``sys.argv`` set), then ``submit --dry_run``: one import of Lightning and
+# transformers for all of them
 HELP_ALL = r'''
 import contextlib, io, json, sys, traceback
 from sa_lightning.main import COMMANDS, Group, main_with_clean_errors
@@ -97,6 +98,15 @@ for name, entry in COMMANDS.items():
         results[" ".join(words)] = [code, out.getvalue()]
 from sa_lightning import doctor
 results["doctor.ROOT"] = [0, repr(doctor.ROOT)]
+# submit, in the same interpreter: the templates come from the package, and the job runs the installed module
+sys.argv, out = ["sa-lightning", "submit", "pretrain", "--config", "tiny.yaml", "--dry_run"], io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    try:
+        main_with_clean_errors()
+        code = 0
+    except SystemExit as stop:
+        code = 0 if stop.code is None else stop.code
+results["submit --dry_run"] = [code, out.getvalue()]
 with open("help.json", "w") as fh:
     json.dump(results, fh)
 '''
@@ -115,6 +125,7 @@ def test_an_installed_wheel_runs_outside_the_checkout(installed):
     as_module = _run(installed, venv / "bin/python", "-m", "sa_lightning.main", "--help")  # what a SLURM job runs
     assert as_module.returncode == 0 and as_module.stdout == usage.stdout, as_module.stdout + as_module.stderr
 
+    (run / "tiny.yaml").write_text((ROOT / "configs/tiny.yaml").read_text())  # for submit
     helps = _run(installed, venv / "bin/python", "-c", HELP_ALL)
     assert helps.returncode == 0, helps.stdout[-3000:] + helps.stderr[-3000:]
     results = json.loads((run / "help.json").read_text())
@@ -129,10 +140,9 @@ def test_an_installed_wheel_runs_outside_the_checkout(installed):
     assert results["doctor.ROOT"][1] == "None"  # installed: doctor's tests stage says it skips tests/
 
     # submit: the templates come from the package, and the job runs the installed module (there is no cli.py)
-    (run / "tiny.yaml").write_text((ROOT / "configs/tiny.yaml").read_text())
-    submit = _run(installed, venv / "bin/sa-lightning", "submit", "pretrain", "--config", "tiny.yaml", "--dry_run")
-    assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
-    assert "srun python -m sa_lightning.main fit --config tiny.yaml" in submit.stdout, submit.stdout
+    code, printed = results["submit --dry_run"]
+    assert code == 0, printed[-3000:]
+    assert "srun python -m sa_lightning.main fit --config tiny.yaml" in printed, printed
 
     # fit: a copy of configs/tiny.yaml, made small by tests/configs/fast.yaml (copied too), for 3 steps
     (run / "fast.yaml").write_text((ROOT / "tests/configs/fast.yaml").read_text())

@@ -201,5 +201,6 @@ def main(argv: list[str] | None = None) -> Path:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "attention_maps.png"
     savefig(fig, path, dpi=160)
+    pyplot().close(fig)  # a caller's process (``analyze``) draws on: no figure left open
     print(f"wrote {path}")
     return path

@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> Path:
     with replacing_files(args.out, "gate analysis", args.overwrite) as tmp:  # the three together, or none
         write_csv(tmp / "gates.csv", summary, digits=6)
         write_csv(tmp / "gates_by_distance.csv", buckets, digits=6)
-        savefig(draw(data, buckets, title), tmp / "gates.png", dpi=150)
+        fig = draw(data, buckets, title)
+        savefig(fig, tmp / "gates.png", dpi=150)
+        pyplot().close(fig)
     print(f"wrote {args.out / 'gates.csv'}, {args.out / 'gates_by_distance.csv'} and {args.out / 'gates.png'}")
     return args.out / "gates.csv"
