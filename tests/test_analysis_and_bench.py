@@ -60,11 +60,15 @@ def test_variance_shrinks_like_one_over_w():
 
 @pytest.mark.slow
 def test_analyze_cli_writes_csv_and_png(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
     out = tmp_path / "an"
     monkeypatch.chdir(tmp_path)
+    open_before = set(plt.get_fignums())
     res = run_cli_here("analyze", "all", "--n", "256", "--window", "16", "--depth", "6", "--trials", "2",
                        "--windows", "4", "16", "--out", str(out))
     assert res.returncode == 0, res.stderr
+    assert set(plt.get_fignums()) <= open_before  # every figure it drew is closed: the process draws on
     for name in ("coverage", "connection", "variance"):
         assert (out / f"{name}.png").stat().st_size > 1000
         assert len(list(csv.DictReader((out / f"{name}.csv").open()))) > 1

@@ -135,5 +135,9 @@ def test_a_full_disk_while_an_analysis_writes_keeps_its_previous_csv_and_figure(
     before = _files(tmp_path)
     assert sorted(before) == ["coverage.csv", "coverage.png"]
     monkeypatch.setattr(analysis, "savefig", _full_disk)
+    import matplotlib.pyplot as plt
+
+    open_before = set(plt.get_fignums())
     _one_sentence(run(64), tmp_path, "analysis", "coverage.png")
     assert _files(tmp_path) == before
+    assert set(plt.get_fignums()) <= open_before  # the figure whose write failed is closed too
