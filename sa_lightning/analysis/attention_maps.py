@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> Path:
                                seed=args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "attention_maps.png"
-    savefig(fig, path, dpi=160)
-    pyplot().close(fig)  # a caller's process (``analyze``) draws on: no figure left open
+    try:
+        savefig(fig, path, dpi=160)
+    finally:  # closed also when the write fails: a caller's process (``analyze``) draws on
+        pyplot().close(fig)
     print(f"wrote {path}")
     return path

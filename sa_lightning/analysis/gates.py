@@ -264,7 +264,9 @@ def main(argv: list[str] | None = None) -> Path:
         write_csv(tmp / "gates.csv", summary, digits=6)
         write_csv(tmp / "gates_by_distance.csv", buckets, digits=6)
         fig = draw(data, buckets, title)
-        savefig(fig, tmp / "gates.png", dpi=150)
-        pyplot().close(fig)
+        try:
+            savefig(fig, tmp / "gates.png", dpi=150)
+        finally:  # closed also when the write fails: ``analyze`` draws on in this process
+            pyplot().close(fig)
     print(f"wrote {args.out / 'gates.csv'}, {args.out / 'gates_by_distance.csv'} and {args.out / 'gates.png'}")
     return args.out / "gates.csv"
