@@ -125,6 +125,8 @@ def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(
 
 
 def test_a_full_disk_while_an_analysis_writes_keeps_its_previous_csv_and_figure(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
     import sa_lightning.analysis.analyze as analysis
 
     def run(n):
@@ -135,8 +137,6 @@ def test_a_full_disk_while_an_analysis_writes_keeps_its_previous_csv_and_figure(
     before = _files(tmp_path)
     assert sorted(before) == ["coverage.csv", "coverage.png"]
     monkeypatch.setattr(analysis, "savefig", _full_disk)
-    import matplotlib.pyplot as plt
-
     open_before = set(plt.get_fignums())
     _one_sentence(run(64), tmp_path, "analysis", "coverage.png")
     assert _files(tmp_path) == before
