@@ -135,3 +135,26 @@ def test_sweep_position_figure_shows_equal_modes_side_by_side(monkeypatch, tmp_p
         _no_legend_over_a_panel(fig, inside=False)  # the sweep's figures are saved with bbox_inches="tight"
     finally:
         pyplot().close(fig)
+
+
+def test_every_figure_is_closed_after_its_write_also_when_the_write_fails(tmp_path, monkeypatch):
+    """``save_figure`` is how every command writes a figure: the file lands whole and the figure is closed, and a
+    write that fails (a full disk) closes it too, so a process that draws on keeps no figure open."""
+    import errno
+
+    from sa_lightning.utils import atomic
+    from sa_lightning.utils.report import save_figure
+
+    plt = pyplot()
+    fig = plt.figure()
+    save_figure(fig, tmp_path / "a.png", dpi=40)
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG" and fig.number not in plt.get_fignums()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic, "savefig", full_disk)
+    fig = plt.figure()
+    with pytest.raises(OSError, match="No space"):
+        save_figure(fig, tmp_path / "b.png")
+    assert fig.number not in plt.get_fignums() and not (tmp_path / "b.png").exists()

@@ -70,8 +70,6 @@ def tiny_qwen3(tmp_path_factory):
 
 def test_a_full_disk_while_a_sweep_reports_keeps_the_previous_report_and_the_new_cell(tiny_qwen3, tmp_path,
                                                                                        monkeypatch):
-    import sa_lightning.inference.sweep_report as sweep_report
-
     out = tmp_path / "sweep"
 
     def sweep(*modes):
@@ -83,7 +81,7 @@ def test_a_full_disk_while_a_sweep_reports_keeps_the_previous_report_and_the_new
     before = _files(out)
     assert {"config.json", "results.json", "results.csv", "table.md", "average.png"} <= set(before)
     with monkeypatch.context() as m:
-        m.setattr(sweep_report, "savefig", _full_disk)
+        m.setattr(atomic, "savefig", _full_disk)  # every figure is written through it (utils.report.save_figure)
         res = sweep("full", "swa")
     _one_sentence(res, out, "sweep report", "average.png")
     assert _files(out) == before  # the full-only report, byte for byte, config.json included
@@ -113,10 +111,8 @@ def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(
     assert run("swa").returncode == 0
     before = _files(out)
     assert sorted(before) == ["accuracy_vs_distance.png", "compare.md", "reach.md", "results.csv", "table.md"]
-    from sa_lightning.utils import trained
-
     with monkeypatch.context() as m:
-        m.setattr(trained, "savefig", _full_disk)  # the study's figures are drawn by the shared layer
+        m.setattr(atomic, "savefig", _full_disk)
         res = run("swa", "sa")
     _one_sentence(res, out, "study report", "accuracy_vs_distance.png")
     assert _files(out) == before
@@ -127,8 +123,6 @@ def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(
 def test_a_full_disk_while_an_analysis_writes_keeps_its_previous_csv_and_figure(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    import sa_lightning.analysis.analyze as analysis
-
     def run(n):
         return run_cli_here("analyze", "coverage", "--n", str(n), "--window", "4", "--depth", "3", "--trials", "1",
                             "--sources", "4", "--out", str(tmp_path))
@@ -136,7 +130,7 @@ def test_a_full_disk_while_an_analysis_writes_keeps_its_previous_csv_and_figure(
     assert run(32).returncode == 0
     before = _files(tmp_path)
     assert sorted(before) == ["coverage.csv", "coverage.png"]
-    monkeypatch.setattr(analysis, "savefig", _full_disk)
+    monkeypatch.setattr(atomic, "savefig", _full_disk)
     open_before = set(plt.get_fignums())
     _one_sentence(run(64), tmp_path, "analysis", "coverage.png")
     assert _files(tmp_path) == before

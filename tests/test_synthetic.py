@@ -310,11 +310,11 @@ def test_study_figure_keeps_legend_and_receptive_field_label_off_the_curves(pane
     """The L·(w−1) label once sat under the curves and the legend over the SA+SWA line: the label now sits above
     each panel's plotting area and one legend below all panels, outside every axis."""
     import sa_lightning.study.long_range as study
-    from sa_lightning.utils import trained
+    from sa_lightning.utils import atomic
 
     figures = []
-    real_savefig = trained.savefig  # the figure is drawn by the shared layer (utils.trained.profile)
-    monkeypatch.setattr(trained, "savefig",
+    real_savefig = atomic.savefig  # every figure is written through it (utils.report.save_figure)
+    monkeypatch.setattr(atomic, "savefig",
                         lambda fig, path, **kw: (figures.append(fig), real_savefig(fig, path, **kw)))
     results = [_fake_result(v, d, w, (1, 16) if v in ("sa", "sa_swa") else (1,))
                for d, w in panels for v in ("full", "swa", "sa", "sa_swa")]

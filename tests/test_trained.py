@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from sa_lightning.utils import trained
+from sa_lightning.utils import atomic, trained
 from sa_lightning.utils.stats import BETTER, TIED
 
 ACC = trained.Outcome("acc", "accuracy", scale=100, spec=".1f", unit="points")
@@ -80,8 +80,8 @@ def test_the_wide_table_is_the_papers_layout_and_says_a_range_under_five_seeds()
 
 def _captured(monkeypatch):
     figures = []
-    real = trained.savefig
-    monkeypatch.setattr(trained, "savefig", lambda fig, path, **kw: (figures.append(fig), real(fig, path, **kw)))
+    real = atomic.savefig  # every figure is written through it (utils.report.save_figure)
+    monkeypatch.setattr(atomic, "savefig", lambda fig, path, **kw: (figures.append(fig), real(fig, path, **kw)))
     return figures
 
 

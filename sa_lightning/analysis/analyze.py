@@ -12,26 +12,18 @@ import numpy as np
 
 from ..attention import get_variant, variant_label
 from ..attention.variants import SA, SA_BUCKET, SWA
-from ..utils.atomic import add_overwrite, output_folder, replacing_files, savefig
-from ..utils.report import power_of_two_ticks, pyplot, spread
+from ..utils.atomic import add_overwrite, output_folder, replacing_files
+from ..utils.report import power_of_two_ticks, pyplot, save_figure, spread
 from ..utils.tables import write_csv
 from . import graphs, mechanism
 
-
-
-def _write_figure(fig, path: Path, **kwargs) -> None:
-    """Save ``fig``, then close it, also when the write fails: ``analyze all`` draws every figure in one process."""
-    try:
-        savefig(fig, path, **kwargs)
-    finally:
-        pyplot().close(fig)
 
 
 def _save(fig, ax, path: Path, legend_size: int | None = None) -> None:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=legend_size)
     fig.tight_layout()
-    _write_figure(fig, path, dpi=150)
+    save_figure(fig, path, dpi=150)
 
 
 def run_coverage(args) -> Path:
@@ -46,7 +38,7 @@ def run_coverage(args) -> Path:
               f"(log_w n = {math.log(args.n) / math.log(args.window):.2f}, n/w = {args.n / args.window:.0f})", flush=True)
     write_csv(args.out / "coverage.csv", rows)
     fig = draw_coverage(curves, f"Coverage vs depth (n={args.n}, w={args.window}, {convention})")
-    _write_figure(fig, args.out / "coverage.png", dpi=150, bbox_inches="tight")
+    save_figure(fig, args.out / "coverage.png", dpi=150, bbox_inches="tight")
     return args.out / "coverage.csv"
 
 
@@ -181,7 +173,7 @@ def run_connectome(args) -> Path:
     fig.suptitle(f"Attention adjacency, union of {args.layers} layers (n={args.n}, w={args.window}, {convention})",
                  fontsize=10)
     fig.tight_layout()
-    _write_figure(fig, args.out / "connectome.png", dpi=110)  # n x n noise compresses badly: keep the file small
+    save_figure(fig, args.out / "connectome.png", dpi=110)  # n x n noise compresses badly: keep the file small
     return args.out / "connectome.csv"
 
 
@@ -245,7 +237,7 @@ def run_spectrum(args) -> Path:
             ax.legend(fontsize=8)
     fig.suptitle(f"Uniform-attention mixing operator (n={args.n}, w={args.window}, {convention})", fontsize=10)
     fig.tight_layout()
-    _write_figure(fig, args.out / "spectrum.png", dpi=150)
+    save_figure(fig, args.out / "spectrum.png", dpi=150)
     return args.out / "spectrum.csv"
 
 
@@ -282,7 +274,7 @@ def run_small_world(args) -> Path:
     fig.suptitle(f"Small world: high C / C_rand with L ≈ L_rand (n={args.n}, w={args.window}, {convention})",
                  fontsize=10)
     fig.tight_layout()
-    _write_figure(fig, args.out / "small_world.png", dpi=150)
+    save_figure(fig, args.out / "small_world.png", dpi=150)
     return args.out / "small_world.csv"
 
 

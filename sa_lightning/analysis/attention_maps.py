@@ -22,8 +22,8 @@ from ..attention import AttentionSpec, get_variant, layer_generator, masks, samp
 from ..attention.oracle import moba_mask
 from ..attention.variants import FULL, SA, SA_SWA, SWA
 from ..models.transformer import Transformer
-from ..utils.atomic import output_folder, savefig
-from ..utils.report import pyplot
+from ..utils.atomic import output_folder
+from ..utils.report import pyplot, save_figure
 
 
 
@@ -200,9 +200,6 @@ def main(argv: list[str] | None = None) -> Path:
                                seed=args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "attention_maps.png"
-    try:
-        savefig(fig, path, dpi=160)
-    finally:  # closed also when the write fails: a caller's process (``analyze``) draws on
-        pyplot().close(fig)
+    save_figure(fig, path, dpi=160)
     print(f"wrote {path}")
     return path

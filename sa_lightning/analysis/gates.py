@@ -22,8 +22,8 @@ import torch
 
 from ..attention import AttentionSpec, get_variant, masks
 from ..attention.variants import SA, SA_SWA, SWA
-from ..utils.atomic import add_overwrite, output_folder, replacing_files, savefig
-from ..utils.report import pyplot
+from ..utils.atomic import add_overwrite, output_folder, replacing_files
+from ..utils.report import pyplot, save_figure
 from ..utils.tables import write_csv
 from .attention_maps import layer_gates, layer_qk, variant_maps
 
@@ -263,10 +263,6 @@ def main(argv: list[str] | None = None) -> Path:
     with replacing_files(args.out, "gate analysis", args.overwrite) as tmp:  # the three together, or none
         write_csv(tmp / "gates.csv", summary, digits=6)
         write_csv(tmp / "gates_by_distance.csv", buckets, digits=6)
-        fig = draw(data, buckets, title)
-        try:
-            savefig(fig, tmp / "gates.png", dpi=150)
-        finally:  # closed also when the write fails: ``analyze`` draws on in this process
-            pyplot().close(fig)
+        save_figure(draw(data, buckets, title), tmp / "gates.png", dpi=150)
     print(f"wrote {args.out / 'gates.csv'}, {args.out / 'gates_by_distance.csv'} and {args.out / 'gates.png'}")
     return args.out / "gates.csv"

@@ -29,8 +29,8 @@ import torch
 
 from ..attention import VARIANTS, AttentionSpec, get_variant, invert_permutation, variant_label
 from ..attention.variants import FULL, MOBA, SA, SA_SWA, SWA
-from ..utils.atomic import add_overwrite, output_folder, replacing_files, savefig, write_text
-from ..utils.report import head, number, power_of_two_ticks, pyplot, row, spread
+from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
+from ..utils.report import head, number, power_of_two_ticks, pyplot, row, save_figure, spread
 from ..utils.tables import write_csv
 from .machine import describe, positive_int, sync
 from .memory import peak_bytes
@@ -235,9 +235,7 @@ DODGE = 0.3
 
 def plot(rows, path: Path, args) -> None:
     """``draw``'s figure, saved to ``path``."""
-    fig = draw(rows, args)
-    savefig(fig, path, dpi=150, bbox_inches="tight")
-    pyplot().close(fig)
+    save_figure(draw(rows, args), path, dpi=150, bbox_inches="tight")
 
 
 def draw(rows, args):

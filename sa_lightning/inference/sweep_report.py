@@ -20,10 +20,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..eval.position import is_position_task
-from ..utils.atomic import replacing_files, savefig, write_text
+from ..utils.atomic import replacing_files, write_text
 from ..attention import get_variant, variant_label
 from ..attention.variants import FULL
-from ..utils.report import head, number, pyplot, ranked_cells, row, score
+from ..utils.report import head, number, pyplot, ranked_cells, row, save_figure, score
 from ..utils.stats import Interval
 from ..utils.tables import write_csv
 from . import compare
@@ -193,8 +193,7 @@ def _ylabel(col: str) -> str:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    savefig(fig, path, dpi=150, bbox_inches="tight")  # "tight" grows the image to hold the legend below
-    pyplot().close(fig)
+    save_figure(fig, path, dpi=150, bbox_inches="tight")  # "tight" grows the image to hold the legend below
     return path
 
 

@@ -127,12 +127,14 @@ class AttentionMapLogger(EveryNSteps):
             fig, _, _ = attention_maps(net, trainer.datamodule.tokenizer, **self.kwargs)
         finally:
             net.train(was_training)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"step{trainer.global_step}.png"
-        savefig(fig, path, dpi=140)
-        self.written.append(path)
-        for logger in trainer.loggers:
-            experiment = getattr(logger, "experiment", None)
-            if hasattr(experiment, "add_figure"):
-                experiment.add_figure("attention_maps", fig, global_step=trainer.global_step)
-        plt.close(fig)
+        try:  # the figure is closed also when a write fails
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"step{trainer.global_step}.png"
+            savefig(fig, path, dpi=140)
+            self.written.append(path)
+            for logger in trainer.loggers:
+                experiment = getattr(logger, "experiment", None)
+                if hasattr(experiment, "add_figure"):
+                    experiment.add_figure("attention_maps", fig, global_step=trainer.global_step)
+        finally:
+            plt.close(fig)

@@ -2,7 +2,8 @@
 tables in the paper's style (best in bold, second best underlined). A variant's label, colour and marker live
 in its own file (``attention/variants/``): ``get_variant(name).color``, ``attention.variant_label``.
 
-Figures are still saved through ``utils.atomic.savefig`` and CSVs written through ``utils.tables.write_csv``.
+Figures are saved through ``save_figure`` (atomically, then closed) and CSVs written through
+``utils.tables.write_csv``.
 """
 from __future__ import annotations
 
@@ -32,6 +33,17 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig, path, **kwargs) -> None:
+    """Write ``fig`` to ``path`` atomically (``utils.atomic.savefig``: the format from the suffix), then close it,
+    also when the write fails: a process that draws on (``analyze all``, a sweep, a test) keeps no figure open."""
+    from . import atomic  # looked up at the call: one name to patch for every figure of the package
+
+    try:
+        atomic.savefig(fig, path, **kwargs)
+    finally:
+        pyplot().close(fig)
 
 
 def spread(count: int, octaves: float) -> list[float]:

@@ -31,8 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from .atomic import savefig
-from .report import head, pyplot, row, spread
+from .report import head, pyplot, row, save_figure, spread
 from .stats import MIN_UNITS, Interval, derived_seed, headroom, headroom_label, paired_difference, seed_comparison, \
     t_interval
 
@@ -255,8 +254,7 @@ def figure(panels: list[tuple[str, list[dict], Outcome]], path: Path, style: Cal
     fig.suptitle((title + "\n" if title else "") + f"bar: 95% t interval over training seeds (dashed: their range, "
                  f"under {MIN_UNITS} seeds); dots: each seed", fontsize=8)
     fig.tight_layout()
-    savefig(fig, path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=150, bbox_inches="tight")
 
 
 # ---- one trained model alone ----------------------------------------------------------------------
@@ -438,5 +436,4 @@ def profile(panels: list[dict], path: Path, title: str = "", xlabel: str = "", y
     fig.tight_layout()
     fig.legend(list(legend.values()), list(legend), loc="upper center", bbox_to_anchor=(0.5, 0.0),
                ncol=min(len(legend), 4 * len(panels)), fontsize=7, frameon=False)
-    savefig(fig, path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, path, dpi=150, bbox_inches="tight")
