@@ -18,7 +18,6 @@ from ..utils.tables import write_csv
 from . import graphs, mechanism
 
 
-
 def _save(fig, ax, path: Path, legend_size: int | None = None) -> None:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=legend_size)
