@@ -265,6 +265,9 @@ def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unkno
     assert len(set(outs.values())) == len(presets)
     with pytest.raises(ValueError, match="seeds_by_variant names moba"):
         load_settings(config, "powered", {"seeds_by_variant": {"moba": [0]}})
+    # --variants full narrows the grid: the preset's seeds for SWA drop out with SWA, Full keeps its own five
+    narrowed = cells(load_settings(config, "powered", {"variants": ["full"]}))
+    assert sorted(c["seed"] for c in narrowed) == [0, 1, 2, 3, 4] and {c["variant"] for c in narrowed} == {"full"}
 
 
 def test_a_learning_curve_and_the_step_a_seed_learned_at_come_from_its_validations(tmp_path):

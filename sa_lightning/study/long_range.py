@@ -99,6 +99,8 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
         raise ValueError(f"eval_seeds must be distinct integers >= 0, got {seeds!r}; nothing was trained.")
     settings["seeds"] = runner.unique_seeds(settings["seeds"], "seeds")
     own = settings.get("seeds_by_variant") or {}
+    if overrides.get("variants"):  # --variants narrows the grid: a preset's seeds for the others no longer apply
+        own = {v: s for v, s in own.items() if v in settings["variants"]}
     unknown = sorted(set(own) - set(settings["variants"]))
     if unknown:
         raise ValueError(f"seeds_by_variant names {', '.join(unknown)}, not among the variants "
