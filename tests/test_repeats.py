@@ -80,7 +80,7 @@ def test_the_data_module_scores_the_repeats_apart(monkeypatch):
     assert batch["tokens"].shape == (4, 65) and batch["repeat"].shape == (4, 64)
     assert batch["repeat"].sum(dim=1).tolist() == [7, 7, 7, 7] and not bool((batch["repeat"] & batch["planted"]).any())
     assert next(iter(dm.train_dataloader())).shape == (4, 65)  # training: plain blocks, every token a target
-    with pytest.raises(ValueError, match="data repeats takes length, gap, low, count, alphabet, copies"):
+    with pytest.raises(ValueError, match="data repeats takes length, gap, low, count, alphabet, copies, gap_max"):
         LMDataModule(seq_len=64, repeats={"length": 8, "distance": 40})
     with pytest.raises(ValueError, match="set data.mode: cache"):
         LMDataModule(seq_len=64, mode="stream", repeats={"length": 8, "gap": 40})
@@ -141,3 +141,26 @@ def test_validation_logs_the_copies_nll_and_the_texts_apart():
     assert metrics["val/text_loss"] == pytest.approx(sums["text"][0] / sums["text"][1], rel=1e-4)
     assert metrics["val/loss"] == pytest.approx(sums["all"][0] / sums["all"][1], rel=1e-4)
     assert sums["repeat"][1] == 8 * 2 * 7  # two copies of seven predictable targets in each of the eight blocks
+
+
+def test_a_gap_range_draws_each_segments_own_gap_and_scores_the_value_of_each_key():
+    """gap_max: every segment lies its own gap back, from gap to gap_max, and with length 2 (a key and its value)
+    each scored target is the value whose key sits at the target's own position, planted that gap earlier."""
+    mix = RepeatMix(length=2, gap=20, gap_max=50, count=6, alphabet=40)
+    mix.check(seq_len=128, vocab=100)
+    seen = set()
+    for seed in range(30):
+        block = torch.arange(1000, 1129)  # text ids far from the alphabet: a planted token is never text
+        tokens, repeat, planted = mix.plant(block, seed, 100)
+        scored = torch.nonzero(repeat).flatten()
+        assert len(scored) == 6  # one value per key
+        for t in scored.tolist():
+            back = [d for d in range(20, 51) if tokens[t - d] == tokens[t] and tokens[t - d + 1] == tokens[t + 1]]
+            assert back, "the key at t was planted, with its value after it, 20 to 50 tokens before"
+            seen.update(back)
+        assert ((tokens >= 1000) | (tokens < 56)).all()
+    assert len(seen) > 15  # the gaps spread over the range, not one offset
+    assert torch.equal(RepeatMix(length=8, gap=40).plant(torch.arange(1000, 1065), 3, 100)[0],
+                       RepeatMix(length=8, gap=40, gap_max=None).plant(torch.arange(1000, 1065), 3, 100)[0])
+    with pytest.raises(ValueError, match="gap_max=30 cannot be below gap=40"):
+        RepeatMix(length=8, gap=40, gap_max=30).check(seq_len=128, vocab=100)

@@ -198,3 +198,38 @@ def test_with_planted_copies_the_report_counts_the_seeds_that_learned_to_copy():
     text, _ = pretrain.compare(parts, results, pair)
     assert "seeds that copy (≤ 1 nat)" in text and "| 3/5 |" in text and "| 0/5 |" in text
     assert "seeds that copy" not in text.split("## Over training seeds: NLL on the repeats")[0]  # not the text's
+
+
+def test_recall_in_text_scores_each_blocks_values_by_nll_and_by_top_guess():
+    """``repeat_acc`` beside ``repeat_nll``: the share of a block's planted values (the recall preset's answers) that
+    the model's top guess gets right. A stand-in model that knows every value in the first block and guesses
+    uniformly elsewhere scores 100% there, ln(vocab) nats and no hit in the other (its argmax: token 0)."""
+    import torch
+    from torch.utils.data import default_collate
+
+    from sa_lightning.data.repeats import RepeatedBlocks, RepeatMix
+    from sa_lightning.lit import LitLM
+
+    vocab = 64
+    blocks = RepeatedBlocks([list(range(40, 57)) * 8] * 2, RepeatMix(length=2, gap=10, gap_max=30, count=4, low=4,
+                                                                       alphabet=30), vocab, seed=0, labeled=True)
+
+    class Oracle:
+        targets_of = staticmethod(LitLM.targets_of)
+
+        def eval(self):
+            pass
+
+        def val_stream(self, i):
+            return i
+
+        def eval_scores(self, inputs, stream):
+            scores = torch.zeros(*inputs.shape, vocab)
+            scores[0] = 50.0 * torch.nn.functional.one_hot(batch["labels"][0], vocab)  # the first block: every target
+            return scores
+
+    batch = default_collate([blocks[0], blocks[1]])
+    items = pretrain.validation_items(Oracle(), type("DM", (), {"val_dataloader": lambda self: [batch]})())
+    assert items["repeat_acc"] == [1.0, 0.0]
+    assert items["repeat_nll"][0] < 1e-6 and items["repeat_nll"][1] == pytest.approx(np.log(vocab), rel=1e-5)
+    assert [o.key for o in pretrain.present([{"scores": items}])][-2:] == ["repeat_nll", "repeat_acc"]

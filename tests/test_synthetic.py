@@ -106,6 +106,10 @@ def test_sharding_over_two_ranks_is_disjoint_and_complete():
     (dict(num_pairs=32, num_queries=8, num_keys=16), "too small for the key set"),
     (dict(vocab_size=100), "too small for the key and value sets"),
     (dict(filler="zeros"), "unknown synthetic filler 'zeros'"),
+    (dict(layout="zoology"), "unknown synthetic layout 'zoology'"),
+    (dict(task="passkey", layout="blocked"), "use the scattered layout"),
+    (dict(layout="blocked", max_distance=20), "leave it unset"),
+    (dict(seq_len=128, num_pairs=33, num_queries=32, layout="blocked"), "needs 130 tokens"),
 ])
 def test_bad_synthetic_settings_get_one_sentence(kwargs, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(")):
@@ -148,10 +152,34 @@ def test_training_adds_the_fillers_mean_loss_to_the_answers_and_validation_score
     assert LitLM.targets_of(batch)[1] is batch["labels"]  # validation's targets: the answers, never the filler
 
 
+def test_blocked_layout_opens_with_the_pairs_and_asks_each_queried_key_once_with_its_answer_written():
+    """Zoology's layout: pair i at 2i, 2i + 1; every query after the pairs, its target the next token (the answer,
+    written) and the value its key was planted with; each key queried at most once, so no query copies an answer."""
+    task = RecallTask("mqar", seq_len=128, num_pairs=20, num_queries=12, layout="blocked")
+    for index in range(20):
+        ex = {k: v.numpy() for k, v in task.example(5, "validation", index).items()}
+        tokens, labels, distance = ex["tokens"], ex["labels"], ex["distance"]
+        keys, values = tokens[0:40:2], tokens[1:40:2]
+        assert (keys < task.num_keys).all() and len(set(keys)) == 20 and (values >= task.num_keys).all()
+        asked = np.flatnonzero(labels != IGNORE)
+        assert len(asked) == 12 and asked.min() >= 40 and len(set(tokens[asked])) == 12
+        assert (labels[asked] == tokens[asked + 1]).all()  # the answer is written after its query
+        pair = asked - distance[asked]
+        assert (pair % 2 == 0).all() and (pair < 40).all()
+        assert (tokens[pair] == tokens[asked]).all() and (tokens[pair + 1] == labels[asked]).all()
+        filler = np.setdiff1d(np.arange(40, 129), np.concatenate([asked, asked + 1]))
+        assert len(filler) == 129 - 40 - 24 and (tokens[filler] >= task.num_keys + task.num_values).all()
+    dense = RecallTask("mqar", seq_len=128, num_pairs=32, num_queries=32, layout="blocked").example(0, "train", 0)
+    assert (dense["labels"] != IGNORE).sum() == 32 and dense["distance"].max() > 64
+
+
 def test_a_checkpoint_of_one_filler_is_refused_by_a_run_with_the_other():
     dm = SyntheticDataModule(filler="counters")
     with pytest.raises(ValueError, match="trained with 'random' filler, not 'counters'"):
         dm.load_state_dict({"epoch": 0, "consumed": 0, "task": "mqar", "vocab_size": dm.vocab_size})
+    blocked = SyntheticDataModule(layout="blocked")
+    with pytest.raises(ValueError, match="trained on the 'scattered' layout, not 'blocked'"):
+        blocked.load_state_dict({"epoch": 0, "consumed": 0, "task": "mqar", "filler": "random"})
 
 
 def test_bad_synthetic_setting_from_the_cli_is_one_line(tmp_path):
@@ -268,6 +296,10 @@ def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unkno
     # --variants full narrows the grid: the preset's seeds for SWA drop out with SWA, Full keeps its own five
     narrowed = cells(load_settings(config, "powered", {"variants": ["full"]}))
     assert sorted(c["seed"] for c in narrowed) == [0, 1, 2, 3, 4] and {c["variant"] for c in narrowed} == {"full"}
+    # --seeds narrows every variant: seed 7 is one of SA's ten and none of the references' five
+    seven = cells(load_settings(config, "powered", {"seeds": [0, 7]}))
+    assert sorted(c["seed"] for c in seven if c["variant"] == "full") == [0]
+    assert sorted(c["seed"] for c in seven if c["variant"] == "sa") == [0, 7]
 
 
 def test_a_learning_curve_and_the_step_a_seed_learned_at_come_from_its_validations(tmp_path):

@@ -81,8 +81,9 @@ class LMDataModule(L.LightningDataModule):
         read_batch: stream mode: documents read and tokenized per call in a worker.
         num_workers: DataLoader worker processes (stream mode: the tokenizing readers per rank).
         cache_dir: where packed tokens are cached (``$SA_LIGHTNING_CACHE`` overrides the default).
-        repeats: ``{length, gap[, count, alphabet, low, copies]}``: random-token segments planted in every block
-            and repeated ``gap`` tokens later (``copies`` times, the last one scored; ``data.repeats.RepeatMix``):
+        repeats: ``{length, gap[, count, alphabet, low, copies, gap_max]}``: random-token segments planted in every
+            block and repeated ``gap`` tokens later (``copies`` times, the last one scored; with ``gap_max`` each
+            segment's gap drawn from gap to gap_max; ``data.repeats.RepeatMix``):
             long-range information inside ordinary text. Validation batches then carry ``repeat``, the mask of the
             targets that only the copies predict, and ``planted``, the other targets the planting made (``study
             pretrain`` scores the copies apart and the text without either). Cache mode only.

@@ -11,10 +11,16 @@ With ``copies`` = k > 1 only the last copy is scored: each of its tokens has k e
 back, so a sparse query that sees each earlier token with probability p per layer reaches one of them with
 probability 1 - (1 - p)^k instead of p. The copies between are planted (neither scored nor text).
 
+With ``gap_max``, each segment draws its own gap, uniformly from ``gap`` to ``gap_max``: no fixed offset then
+finds a copy's source, only its content does. Segments of ``length`` 2 are then associative recall inside text:
+each is a key and its value, planted once and asked again later, the value scored (``study pretrain``'s preset
+``recall``).
+
     data:
       repeats: {length: 16, gap: 160}     # configs/study/pretrain.yaml, preset repeats
       repeats: {length: 8, gap: 80, count: 3, alphabet: 256}   # preset copy: three copies per block, 256 token ids
       repeats: {length: 8, gap: 32, copies: 3, count: 2, alphabet: 256}  # preset copy-multi: three sources each
+      repeats: {length: 2, gap: 32, gap_max: 96, count: 8, alphabet: 256}  # preset recall: 8 key-value pairs
 
 Training blocks draw fresh segments each epoch (from the epoch and the block's index: a resumed run plants the
 same); validation blocks fixed ones, so every model is scored on the same copies. The text's NLL leaves
@@ -43,15 +49,16 @@ class RepeatMix:
     count: int = 1
     alphabet: int | None = None
     copies: int = 1
+    gap_max: int | None = None
 
     @property
     def span(self) -> int:
-        """Tokens from a segment's first occurrence to the end of its last copy."""
-        return self.copies * self.gap + self.length
+        """The most tokens from a segment's first occurrence to the end of its last copy."""
+        return self.copies * (self.gap_max or self.gap) + self.length
 
-    def starts(self, p: int) -> list[int]:
+    def starts(self, p: int, gap: int | None = None) -> list[int]:
         """Where a segment first placed at p lies: p, then each copy ``gap`` after the one before (the last scored)."""
-        return [p + j * self.gap for j in range(self.copies + 1)]
+        return [p + j * (gap or self.gap) for j in range(self.copies + 1)]
 
     def high(self, vocab: int) -> int:
         return vocab if self.alphabet is None else self.low + self.alphabet
@@ -60,6 +67,9 @@ class RepeatMix:
         if self.length < 2 or self.gap < self.length:
             raise ValueError(f"data repeats needs length >= 2 and gap >= length, got length={self.length}, "
                              f"gap={self.gap}.")
+        if self.gap_max is not None and self.gap_max < self.gap:
+            raise ValueError(f"data repeats draws each gap from gap to gap_max, so gap_max={self.gap_max} cannot be "
+                             f"below gap={self.gap}.")
         if self.copies < 1:
             raise ValueError(f"data repeats needs copies >= 1, got copies={self.copies}.")
         if self.span > seq_len + 1:
@@ -86,9 +96,10 @@ class RepeatMix:
         mask = torch.zeros(size - 1, dtype=torch.bool)
         planted = torch.zeros(size - 1, dtype=torch.bool)
         for _ in range(self.count):
-            p = self._place(g, size, taken)
+            gap = self.gap if self.gap_max is None else int(torch.randint(self.gap, self.gap_max + 1, (1,), generator=g))
+            p = self._place(g, size, taken, gap)
             segment = torch.randint(self.low, self.high(vocab), (self.length,), generator=g, dtype=block.dtype)
-            *sources, q = self.starts(p)  # q: the scored copy
+            *sources, q = self.starts(p, gap)  # q: the scored copy
             for start in (*sources, q):
                 out[start:start + self.length] = segment
                 taken[start:start + self.length] = True
@@ -98,11 +109,12 @@ class RepeatMix:
             planted[q - 1] = True
         return out, mask & ~planted, planted
 
-    def _place(self, g: torch.Generator, size: int, taken: torch.Tensor) -> int:
-        """A start p whose spans touch no span planted before (a segment's first draw is always free)."""
+    def _place(self, g: torch.Generator, size: int, taken: torch.Tensor, gap: int) -> int:
+        """A start p whose spans, ``gap`` apart, touch no span planted before (a segment's first draw is always
+        free)."""
         for _ in range(_TRIES):
-            p = int(torch.randint(0, size - self.span + 1, (1,), generator=g))
-            if not any(taken[s:s + self.length].any() for s in self.starts(p)):
+            p = int(torch.randint(0, size - (self.copies * gap + self.length) + 1, (1,), generator=g))
+            if not any(taken[s:s + self.length].any() for s in self.starts(p, gap)):
                 return p
         raise ValueError(f"data repeats could not place {self.count} segments of {self.length} tokens {self.gap} "
                          f"apart in a block of {size} tokens after {_TRIES} tries; lower count or length.")

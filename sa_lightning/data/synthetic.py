@@ -13,6 +13,13 @@ pair's key: how far back the evidence lies. Distances are drawn bucket by bucket
 then a distance in it), so every distance bucket gets the same share of queries in training and in
 validation. Keys are distinct within a sequence; values may repeat; filler never uses a key or value.
 
+MQAR has two layouts. ``scattered`` (the default, above) plants each pair and its query anywhere, at a distance
+drawn bucket by bucket. ``blocked`` is Zoology's (Arora et al., 2023): the ``num_pairs`` pairs open the sequence
+back to back, then the ``num_queries`` queries follow in a random order, each a key with its answer written after
+it (each key is queried once, so no later query can copy a written answer), filler between them where there is
+room. Distances then follow from the layout: with as many queries as pairs and no filler at n = 4 * num_pairs, they
+run from 2 to n - 2, most of them long, and every fourth target is an answer.
+
 Token ids: keys ``[0, num_keys)``, values ``[num_keys, num_keys + num_values)``, filler after them.
 
 Filler is i.i.d. (``filler="random"``) or two interleaved counters (``filler="counters"``: each filler token is the
@@ -40,6 +47,7 @@ from .sampler import BlockSampler, EpochOffsetSampler, fit_position
 
 TASKS = ("mqar", "passkey")
 FILLERS = ("random", "counters")
+LAYOUTS = ("scattered", "blocked")
 IGNORE = -100  # cross_entropy's ignore_index: targets that are not answers
 _SPLITS = {"train": 0, "validation": 1}
 _TRIES = 200  # placement attempts per query before a sequence is declared too crowded
@@ -72,6 +80,8 @@ class RecallTask:
         buckets: distance bucket edges, increasing, from >= 2 to <= seq_len (default: powers of two).
         max_distance: the longest key-query distance drawn (default: the last edge - 1).
         filler: ``random`` (i.i.d.) or ``counters`` (see the module docstring: trains a previous-token head).
+        layout: mqar: ``scattered`` (pairs and queries anywhere, distances drawn by bucket) or ``blocked`` (the pairs
+            first, then the queries with their answers written; the module docstring).
     """
 
     task: str = "mqar"
@@ -85,12 +95,21 @@ class RecallTask:
     buckets: list[int] | None = field(default=None, hash=False)
     max_distance: int | None = None
     filler: str = "random"
+    layout: str = "scattered"
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"unknown synthetic task {self.task!r}; choose one of {', '.join(TASKS)}.")
         if self.filler not in FILLERS:
             raise ValueError(f"unknown synthetic filler {self.filler!r}; choose one of {', '.join(FILLERS)}.")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"unknown synthetic layout {self.layout!r}; choose one of {', '.join(LAYOUTS)}.")
+        if self.layout == "blocked" and self.task != "mqar":
+            raise ValueError("the blocked layout is MQAR's (pairs first, then queries); passkey has one pair and "
+                             "one query: use the scattered layout.")
+        if self.layout == "blocked" and self.max_distance is not None:
+            raise ValueError("max_distance draws scattered distances; in the blocked layout the distances follow "
+                             "from num_pairs, num_queries and seq_len: leave it unset.")
         for name in ("seq_len", "num_pairs", "num_queries", "num_keys", "num_values", "num_filler"):
             if getattr(self, name) < 1:
                 raise ValueError(f"synthetic {name} must be >= 1, got {getattr(self, name)}.")
@@ -114,6 +133,10 @@ class RecallTask:
         if self.max_distance is not None and not 2 <= self.max_distance <= self.seq_len - 1:
             raise ValueError(f"max_distance={self.max_distance} must lie in [2, seq_len - 1 = {self.seq_len - 1}]: a "
                              f"distance longer than seq_len has no room for its pair.")
+        if self.layout == "blocked" and 2 * (self.num_pairs + self.num_queries) > self.seq_len + 1:
+            raise ValueError(f"blocked mqar with {self.num_pairs} pairs and {self.num_queries} queries needs "
+                             f"{2 * (self.num_pairs + self.num_queries)} tokens, more than the sequence's "
+                             f"{self.seq_len + 1}; use fewer pairs or a longer sequence.")
         if self.task == "mqar" and 4 * self.num_queries + 2 * (self.num_pairs - self.num_queries) > self.seq_len:
             raise ValueError(f"mqar with {self.num_pairs} pairs and {self.num_queries} queries needs more than "
                              f"seq_len={self.seq_len} positions; use fewer pairs or a longer sequence.")
@@ -172,7 +195,9 @@ class RecallTask:
         used = np.zeros(n + 1, dtype=bool)
         keys = rng.choice(self.num_keys, size=self.pairs, replace=False)
         values = self.num_keys + rng.integers(0, self.num_values, size=self.pairs)
-        for i in range(self.pairs):
+        if self.layout == "blocked":
+            self._blocked(rng, tokens, labels, distance, keys, values)
+        for i in range(self.pairs if self.layout == "scattered" else 0):
             if i < self.queries:
                 t, p = self._place_query(rng, used)
                 tokens[t] = keys[i]  # the answer is a label only: no later query can copy it from here
@@ -190,6 +215,20 @@ class RecallTask:
             rule &= labels == IGNORE  # a query's target is its answer
             example["aux_labels"] = np.where(rule, tokens[1:], IGNORE).astype(np.int64)
         return example
+
+    def _blocked(self, rng: np.random.Generator, tokens: np.ndarray, labels: np.ndarray, distance: np.ndarray,
+                 keys: np.ndarray, values: np.ndarray) -> None:
+        """Zoology's layout, in place: pair i at 2i, 2i + 1; then the queries, in a random order, each a key and
+        its written answer, at random 2-token slots among the filler after the pairs."""
+        p = self.pairs
+        tokens[0:2 * p:2], tokens[1:2 * p:2] = keys, values
+        asked = rng.permutation(p)[:self.queries]
+        rest = self.seq_len + 1 - 2 * p  # tokens after the pairs: queries of two tokens each, filler in the gaps
+        slots = np.sort(rng.choice(rest - self.queries, size=self.queries, replace=False))
+        for j, (i, slot) in enumerate(zip(asked, slots)):
+            t = 2 * p + int(slot) + j  # each earlier query takes one token more than its slot
+            tokens[t], tokens[t + 1] = keys[i], values[i]
+            labels[t], distance[t] = values[i], t - 2 * i
 
     def _place_query(self, rng: np.random.Generator, used: np.ndarray) -> tuple[int, int]:
         """(query position t, pair position p = t - d) with all four slots free."""
@@ -240,16 +279,17 @@ class SyntheticDataModule(L.LightningDataModule):
         seed: linked from ``seed_everything``.
         num_workers: DataLoader worker processes.
         filler: ``random`` or ``counters`` (the module docstring).
+        layout: ``scattered`` or ``blocked`` (the module docstring).
     """
 
     def __init__(self, task: str = "mqar", seq_len: int = 512, num_pairs: int = 16, num_queries: int = 16,
                  num_keys: int = 64, num_values: int = 64, num_filler: int = 16, vocab_size: int | None = None,
                  buckets: list[int] | None = None, max_distance: int | None = None, batch_size: int = 32,
                  train_examples: int = 100_000, val_examples: int = 512, seed: int = 0, num_workers: int = 0,
-                 filler: str = "random"):
+                 filler: str = "random", layout: str = "scattered"):
         super().__init__()
         self.task = RecallTask(task, seq_len, num_pairs, num_queries, num_keys, num_values, num_filler, vocab_size,
-                               buckets, max_distance, filler)
+                               buckets, max_distance, filler, layout)
         for name, value in (("batch_size", batch_size), ("train_examples", train_examples),
                             ("val_examples", val_examples)):
             if value < 1:
@@ -295,7 +335,7 @@ class SyntheticDataModule(L.LightningDataModule):
             return {}
         epoch, consumed = fit_position(self.trainer, self.batch_size)
         return {"epoch": epoch, "consumed": consumed, "task": self.task.task, "vocab_size": self.vocab_size,
-                "filler": self.task.filler}
+                "filler": self.task.filler, "layout": self.task.layout}
 
     def load_state_dict(self, state: dict) -> None:
         if not state:
@@ -306,4 +346,8 @@ class SyntheticDataModule(L.LightningDataModule):
         if trained != self.task.filler:
             raise ValueError(f"the checkpoint was trained with {trained!r} filler, not {self.task.filler!r}: pass "
                              f"--data.init_args.filler {trained}.")
+        trained = state.get("layout", "scattered")
+        if trained != self.task.layout:
+            raise ValueError(f"the checkpoint was trained on the {trained!r} layout, not {self.task.layout!r}: pass "
+                             f"--data.init_args.layout {trained}.")
         self._resume = {"epoch": state["epoch"], "consumed": state["consumed"]}

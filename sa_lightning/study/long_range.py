@@ -101,6 +101,8 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
     own = settings.get("seeds_by_variant") or {}
     if overrides.get("variants"):  # --variants narrows the grid: a preset's seeds for the others no longer apply
         own = {v: s for v, s in own.items() if v in settings["variants"]}
+    if overrides.get("seeds"):  # and --seeds narrows every variant's seeds, those of seeds_by_variant too
+        own = {v: [s for s in seeds if s in settings["seeds"]] for v, seeds in own.items()}
     unknown = sorted(set(own) - set(settings["variants"]))
     if unknown:
         raise ValueError(f"seeds_by_variant names {', '.join(unknown)}, not among the variants "

@@ -55,7 +55,8 @@ OUTCOMES = (trained.Outcome("val_ppl", "Val. PPL ↓", True, spec=".2f", unit="n
                             diff_name="Val. NLL/token ↓", diff_spec=".3f"),
             trained.Outcome("shakespeare_lastword", "LW acc", spec=".1f", unit="points"),
             trained.Outcome("shakespeare_choice", "MC acc_norm", spec=".1f", unit="points"),
-            trained.Outcome("repeat_nll", "NLL on the repeats ↓", True, spec=".3f", unit="nats"))
+            trained.Outcome("repeat_nll", "NLL on the repeats ↓", True, spec=".3f", unit="nats"),
+            trained.Outcome("repeat_acc", "Acc. on the repeats", scale=100, spec=".1f", unit="points"))
 
 
 #: a model copies where its NLL on the planted copies is at most this (a guess from the segments' alphabet costs
@@ -64,7 +65,8 @@ COPIED = 1.0
 
 
 def present(results: list[dict]) -> tuple[trained.Outcome, ...]:
-    """The outcomes some cell of ``results`` scored (``repeat_nll`` only where the data planted repeats)."""
+    """The outcomes some cell of ``results`` scored (``repeat_nll`` and ``repeat_acc`` only where the data planted
+    repeats)."""
     return tuple(o for o in OUTCOMES if any(o.key in r["scores"] for r in results))
 
 
@@ -158,7 +160,8 @@ def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
 # ---- one cell --------------------------------------------------------------------------------------
 def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
     """Each validation block's mean NLL per token, in the validation order (``val_ppl``); where the data planted
-    repeats (``data.repeats``), the text's tokens there and the copies' (``repeat_nll``) apart. SA draws σ as
+    repeats (``data.repeats``), the text's tokens there and the copies' apart: their NLL (``repeat_nll``) and the
+    share of them the model's top guess gets right (``repeat_acc``, the accuracy of recall). SA draws σ as
     validation does, from streams of its own for each ``eval_seed`` (0: validation's)."""
     import torch
     import torch.nn.functional as F
@@ -167,7 +170,7 @@ def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
 
     model.eval()
     model.eval_seed = eval_seed
-    text, repeats = [], []
+    text, repeats, hits = [], [], []
     with torch.no_grad():
         for i, batch in enumerate(dm.val_dataloader()):
             inputs, targets = model.targets_of(batch)
@@ -181,7 +184,9 @@ def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
             plain = text_targets(batch)
             text += ((nll * plain).sum(dim=1) / plain.sum(dim=1)).tolist()
             repeats += ((nll * copy).sum(dim=1) / copy.sum(dim=1)).tolist()
-    return {"val_ppl": text, **({"repeat_nll": repeats} if repeats else {})}
+            right = (scores.argmax(dim=-1) == targets) & copy
+            hits += (right.sum(dim=1) / copy.sum(dim=1)).tolist()
+    return {"val_ppl": text, **({"repeat_nll": repeats, "repeat_acc": hits} if repeats else {})}
 
 
 def run_cell(cell: dict, spec: dict) -> dict:
