@@ -88,6 +88,7 @@ def test_single_path_checkpoints_load_across_variants():
     (dict(backbone="qwen3"), "backbone qwen3 has no output gate, so the gated sa_swa cannot run on it"),
     (dict(permutation="random"), "permutation must be one of"),
     (dict(n_kv_head=3), "divisible by n_kv_head=3"),
+    (dict(token_shift=True, backbone="qwen3", attention=dict(variant="sa")), "a Hugging Face qwen3 has none"),
 ])
 def test_bad_model_config_fails_in_one_sentence(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -112,3 +113,25 @@ def test_model_never_materializes_an_n_by_n_attention_matrix(variant):
         model(idx, perm_stream=0).sum().backward()
     dense_scores = 4 * n * n  # B x H x n x n, what full attention's score matrix would hold
     assert probe.largest < dense_scores // 8, f"{variant} made a tensor of {probe.largest} elements"
+
+
+def test_token_shift_adds_a_learnt_map_of_each_tokens_predecessor_and_stays_causal():
+    """token_shift: the first block reads embed(x_t) + W embed(x_{t-1}) (zero before the first token); the paper's
+    model (off) has no such weight, so its checkpoints load as before; a later token never reaches an earlier one;
+    decoding against a KV cache, which keeps no predecessor, is refused."""
+    torch.manual_seed(0)
+    model = Transformer(_cfg("sa", token_shift=True)).double()
+    idx = torch.randint(0, 97, (2, 40))
+    seen = {}
+    model.blocks[0].register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+    model(idx, perm_stream=0)
+    e = model.embed(idx)
+    before = torch.cat([torch.zeros_like(e[:, :1]), e[:, :-1]], dim=1)
+    torch.testing.assert_close(seen["x"], e + before @ model.shift.weight.T)
+    changed = idx.clone()
+    changed[:, 20] = (changed[:, 20] + 1) % 97
+    a, b = model(idx, perm_stream=3), model(changed, perm_stream=3)
+    torch.testing.assert_close(a[:, :20], b[:, :20])
+    assert "shift.weight" in model.state_dict() and "shift.weight" not in Transformer(_cfg("sa")).state_dict()
+    with pytest.raises(ValueError, match="decoding against a cache is not supported"):
+        model.features(idx, decode=())

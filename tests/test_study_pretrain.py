@@ -106,7 +106,7 @@ def test_an_equivalence_margin_is_a_verdict_of_its_own():
                     _result("random@32", seed, base + shift + rng.normal(0, 0.001, 40), lw, mc)]
     pair, margins = [{"a": "sa@32", "b": "random@32"}], {"val_ppl": 0.01}
     _, compared = pretrain.compare(pretrain.sections(results, pair, margins), results, pair, margins)
-    assert next(c for c in compared if c["outcome"] == "val_ppl")["verdict"] == "equivalent within ±0.01"
+    assert next(c for c in compared if c["outcome"] == "val_ppl")["verdict"] == "equivalent within ±0.010 nats"
     with pytest.raises(ValueError, match="margins maps a column"):
         pretrain.load_settings(CONFIG, "quick", {"margins": {"val_ppl": -1}})
 

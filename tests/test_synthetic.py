@@ -288,11 +288,17 @@ def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unkno
                      "sa_bucket": 10}
     deeper = cells(load_settings(config, "powered-l4", {}))
     assert {c["depth"] for c in deeper} == {4} and len(deeper) == 5 * 10 + 2 * 5
-    presets = ("pilot", "powered", "powered-l4", "mqar-pilot", "mqar", "gpu", "gpu-mqar")
+    presets = ("pilot", "powered", "powered-l4", "mqar-pilot", "mqar", "mqar-replication", "gpu", "gpu-mqar")
     outs = {p: load_settings(config, p, {})["out"] for p in presets}
     assert len(set(outs.values())) == len(presets)
     with pytest.raises(ValueError, match="seeds_by_variant names moba"):
         load_settings(config, "powered", {"seeds_by_variant": {"moba": [0]}})
+    # MQAR's powered presets train with the token shift; its pilot shares the powered folder, so its cells are reused
+    mqar, pilot = load_settings(config, "mqar", {}), load_settings(config, "mqar-shift-pilot", {})
+    assert mqar["fit_overrides"]["model.arch.token_shift"] is True and pilot["fit_overrides"] == mqar["fit_overrides"]
+    assert pilot["out"] == mqar["out"] and {(c["variant"], c["seed"]) for c in cells(pilot)} <= {
+        (c["variant"], c["seed"]) for c in cells(mqar)}
+    assert load_settings(config, "gpu-mqar", {})["fit_overrides"]["model.arch.token_shift"] is True
     # --variants full narrows the grid: the preset's seeds for SWA drop out with SWA, Full keeps its own five
     narrowed = cells(load_settings(config, "powered", {"variants": ["full"]}))
     assert sorted(c["seed"] for c in narrowed) == [0, 1, 2, 3, 4] and {c["variant"] for c in narrowed} == {"full"}

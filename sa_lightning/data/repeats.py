@@ -96,7 +96,9 @@ class RepeatMix:
         mask = torch.zeros(size - 1, dtype=torch.bool)
         planted = torch.zeros(size - 1, dtype=torch.bool)
         for _ in range(self.count):
-            gap = self.gap if self.gap_max is None else int(torch.randint(self.gap, self.gap_max + 1, (1,), generator=g))
+            gap = self.gap
+            if self.gap_max is not None:  # its own gap (no draw without one: fixed-gap blocks plant as before)
+                gap = int(torch.randint(self.gap, self.gap_max + 1, (1,), generator=g))
             p = self._place(g, size, taken, gap)
             segment = torch.randint(self.low, self.high(vocab), (self.length,), generator=g, dtype=block.dtype)
             *sources, q = self.starts(p, gap)  # q: the scored copy

@@ -30,6 +30,13 @@ class ModelConfig:
     the same registry by the patcher, which exports with ``save_pretrained``; it has no output gate, so
     the gated ``sa_swa`` is refused there (``sa_swa_union`` is one softmax over both masks). ``init_from`` (a local folder or Hub id) starts it from pretrained weights
     for continued pre-training; its sizes must match this config.
+    ``token_shift`` adds to each token's embedding a learnt map of the previous token's, x_t + W x_{t-1} (a causal
+    convolution of width 2: RWKV's token shift, the short convolution of H3 and Zoology's MQAR models). It is off in
+    the paper's model. On, every position holds its predecessor's identity before any attention, which associative
+    recall's key matching needs (the value's position must know its key): synthetic MQAR then learns at micro
+    scale, where plain attention stays at the 1/pairs plateau (docs/results.md, Table 12). It is the same for
+    every variant (it precedes the attention and is never permuted), so a comparison of variants stays a comparison
+    of their long-range routes. Training and scoring only: decoding against a KV cache refuses it.
     """
 
     vocab_size: int = 32000
@@ -47,6 +54,7 @@ class ModelConfig:
     init_std: float = 0.02
     backbone: str = "transformer++"
     init_from: str | None = None
+    token_shift: bool = False
 
     def __post_init__(self):
         if isinstance(self.attention, dict):
@@ -72,6 +80,8 @@ class ModelConfig:
             raise ValueError(f"model backbone must be one of {', '.join(BACKBONES)}, got {self.backbone!r}.")
         if self.init_from is not None and self.backbone != "qwen3":
             raise ValueError("model init_from (continued pre-training from a Hugging Face folder) needs backbone: qwen3.")
+        if self.token_shift and self.backbone != "transformer++":
+            raise ValueError("model token_shift is the Transformer++ backbone's; a Hugging Face qwen3 has none.")
         variant = get_variant(self.attention.variant)
         if self.backbone == "qwen3" and variant.gated:
             raise ValueError(f"model backbone qwen3 has no output gate, so the gated {variant.name} cannot run on it; "

@@ -1,6 +1,7 @@
 """The Transformer++ of the paper's Appendix B, readable in one sitting.
 
-Tied embeddings, pre-norm RMSNorm, a fused bias-free QKV projection, RoPE on original positions,
+Tied embeddings (with ``token_shift``, each plus a learnt map of its predecessor's), pre-norm RMSNorm,
+a fused bias-free QKV projection, RoPE on original positions,
 the attention output gate sigmoid(W_g Y) * Y (two of them for SA+SWA), and a SwiGLU MLP. The
 attention itself comes from the variant registry; this file never knows how a variant computes.
 
@@ -125,6 +126,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.shift = nn.Linear(cfg.d_model, cfg.d_model, bias=False) if cfg.token_shift else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -211,6 +213,9 @@ class Transformer(nn.Module):
         compiled graph does not run.
         """
         n = idx.shape[1]
+        if decode is not None and self.shift is not None:
+            raise ValueError("model token_shift mixes in each token's predecessor, which a KV cache does not keep: "
+                             "decoding against a cache is not supported for it (score whole sequences instead).")
         if n > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {n} exceeds the model's max_seq_len={self.cfg.max_seq_len}.")
         if positions is None:
@@ -228,6 +233,8 @@ class Transformer(nn.Module):
         function of tensors only, which ``compile`` compiles."""
         cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
         x = self.embed(idx)
+        if self.shift is not None:  # x_t + W x_{t-1}: the first token's predecessor is zero
+            x = x + self.shift(F.pad(x, (0, 0, 1, 0))[:, :-1])
         for layer, (block, perm) in enumerate(zip(self.blocks, perms)):
             x = block(x, cos, sin, perm, lengths, cache=cache, layer=layer, decode=decode)
         return self.norm(x)

@@ -32,8 +32,8 @@ from typing import Callable
 import numpy as np
 
 from .report import head, pyplot, row, save_figure, spread
-from .stats import MIN_UNITS, Interval, derived_seed, headroom, headroom_label, paired_difference, seed_comparison, \
-    t_interval
+from .stats import MIN_UNITS, Interval, derived_seed, equivalent, headroom, headroom_label, paired_difference, \
+    seed_comparison, t_interval
 
 Units = dict[str, dict[int, list[float]]]  # {arm: {training seed: items}}
 
@@ -125,9 +125,11 @@ def comparisons(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, ma
             continue
         ctrl = control(a, b) if callable(control) else control
         paired = {s: _same_items(units[a][s], units[b][s]) for s in seeds}
-        out.append(seed_comparison(paired, outcome.lower_is_better, margin, a=a, b=b, outcome=outcome.key,
-                                   headroom=None if ctrl is None or (a, b) == tuple(ctrl) else room(tuple(ctrl)),
-                                   **fields))
+        row = seed_comparison(paired, outcome.lower_is_better, margin, a=a, b=b, outcome=outcome.key,
+                              headroom=None if ctrl is None or (a, b) == tuple(ctrl) else room(tuple(ctrl)), **fields)
+        if margin is not None and row["verdict"] == equivalent(margin):  # the margin as the table prints the values
+            row["verdict"] = f"equivalent within ±{outcome.text(margin, signed=True).lstrip('+')} {outcome.unit}"
+        out.append(row)
     return out
 
 
