@@ -14,13 +14,13 @@ probability 1 - (1 - p)^k instead of p. The copies between are planted (neither 
 With ``gap_max``, each segment draws its own gap, uniformly from ``gap`` to ``gap_max``: no fixed offset then
 finds a copy's source, only its content does. Segments of ``length`` 2 are then associative recall inside text:
 each is a key and its value, planted once and asked again later, the value scored (``study pretrain``'s preset
-``recall``).
+``recall-pilot``; full attention did not learn it in 2000 steps: docs/results.md, Table 12b).
 
     data:
       repeats: {length: 16, gap: 160}     # configs/study/pretrain.yaml, preset repeats
       repeats: {length: 8, gap: 80, count: 3, alphabet: 256}   # preset copy: three copies per block, 256 token ids
       repeats: {length: 8, gap: 32, copies: 3, count: 2, alphabet: 256}  # preset copy-multi: three sources each
-      repeats: {length: 2, gap: 32, gap_max: 96, count: 8, alphabet: 256}  # preset recall: 8 key-value pairs
+      repeats: {length: 2, gap: 32, gap_max: 96, count: 8, alphabet: 256}  # preset recall-pilot: 8 key-value pairs
 
 Training blocks draw fresh segments each epoch (from the epoch and the block's index: a resumed run plants the
 same); validation blocks fixed ones, so every model is scored on the same copies. The text's NLL leaves
@@ -118,7 +118,7 @@ class RepeatMix:
             p = int(torch.randint(0, size - (self.copies * gap + self.length) + 1, (1,), generator=g))
             if not any(taken[s:s + self.length].any() for s in self.starts(p, gap)):
                 return p
-        raise ValueError(f"data repeats could not place {self.count} segments of {self.length} tokens {self.gap} "
+        raise ValueError(f"data repeats could not place {self.count} segments of {self.length} tokens {gap} "
                          f"apart in a block of {size} tokens after {_TRIES} tries; lower count or length.")
 
 
