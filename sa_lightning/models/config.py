@@ -34,7 +34,7 @@ class ModelConfig:
     convolution of width 2: RWKV's token shift, the short convolution of H3 and Zoology's MQAR models). It is off in
     the paper's model. On, every position holds its predecessor's identity before any attention, which associative
     recall's key matching needs (the value's position must know its key): synthetic MQAR then learns at micro
-    scale, where plain attention stays at the 1/pairs plateau (docs/results.md, Table 12). It is the same for
+    scale, where plain attention stays at the 1/pairs plateau (docs/results.md, Tables 12, 12b). It is the same for
     every variant (it precedes the attention and is never permuted), so a comparison of variants stays a comparison
     of their long-range routes. Training and scoring only: decoding against a KV cache refuses it.
     """
