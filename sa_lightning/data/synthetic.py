@@ -194,12 +194,25 @@ class RecallTask:
             tokens = rng.integers(filler0, filler0 + self.num_filler, size=n + 1)
         labels = np.full(n, IGNORE, dtype=np.int64)
         distance = np.full(n, -1, dtype=np.int64)
-        used = np.zeros(n + 1, dtype=bool)
         keys = rng.choice(self.num_keys, size=self.pairs, replace=False)
         values = self.num_keys + rng.integers(0, self.num_values, size=self.pairs)
-        if self.layout == "blocked":
-            self._blocked(rng, tokens, labels, distance, keys, values)
-        for i in range(self.pairs if self.layout == "scattered" else 0):
+        place = self._blocked if self.layout == "blocked" else self._scattered
+        place(rng, tokens, labels, distance, keys, values)
+        example = {"tokens": tokens.astype(np.int64), "labels": labels, "distance": distance}
+        if self.filler == "counters":  # target t is token t + 1, predictable from token t - 1 where both are filler
+            filler = tokens >= filler0
+            rule = np.zeros(n, dtype=bool)
+            rule[1:] = filler[:-2] & filler[2:]
+            rule &= labels == IGNORE  # a query's target is its answer
+            example["aux_labels"] = np.where(rule, tokens[1:], IGNORE).astype(np.int64)
+        return example
+
+    def _scattered(self, rng: np.random.Generator, tokens: np.ndarray, labels: np.ndarray, distance: np.ndarray,
+                   keys: np.ndarray, values: np.ndarray) -> None:
+        """The default layout, in place: each queried pair and its query at a distance drawn by bucket, then each
+        unqueried pair anywhere free."""
+        used = np.zeros(self.seq_len + 1, dtype=bool)
+        for i in range(self.pairs):
             if i < self.queries:
                 t, p = self._place_query(rng, used)
                 tokens[t] = keys[i]  # the answer is a label only: no later query can copy it from here
@@ -209,14 +222,6 @@ class RecallTask:
                 p = self._free_pair(rng, used)
             tokens[p], tokens[p + 1] = keys[i], values[i]
             used[p:p + 2] = True
-        example = {"tokens": tokens.astype(np.int64), "labels": labels, "distance": distance}
-        if self.filler == "counters":  # target t is token t + 1, predictable from token t - 1 where both are filler
-            filler = tokens >= filler0
-            rule = np.zeros(n, dtype=bool)
-            rule[1:] = filler[:-2] & filler[2:]
-            rule &= labels == IGNORE  # a query's target is its answer
-            example["aux_labels"] = np.where(rule, tokens[1:], IGNORE).astype(np.int64)
-        return example
 
     def _blocked(self, rng: np.random.Generator, tokens: np.ndarray, labels: np.ndarray, distance: np.ndarray,
                  keys: np.ndarray, values: np.ndarray) -> None:
