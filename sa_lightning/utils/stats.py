@@ -56,8 +56,9 @@ def too_few(unit: str) -> str:
     return f"too few {unit} to decide"
 
 
-def equivalent(margin: float) -> str:
-    return f"equivalent within ±{margin:g}"
+def equivalent(margin: float | str) -> str:
+    """The verdict of two one-sided tests inside ±margin; a str margin is printed as given (with its unit, say)."""
+    return f"equivalent within ±{margin if isinstance(margin, str) else format(margin, 'g')}"
 
 
 @dataclass(frozen=True)

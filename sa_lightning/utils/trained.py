@@ -128,7 +128,7 @@ def comparisons(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, ma
         row = seed_comparison(paired, outcome.lower_is_better, margin, a=a, b=b, outcome=outcome.key,
                               headroom=None if ctrl is None or (a, b) == tuple(ctrl) else room(tuple(ctrl)), **fields)
         if margin is not None and row["verdict"] == equivalent(margin):  # the margin as the table prints the values
-            row["verdict"] = f"equivalent within ±{outcome.text(margin, signed=True).lstrip('+')} {outcome.unit}"
+            row["verdict"] = equivalent(f"{outcome.text(margin, signed=True).lstrip('+')} {outcome.unit}")
         out.append(row)
     return out
 
