@@ -6,6 +6,8 @@ Two conventions:
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..attention import VARIANTS, AttentionSpec, get_variant, masks, sample_permutation, stochastic_attention
@@ -81,6 +83,33 @@ def coverage_curve(variant: str, n: int, window: int, depth: int, *, trials: int
             reach = ((reach @ adjacency) > 0).float()
             curve[layer] += (reach.sum(1).double() / visible).mean()
     return curve / trials
+
+
+def reach_by_distance(variant: str, n: int, window: int, depth: int, *, trials: int = 16, seed: int = 0
+                      ) -> torch.Tensor:
+    """(n,) float64: entry d is the chance that the last query of a row of n tokens reaches the key d tokens back
+    through ``depth`` layers of the variant's own causal masks (exact for a fixed pattern; over ``trials`` draws of
+    every layer for one that draws). What a control must show before it stands against SA: that its mask can carry
+    the answer of a task from the key to the query at all (``strided`` alone reaches only multiples of its stride)."""
+    sampler = LayerSampler(variant, n, window, "causal")
+    gen = torch.Generator().manual_seed(seed)
+    trials = trials if get_variant(variant).draws else 1
+    hits = torch.zeros(n, dtype=torch.float64)
+    for _ in range(trials):
+        reach = torch.zeros(n)
+        reach[n - 1] = 1.0
+        for _ in range(depth):
+            reach = ((reach @ sampler.draw(gen).float()) > 0).float()  # the keys the reached tokens read
+        hits += reach.double().flip(0)  # index d: the token d back from the query
+    return hits / trials
+
+
+def reach_share(variant: str, n: int, window: int, depth: int, lo: int, *, trials: int = 16, seed: int = 0) -> float:
+    """The mean chance, over the distances d in [lo, n - 1], that ``reach_by_distance`` carries the key to the query:
+    1.0 for a mask that reaches every such distance in ``depth`` layers."""
+    if lo > n - 1:
+        return math.nan
+    return float(reach_by_distance(variant, n, window, depth, trials=trials, seed=seed)[lo:].mean())
 
 
 def layers_to_cover(curve: torch.Tensor, level: float = 0.99) -> int | None:

@@ -74,6 +74,8 @@ def layer_draws(variant, spec, n: int, layers: Iterable[int], *, seed: int, devi
         return [None] * len(layers)
     if rows is None:
         return [to_device(variant.draw(spec, n, lengths, layer_generator(seed, layer)), device) for layer in layers]
+    if variant.frozen:  # one draw per (seed, layer, length), whatever the input or the draw index
+        mode, keys = "deterministic", None
     identity = row_identities(rows, mode, sample, keys)
     sizes = [r if isinstance(r, int) else len(r) for r in rows]
 

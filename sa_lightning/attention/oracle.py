@@ -103,6 +103,28 @@ def strided_swa_union_mask(n: int, window: int, batch: int, lengths: torch.Tenso
     return strided_mask(n, window, batch, lengths, device) | swa_mask(n, window, device)
 
 
+def strided_local_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None, device=None
+                       ) -> torch.Tensor:
+    """(B, 1, n, n): query i reads j <= i with i - j <= h or (i - j) mod s == 0, (h, s) the row's own
+    (``strided_local.local_stride``); written out row by row, independently of ``masks.strided_local``."""
+    from .strided_local import local_stride
+
+    rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]
+    out = torch.zeros(batch, 1, n, n, dtype=torch.bool)
+    for b, length in enumerate(rows):
+        h, s, _ = local_stride(length, window)
+        for i in range(n):
+            out[b, 0, i, max(0, i - h):i + 1] = True
+            out[b, 0, i, i % s:i + 1:s] = True
+    return out.to(device)
+
+
+def strided_local_swa_union_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None,
+                                 device=None) -> torch.Tensor:
+    """The local-band strided pattern or SWA's window (one softmax over both key sets)."""
+    return strided_local_mask(n, window, batch, lengths, device) | swa_mask(n, window, device)
+
+
 def _mix32_numpy(x):
     """masks.mix32 in numpy's uint64, wrapping where int64 would not need to: the same bits, another arithmetic."""
     x = x ^ (x >> np.uint64(16))

@@ -150,6 +150,10 @@ class Variant:
     cpu_graph: bool = True
     #: the paths that read only the last ``window`` keys, so decoding may keep only that much cache
     local_paths: tuple[str, ...] = ()
+    #: its draw is made once per layer from the run's seed and kept for the whole of training and evaluation (fixed-σ
+    #: SA: against SA it asks whether drawing σ afresh matters); ``permutation: deterministic`` does the same to any
+    #: variant that draws
+    frozen: bool = False
     #: the smallest window it is defined at (the controls read 2 * ceil(w/2) - 2 >= 1 other keys: w >= 3), checked
     #: where a spec is made, before any cell or step runs
     min_window: int = 1
@@ -268,9 +272,10 @@ def variant_names(**flags) -> tuple[str, ...]:
 
 def sigma_seeds(name: str | Variant, seeds) -> list[int]:
     """The σ seeds a model with variant ``name`` is scored under: all of ``seeds`` where its attention draws (σ, hash
-    seeds), the first alone where it draws nothing (every seed would score it the same)."""
+    seeds), the first alone where it draws nothing or its draw is frozen (every seed would score it the same)."""
     seeds = list(seeds)
-    return seeds if get_variant(name).draws else seeds[:1]
+    variant = get_variant(name)
+    return seeds if variant.draws and not variant.frozen else seeds[:1]
 
 
 def trained_variant_names() -> tuple[str, ...]:

@@ -62,18 +62,20 @@ def _grouped(q, k, v, s: int, scale: float, skip_recent: int):
 
 
 def strided_attention(q, k, v, window: int, *, scale: float, lengths: torch.Tensor | None = None,
-                      skip_recent: int = 0, validate: bool = True):
+                      skip_recent: int = 0, validate: bool = True, stride_of=None):
     """(output, log-sum-exp) of the strided pattern; ``lengths`` (B,): each row its own stride (a padded batch:
-    row b's valid tokens first). Rows of one length run together; outputs at padding tokens are 0."""
+    row b's valid tokens first). Rows of one length run together; outputs at padding tokens are 0.
+    ``stride_of(length)``: another rule for s (the local-band control's); ``stride`` by default."""
     B, _, n, _ = q.shape
     lengths = check_lengths(lengths, B, n, q.device, values=validate)
+    stride_of = stride_of or (lambda length: stride(length, window))
     if lengths is None:
-        return _grouped(q, k, v, stride(n, window), scale, skip_recent)
+        return _grouped(q, k, v, stride_of(n), scale, skip_recent)
     out = torch.zeros_like(q)
     lse = torch.full(q.shape[:3], float("-inf"), dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
     for length in sorted(set(lengths.tolist())):  # a host read: padded batches are inference's, not training's
         rows = (lengths == length).nonzero().squeeze(1)
-        y, l = _grouped(q[rows, :, :length], k[rows, :, :length], v[rows, :, :length], stride(length, window), scale,
+        y, l = _grouped(q[rows, :, :length], k[rows, :, :length], v[rows, :, :length], stride_of(length), scale,
                         skip_recent)
         out[rows, :, :length] = y
         lse[rows, :, :length] = l.to(lse.dtype)

@@ -1,10 +1,9 @@
 """A one-line description of the machine a benchmark ran on."""
 from __future__ import annotations
 
-import platform
-
 import torch
 
+from ..utils import host
 from ..utils.argtypes import positive_int  # noqa: F401  (the benchmarks' argparse type)
 
 
@@ -28,13 +27,7 @@ def describe(device: torch.device | str = "cpu") -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {torch.get_num_threads()} threads, torch {torch.__version__}"
+    return f"{host.cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}"
 
 
 def peak_flops(device: torch.device | str, dtype: torch.dtype) -> float | None:

@@ -160,7 +160,7 @@ class Transformer(nn.Module):
         """
         if not self.variant.draws:
             return [None] * len(self.blocks)
-        if self.cfg.permutation == "deterministic":
+        if self.cfg.permutation == "deterministic" or self.variant.frozen:
             seed = self.cfg.seed
         else:
             if stream is None:

@@ -67,7 +67,10 @@ class LongRangeConfig:
         seeds_by_variant: training seeds for some variants instead of ``seeds`` (the references need fewer seeds
             than the comparisons that decide: ``{full: [0, 1, 2], swa: [0, 1, 2]}``).
         margins: equivalence margins per outcome in its items' own unit (``acc``: a fraction of answers, 0.05 is
-            5 points; ``logp``: nats), for "equivalent within ±δ" (two one-sided tests over training seeds).
+            5 points; ``logp``: nats), for "equivalent within ±δ" (two one-sided tests over training seeds), said
+            only where both arms beat SWA by more than δ (the floor rule).
+        preregistered: when and from what the margins were fixed, before the run (the report prints it); without
+            it the report says the margins were not fixed in advance.
         out: the output folder.
     """
 
@@ -84,6 +87,7 @@ class LongRangeConfig:
     comparisons: list[dict] | None = None
     seeds_by_variant: dict[str, list[int]] | None = None
     margins: dict[str, float] | None = None
+    preregistered: str | None = None
     out: str = "outputs/study/long_range"
 
 
@@ -144,11 +148,13 @@ def eval_seeds(variant: str, settings: dict) -> list[int]:
 
 
 def cells(settings: dict) -> list[dict]:
-    """Every (task, variant, depth, window, seed); a variant in ``seeds_by_variant`` takes its own seeds."""
+    """Every (task, variant, depth, window, seed), seed by seed (a run stopped part-way holds whole seeds of every
+    arm, which pair); a variant in ``seeds_by_variant`` takes its own seeds."""
     own = settings.get("seeds_by_variant") or {}
-    return [dict(task=t, variant=v, depth=int(d), window=int(w), seed=int(s))
-            for t, v, d, w in product(*(settings[k] for k in GRID_KEYS[:-1]))
-            for s in own.get(v, settings["seeds"])]
+    grid_ = [dict(task=t, variant=v, depth=int(d), window=int(w), seed=int(s))
+             for t, v, d, w in product(*(settings[k] for k in GRID_KEYS[:-1]))
+             for s in own.get(v, settings["seeds"])]
+    return sorted(grid_, key=lambda c: c["seed"])  # stable: the grid's order within a seed
 
 
 def cell_id(cell: dict) -> str:

@@ -34,6 +34,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import host
 from .atomic import CELLS_KIND, remove_stale_partials, write_records, write_text
 from .load import cores_available
 from .runlock import RunLock
@@ -339,15 +340,19 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
         print(f"[{i}/{len(cells)}] {cell_id(cell)}: {line(result)} ({status}; "
               f"{time.perf_counter() - start:.0f} s so far)", flush=True)
 
+    here = host.machine(threads=plan_jobs(jobs, max(1, len(cells)))[1])
+
     def keep(i: int, cell, path: Path, record: dict) -> None:
-        written = write_cell(path, record)
+        written = write_cell(path, {**record, "machine": record.get("machine") or here})
         finish(i, cell, loaded(json.loads(json.dumps(written))), f"{record.get('seconds', 0.0):.0f} s")
 
     for i, cell in enumerate(cells, 1):
         path, spec = out / "cells" / f"{cell_id(cell)}.json", spec_of(cell)
         saved = read_cell(path, needs)
-        if saved and reuse(saved, spec):
-            finish(i, cell, loaded(saved), "done before")
+        if saved and reuse(saved, spec):  # allowed across machines, and said: a seed's value may differ there
+            elsewhere = saved.get("machine") and not host.same_machine(saved["machine"], here)
+            finish(i, cell, loaded(saved),
+                   f"done before on another machine: {host.describe(saved['machine'])}" if elsewhere else "done before")
         else:
             todo.append((i, cell, path, spec, given(cell, saved, spec) if given else spec))
     processes, threads = plan_jobs(jobs, len(todo)) if todo else (1, 1)
