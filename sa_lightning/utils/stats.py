@@ -321,6 +321,114 @@ def block_units(items, tokens=None, length: int = SEGMENT) -> np.ndarray:
     return segments(tokens, length)
 
 
+def paired_block_units(a_items, a_tokens, b_items, b_tokens, length: int = SEGMENT) -> tuple[np.ndarray, np.ndarray]:
+    """``block_units`` of two sides on the same documents, shaped alike so that they pair unit by unit. Where
+    documents are too few (under ``MIN_UNITS``) and a side draws σ (two or more σ seeds), the unit is the (σ seed,
+    document) cluster: one σ draw shifts every segment of its document together, so segments resampled as
+    independent would count σ's noise once per document instead of once per segment (7–18% false verdicts at a
+    per-document shift of 0.025–0.05 nats, ``tests/test_stats_calibration.py``). A side with one σ seed (it draws
+    nothing) stands beside each of the other's σ seeds; two sides with other counts pair their first seeds."""
+    a_items, b_items = np.asarray(a_items, dtype=np.float64), np.asarray(b_items, dtype=np.float64)
+    if a_tokens is None or b_tokens is None or a_items.shape[-1] >= MIN_UNITS:
+        return block_units(a_items, a_tokens, length), block_units(b_items, b_tokens, length)
+    ta, tb = (np.asarray(t, dtype=np.float64) for t in (a_tokens, b_tokens))
+    ta, tb = (t[None] if t.ndim == 2 else t for t in (ta, tb))
+    sa, sb = ta.shape[0], tb.shape[0]
+    seeds = max(sa, sb) if 1 in (sa, sb) else min(sa, sb)
+    if seeds < 2 or seeds * ta.shape[1] < MIN_UNITS:  # no σ noise to cluster, or too few clusters: segments
+        return block_units(a_items, a_tokens, length), block_units(b_items, b_tokens, length)
+
+    def clusters(t):
+        rows = np.repeat(t, seeds, axis=0) if t.shape[0] == 1 else t[:seeds]
+        return rows.mean(axis=-1).reshape(1, -1)  # one unit per (σ seed, document)
+
+    return clusters(ta), clusters(tb)
+
+
+# ---- training seeds whose spreads differ: a paired sign-flip test ----------------------------------------
+#: the arms' seed SDs differ by more than this factor: the per-seed differences may be skewed or bimodal (one arm
+#: tight, the other's seeds learning now and then), where a t interval calls a winner 6–19% of the time under no
+#: difference; such a comparison is decided by the paired sign-flip test as well
+SPREAD_RATIO = 2.0
+#: exact enumeration of the 2**n sign patterns up to this many seeds; a fixed random set of patterns beyond
+_EXACT_FLIPS = 16
+_RANDOM_FLIPS = 1 << 16
+
+
+def _signs(n: int) -> np.ndarray:
+    if n <= _EXACT_FLIPS:
+        codes = np.arange(1 << n, dtype=np.int64)[:, None] >> np.arange(n)
+        return 1.0 - 2.0 * (codes & 1)
+    rng = np.random.default_rng(n)
+    flips = rng.choice([-1.0, 1.0], size=(_RANDOM_FLIPS, n))
+    flips[0] = 1.0  # the observed assignment is one of the patterns
+    return flips
+
+
+def sign_flip_p(diffs, null: float = 0.0) -> float:
+    """Two-sided p of the paired sign-flip (permutation) test that the per-seed differences are centred on ``null``:
+    the share of sign patterns whose mean is at least as far from 0 as the observed one. Exact (all 2**n patterns)
+    up to 16 seeds. Its level holds for any symmetric spread of the differences, bimodal or heavy-tailed; at n
+    seeds its smallest p is 2 / 2**n (0.0625 at 5 seeds: five seeds never decide alone)."""
+    d = np.asarray(diffs, dtype=np.float64) - null
+    signs = _signs(d.size)
+    means = np.abs(signs @ d) / d.size
+    return float(np.mean(means >= abs(d.mean()) - 1e-12 * (1 + np.abs(d).max())))
+
+
+def sign_flip_interval(diffs, level: float = LEVEL) -> tuple[float, float]:
+    """The values δ that the sign-flip test at 1 − ``level`` does not reject (the test inverted, by bisection on
+    each side of the mean); (nan, nan) where no value is rejected (too few seeds: 2 / 2**n > 1 − level)."""
+    d = np.asarray(diffs, dtype=np.float64)
+    alpha, mean = 1 - level, float(d.mean())
+    if 2.0 / 2 ** min(d.size, 62) > alpha:
+        return math.nan, math.nan
+    span = float(d.max() - d.min()) or 1.0
+    bounds = []
+    for far in (float(d.min()) - span, float(d.max()) + span):  # rejected there: every difference on one side
+        inside, outside = mean, far
+        for _ in range(50):
+            mid = (inside + outside) / 2
+            inside, outside = (mid, outside) if sign_flip_p(d, mid) > alpha else (inside, mid)
+        bounds.append(inside)
+    return bounds[0], bounds[1]
+
+
+def spreads_differ(a_means, b_means) -> bool:
+    """The two arms' seed SDs differ by more than ``SPREAD_RATIO`` (each over its seeds' means)."""
+    sa, sb = (float(np.std(np.asarray(x, dtype=np.float64), ddof=1)) if len(x) > 1 else 0.0 for x in (a_means, b_means))
+    small, large = sorted((sa, sb))
+    return large > SPREAD_RATIO * small if large > 0 else False
+
+
+def sign_flip_difference(diffs, level: float = LEVEL, **fields) -> Interval:
+    """A − B over training seeds by the sign-flip test: the mean of the per-seed differences, its ``level`` interval
+    and the 90% one of the equivalence test, both by inverting the test; fewer seeds than the test can decide with
+    give a range."""
+    d = np.asarray(diffs, dtype=np.float64)
+    lo, hi = sign_flip_interval(d, level)
+    if lo != lo:
+        return _few(float(d.mean()), d, **fields)
+    lo90, hi90 = sign_flip_interval(d, 0.90)
+    return Interval(float(d.mean()), lo, hi, units=d.size, lo90=lo90, hi90=hi90, **fields)
+
+
+# ---- the floor rule --------------------------------------------------------------------------------------
+def cannot_decide(margin: float | str) -> str:
+    """The verdict where an equivalence would sit at the floor: an arm does not beat SWA (or chance) by more than
+    the margin, so two arms that learn nothing would be "equivalent" by construction."""
+    return (f"cannot decide: the arms do not use their routes (each must beat the floor by more than "
+            f"±{margin if isinstance(margin, str) else format(margin, 'g')})")
+
+
+def above_floor(gain: "Interval | None", margin: float, lower_is_better: bool = False) -> bool:
+    """An arm's gain over the floor (arm − SWA, or − chance) clears the margin: its whole 95% interval lies beyond
+    ``margin`` on the good side. False without an interval (no floor measured, or too few units)."""
+    if gain is None or not gain.bounded:
+        return False
+    return gain.hi < -margin if lower_is_better else gain.lo > margin
+
+
 # ---- the earlier names, each one scheme ------------------------------------------------------------------
 def bootstrap_mean(values, *, resamples: int = RESAMPLES, seed: int = 0, level: float = LEVEL) -> Interval:
     """The mean of ``values`` (one per item) with its interval over items."""
