@@ -105,8 +105,15 @@ def test_an_equivalence_margin_is_a_verdict_of_its_own():
         results += [_result("sa@32", seed, base + shift + rng.normal(0, 0.001, 40), lw, mc),
                     _result("random@32", seed, base + shift + rng.normal(0, 0.001, 40), lw, mc)]
     pair, margins = [{"a": "sa@32", "b": "random@32"}], {"val_ppl": 0.01}
-    _, compared = pretrain.compare(pretrain.sections(results, pair, margins), results, pair, margins)
-    assert next(c for c in compared if c["outcome"] == "val_ppl")["verdict"] == "equivalent within ±0.010 nats"
+
+    def said():
+        _, compared = pretrain.compare(pretrain.sections(results, pair, margins), results, pair, margins)
+        return next(c for c in compared if c["outcome"] == "val_ppl")["verdict"]
+
+    assert said().startswith("cannot decide")  # no SWA trained: the floor rule cannot be met
+    results += [_result(m, seed, base + d + rng.normal(0, 0.001, 40), lw, mc) for seed in range(8)
+                for m, d in (("swa@32", 0.1), ("full", -0.1))]
+    assert said() == "equivalent within ±0.010 nats"  # both 0.1 nats better than SWA at their window
     with pytest.raises(ValueError, match="margins maps a column"):
         pretrain.load_settings(CONFIG, "quick", {"margins": {"val_ppl": -1}})
 

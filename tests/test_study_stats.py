@@ -89,11 +89,22 @@ def test_the_answers_log_probability_is_a_second_outcome_with_an_equivalence_mar
             if variant == "full":
                 cell["scores"][1]["logps"] = [-0.01] * n
             cells.append(cell)
+    def sa_random(text):
+        section = text.split("## Over training seeds: log p")[1].split("## Each trained model alone")[0]
+        (line,) = [r for r in section.splitlines() if r.startswith("| passkey") and "| sa | random |" in r]
+        return line
+
     text = compare(cells, [{"a": "sa", "b": "random"}], margins={"logp": 0.05})
     assert "## Over training seeds: log p(answer) beyond" in text
-    section = text.split("## Over training seeds: log p")[1].split("## Each trained model alone")[0]
-    (line,) = [r for r in section.splitlines() if r.startswith("| passkey") and "| sa | random |" in r]
-    assert "equivalent within ±0.050 nats" in line  # the margin in the table's own unit
+    # both arms sit at SWA's floor: equal by construction, so the floor rule says it cannot decide
+    assert "cannot decide: the arms do not use their routes" in sa_random(text)
+    assert "not fixed before this run's cells" in text  # no preregistered margin
+    for cell in cells:  # SWA a nat below both arms: now they use their routes
+        if cell["variant"] == "swa":
+            cell["scores"][1]["logps"] = [lp - 1.0 for lp in cell["scores"][1]["logps"]]
+    text = compare(cells, [{"a": "sa", "b": "random"}], margins={"logp": 0.05}, preregistered="in the test, first")
+    assert "equivalent within ±0.050 nats" in sa_random(text)  # the margin in the table's own unit
+    assert "fixed before the run: in the test, first" in text
     for cell in cells:  # seeds that disagree by ±0.2 nats: not separable, and not equivalent either
         if cell["variant"] == "random":
             cell["scores"][1]["logps"] = [lp + 0.2 * (-1) ** cell["seed"] for lp in cell["scores"][1]["logps"]]

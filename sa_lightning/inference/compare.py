@@ -28,8 +28,8 @@ from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.report import head, row
 from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval, block_units,
-                           comparison_row, derived_seed, headroom, headroom_label, mean_of_tasks, paired_difference,
-                           percentile_interval, replicates, seed_spread)
+                           comparison_row, derived_seed, headroom, headroom_label, mean_of_tasks, paired_block_units,
+                           paired_difference, percentile_interval, replicates, seed_spread)
 from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
                    metric_of, read_items)
 
@@ -196,7 +196,10 @@ def _partners(comp: Comparison, a: Setting, task: str, loaded: Loaded) -> list[S
 def _paired(a: TaskScores, b: TaskScores, seed: int) -> Interval | None:
     """A − B on the items both scored (None: none in common)."""
     ids = [i for i in a.ids if i in set(b.ids)]
-    return paired_difference(units(a.select(ids)), units(b.select(ids)), seed=seed) if ids else None
+    if not ids:
+        return None
+    a, b = a.select(ids), b.select(ids)
+    return paired_difference(*paired_block_units(a.matrix, a.tokens, b.matrix, b.tokens), seed=seed)
 
 
 def headroom_at(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool | None:
@@ -258,7 +261,8 @@ def delta_nll_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
                 parts["all"] = (0, mine.shape[2])
                 cells_ = {}
                 for name, (lo, hi) in parts.items():
-                    a_units, b_units = (block_units(x[:, :, lo:hi].mean(axis=2), x[:, :, lo:hi]) for x in (mine, full))
+                    a_units, b_units = paired_block_units(mine[:, :, lo:hi].mean(axis=2), mine[:, :, lo:hi],
+                                                          full[:, :, lo:hi].mean(axis=2), full[:, :, lo:hi])
                     diff = paired_difference(a_units, b_units, seed=derived_seed(0, task, *setting, name))
                     cells_[name] = comparison_row(diff, lower_is_better=True)
                 rows.append({"task": task, "mode": setting[0], "w_eff": setting[1], "sink": setting[2],

@@ -402,7 +402,8 @@ TABLE_NOTE = ("beyond L·(w−1): the share of right answers whose key–query d
               "K = 1 a model that draws counts each answer as its mean over the evaluation σ seeds).")
 
 
-def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None) -> str:
+def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None,
+            preregistered: str | None = None) -> str:
     """``compare.md``: where two or more training seeds trained a setting, first the rows that speak for the
     variants, per outcome (``OUTCOMES``) and setting (task, L, w, K): each variant over its seeds, the seeds that
     learned and when, A − B paired by seed and the power (``utils.trained.report``). Then each trained model alone:
@@ -417,7 +418,7 @@ def compare(results: list[dict], comparisons: list[dict], margins: dict | None =
                                   margin=margins.get(section.outcome.key),
                                   note=learned_line(section) if accuracy else None)
     if lines:
-        lines += ["", trained.NOTE + (f" Margins δ: {margins}." if margins else "")]
+        lines += ["", trained.NOTE + trained.margins_line(margins, preregistered)]
     accuracy = OUTCOMES[0]
     alone = []
     scored = scored_at(results)
@@ -657,7 +658,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         run=run_spec, line=line, jobs=settings.get("jobs"),
         loaded=lambda saved: {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}})
     summary = {"table.md": table(results), "reach.md": reach(results),
-               "compare.md": compare(results, settings.get("comparisons") or [], settings.get("margins"))}
+               "compare.md": compare(results, settings.get("comparisons") or [], settings.get("margins"),
+                                     settings.get("preregistered"))}
     with replacing_files(out, "study report", overwrite=True) as tmp:  # its own folder (cells/)
         write_csv(tmp / "results.csv", rows(results))
         for name, text in summary.items():

@@ -88,7 +88,9 @@ class PretrainConfig:
         limit: documents of each offline task.
         eval_seeds: σ seeds a model that draws is scored under (``eval_seed``: one, from configs before them).
         comparisons: ``{a: <model>, b: <model>}`` each, A − B paired by training seed.
-        margins: ``{column: δ}``: A − B is called equivalent within ±δ where two one-sided tests say so.
+        margins: ``{column: δ}``: A − B is called equivalent within ±δ where two one-sided tests say so, and both
+            models beat SWA by more than δ (the floor rule).
+        preregistered: when and from what the margins were fixed, before the run (the report prints it).
         out: the output folder.
     """
 
@@ -102,6 +104,7 @@ class PretrainConfig:
     eval_seed: int | None = None
     comparisons: list[dict] | None = None
     margins: dict[str, float] | None = None
+    preregistered: str | None = None
     out: str = "outputs/study/pretrain"
 
 
@@ -333,7 +336,7 @@ def table(parts: list[trained.Section], settings: dict, results: list[dict]) -> 
 
 
 def compare(parts: list[trained.Section], results: list[dict], comparisons: list[dict],
-            margins: dict | None = None) -> tuple[str, list[dict]]:
+            margins: dict | None = None, preregistered: str | None = None) -> tuple[str, list[dict]]:
     """``compare.md`` (per outcome, ``utils.trained.markdown``: each model over its seeds, the comparisons paired by
     seed, the power) and its rows for ``compare.json``."""
     lines: list[str] = []
@@ -344,7 +347,7 @@ def compare(parts: list[trained.Section], results: list[dict], comparisons: list
                                       threshold_label=f"seeds that copy (≤ {COPIED:g} nat)" if copies else None)
     note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points), "
             "paired by training seed. " + trained.NOTE
-            + (f" Margins δ (\"equivalent within ±δ\"): {margins}." if margins else ""))
+            + trained.margins_line(margins, preregistered))
     missing = unpaired(results, comparisons)
     if missing:
         note += f" Not compared (a model this run leaves out): {', '.join(missing)}."
@@ -418,7 +421,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                               "limit": settings.get("limit"), "eval_seeds": eval_seeds(cell["model"], settings)},
         run=run_cell, line=line, jobs=settings.get("jobs"))
     parts = sections(results, settings.get("comparisons") or [], settings.get("margins"), settings["models"])
-    compared, comparison_rows = compare(parts, results, settings.get("comparisons") or [], settings.get("margins"))
+    compared, comparison_rows = compare(parts, results, settings.get("comparisons") or [], settings.get("margins"),
+                                        settings.get("preregistered"))
     text = table(parts, settings, results)
     with replacing_files(out, "study report", overwrite=True) as tmp:  # its own folder (cells/)
         flat = csv_rows(parts, results)

@@ -32,8 +32,8 @@ from typing import Callable
 import numpy as np
 
 from .report import head, pyplot, row, save_figure, spread
-from .stats import MIN_UNITS, Interval, derived_seed, equivalent, headroom, headroom_label, paired_difference, \
-    seed_comparison, t_interval
+from .stats import MIN_UNITS, Interval, above_floor, cannot_decide, derived_seed, equivalent, headroom, \
+    headroom_label, paired_difference, seed_comparison, t_interval
 
 Units = dict[str, dict[int, list[float]]]  # {arm: {training seed: items}}
 
@@ -127,10 +127,25 @@ def comparisons(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, ma
         paired = {s: _same_items(units[a][s], units[b][s]) for s in seeds}
         row = seed_comparison(paired, outcome.lower_is_better, margin, a=a, b=b, outcome=outcome.key,
                               headroom=None if ctrl is None or (a, b) == tuple(ctrl) else room(tuple(ctrl)), **fields)
-        if margin is not None and row["verdict"] == equivalent(margin):  # the margin as the table prints the values
-            row["verdict"] = equivalent(f"{outcome.text(margin, signed=True).lstrip('+')} {outcome.unit}")
+        if margin is not None and row["verdict"] == equivalent(margin):
+            shown = f"{outcome.text(margin, signed=True).lstrip('+')} {outcome.unit}"  # as the table prints values
+            floor = None if ctrl is None else ctrl[1]
+            row["floor"] = {arm: floor_gain(units, arm, floor, outcome) for arm in (a, b)}
+            clear = all(above_floor(Interval.from_dict(g) if g else None, margin, outcome.lower_is_better)
+                        for g in row["floor"].values())
+            row["verdict"] = equivalent(shown) if clear else cannot_decide(shown)
         out.append(row)
     return out
+
+
+def floor_gain(units: Units, arm: str, floor: str | None, outcome: Outcome) -> dict | None:
+    """arm − floor (SWA) over the seeds both trained, as an interval's dict; None where the floor was not trained
+    (the floor rule then cannot be met: "equivalent" needs both arms to beat it by more than the margin)."""
+    seeds = sorted(set(units.get(arm, {})) & set(units.get(floor, {}))) if floor else []
+    if not seeds or arm == floor:
+        return None
+    return seed_comparison({s: _same_items(units[arm][s], units[floor][s]) for s in seeds},
+                           outcome.lower_is_better)
 
 
 def _same_items(a: list[float], b: list[float]) -> tuple[list[float], list[float]]:
@@ -209,9 +224,17 @@ def comparison_table(rows_: list[dict], outcome: Outcome, settings: list[str], l
         room = r.get("headroom")
         lines.append(row([*r["setting"], label(r["a"]), label(r["b"]), r["seeds"], _with_form(outcome, ci, signed=True),
                           ", ".join(outcome.text(v, signed=True) for v in r["per_seed"].values()),
-                          outcome.text(r.get("seed_sd"), signed=True).lstrip("+"), r["verdict"],
+                          outcome.text(r.get("seed_sd"), signed=True).lstrip("+"), verdict_text(r),
                           "–" if room is None else ("yes" if room else "no")]))
     return lines
+
+
+def verdict_text(r: dict) -> str:
+    """A comparison row's verdict as the tables print it: with the sign-flip test's p where it decided too."""
+    flip = r.get("sign_flip")
+    if not flip:
+        return r["verdict"]
+    return f"{r['verdict']} (spreads differ: t and sign-flip at {flip['level']:.0%}, sign-flip p = {flip['p']:.3g})"
 
 
 def _with_form(outcome: Outcome, ci: Interval, signed: bool = False) -> str:
@@ -222,10 +245,26 @@ def _with_form(outcome: Outcome, ci: Interval, signed: bool = False) -> str:
 
 NOTE = ("Each training seed is one unit: its score is the mean over its items, and A − B pairs A's and B's models "
         "of one seed (one initialisation and data order, the same validation items). 95% interval: a t interval "
-        f"over the seeds; with fewer than {MIN_UNITS} seeds only their range, and no verdict. \"Equivalent within "
-        "±δ\" only from two one-sided tests (the 90% interval inside ±δ). Headroom: whether full attention beats "
+        f"over the seeds; with fewer than {MIN_UNITS} seeds only their range, and no verdict. Where the arms' seed "
+        "SDs differ more than twofold (one tight, the other's seeds learning now and then), a paired sign-flip test "
+        "over the seeds must agree with the t interval (it cannot decide under 6 seeds). \"Equivalent within ±δ\" "
+        "only from two one-sided tests (the 90% interval inside ±δ), and only where both arms beat SWA by more than δ "
+        "(their whole 95% interval past it); otherwise \"cannot decide\": arms that learn nothing are equal by "
+        "construction. Headroom: whether full attention beats "
         "SWA over the seeds both trained (the positive control of the setting); a row without it cannot rank "
         "long-range variants.")
+
+
+def margins_line(margins: dict | None, preregistered: str | None) -> str:
+    """What the report says of its margins: each δ, and whether it was fixed before the run (``preregistered``:
+    when and from what) or not, in which case an equivalence it supports was chosen knowing the result."""
+    if not margins:
+        return ""
+    shown = ", ".join(f"{k} ±{v:g}" for k, v in margins.items())
+    if preregistered:
+        return f" Margins δ ({shown}), fixed before the run: {preregistered}."
+    return (f" Margins δ ({shown}), not fixed before this run's cells: an \"equivalent\" here rests on a margin set "
+            "knowing earlier results of the same cells, not a pre-registered one.")
 
 
 def figure(panels: list[tuple[str, list[dict], Outcome]], path: Path, style: Callable[[str], tuple[str, str, str]],
