@@ -41,6 +41,39 @@ def run_coverage(args) -> Path:
     return args.out / "coverage.csv"
 
 
+def run_reach(args) -> Path:
+    """What each variant's own mask carries to the last query through ``--layers`` layers, distance by distance: the
+    check a control passes before it stands against SA (a mask that cannot reach a task's distances cannot win
+    there). ``reach.csv`` and ``reach.png`` (the chance by distance, SWA's field L·(w − 1) dashed)."""
+    from ..attention import get_variant
+    from ..utils.report import pyplot
+
+    field = args.layers * (args.window - 1)
+    rows, curves = [], {}
+    for variant in args.variants:
+        chance = mechanism.reach_by_distance(variant, args.n, args.window, args.layers, trials=args.trials,
+                                             seed=args.seed)
+        curves[variant] = chance
+        rows += [{"variant": variant, "layers": args.layers, "distance": d, "chance": round(float(c), 6)}
+                 for d, c in enumerate(chance.tolist())]
+        past = float(chance[field + 1:].mean()) if field + 1 < args.n else float("nan")
+        print(f"reach {variant:>14}: {100 * past:.1f}% of the distances past SWA's field ({field}) reached in "
+              f"{args.layers} layers", flush=True)
+    write_csv(args.out / "reach.csv", rows)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, (variant, chance) in enumerate(curves.items()):
+        v = get_variant(variant)
+        ax.plot(range(args.n), chance.numpy() + 0.012 * i, color=v.color, marker=v.marker, markevery=max(1, args.n // 16),
+                lw=1, ms=4, label=v.label)  # offset a hair apart, so that equal curves stay visible
+    ax.axvline(field, ls="--", color="grey", lw=1, label=f"SWA's field L·(w−1) = {field}")
+    ax.set(xlabel="key–query distance", ylabel=f"chance the key reaches the query in {args.layers} layers",
+           ylim=(-0.03, 1.1), title=f"Reach of each mask (n={args.n}, w={args.window}, L={args.layers}, causal; "
+                                    "curves offset 0.012 apart)")
+    _save(fig, ax, args.out / "reach.png", legend_size=7)
+    return args.out / "reach.csv"
+
+
 #: how far apart (in octaves of depth) the variants' markers sit at one depth, so that equal coverages (every
 #: variant at 1.0, SA and SA+SWA on their first layers) show side by side, not one under the other
 COVERAGE_DODGE = 0.2
@@ -277,8 +310,8 @@ def run_small_world(args) -> Path:
     return args.out / "small_world.csv"
 
 
-DEFAULT_TRIALS = {"coverage": 8, "connection": 200, "variance": 256}
-RUNNERS = {"coverage": run_coverage, "connection": run_connection, "variance": run_variance,
+DEFAULT_TRIALS = {"coverage": 8, "connection": 200, "variance": 256, "reach": 16}
+RUNNERS = {"coverage": run_coverage, "reach": run_reach, "connection": run_connection, "variance": run_variance,
            "connectome": run_connectome, "spectrum": run_spectrum, "small-world": run_small_world}
 #: commands that read a checkpoint and take their own flags
 CHECKPOINT_COMMANDS = ("attention-maps", "gates")
@@ -297,7 +330,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="windows for connection and variance")
     parser.add_argument("--depth", type=int, default=72, help="layers to grow the receptive field")
     parser.add_argument("--layers", type=int, default=4,
-                        help="layers in the stack for connectome, spectrum and small-world (one permutation each)")
+                        help="layers in the stack for reach, connectome, spectrum and small-world (one permutation "
+                             "each)")
     parser.add_argument("--variants", nargs="+", default=list(graphs.GRAPHS), choices=mechanism.PATTERNED)
     parser.add_argument("--convention", choices=mechanism.CONVENTIONS, default=None,
                         help="theory: Appendix A's circular window; causal: the masks the models run "

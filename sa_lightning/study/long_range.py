@@ -557,28 +557,34 @@ def plot_seeds(results: list[dict], path: Path) -> bool:
 
 def reach(results: list[dict]) -> str:
     """Per (task, variant, window): the first depth whose accuracy beyond L * (w - 1) reaches 90%, beside
-    the coverage analysis's prediction for that depth (``cli.py analyze coverage``, causal convention)."""
-    from ..analysis.mechanism import coverage_curve
+    the coverage analysis's prediction for that depth (``cli.py analyze coverage``, causal convention) and the share
+    of the distances past the field that the variant's own mask carries to the last query through L layers
+    (``mechanism.reach_share``): a control that cannot reach them cannot stand against SA there."""
+    from ..analysis.mechanism import coverage_curve, reach_share
 
     seeded = several_seeds(results)
     lines = head(["task", "variant", "w", *(["seed"] if seeded else []), "K", "depth reaching 90% beyond L·(w−1)",
-                  "beyond-RF accuracy by depth", "coverage by depth (`analyze coverage`, causal)"],
-                 ["---", "---", "---:", *(["---:"] if seeded else []), "---:", "---", "---", "---"])
+                  "beyond-RF accuracy by depth", "coverage by depth (`analyze coverage`, causal)",
+                  "mask reaches past the field, by depth"],
+                 ["---", "---", "---:", *(["---:"] if seeded else []), "---:", "---", "---", "---", "---"])
     keyed: dict[tuple, dict[int, dict]] = {}
     for r in results:
         keyed.setdefault((r["task"], r["variant"], r["window"], r["seed"]), {})[r["depth"]] = r
     for (task, variant, window, seed), by_depth in sorted(keyed.items()):
         depths = sorted(by_depth)
         n = by_depth[depths[0]]["seq_len"]
+        patterned = variant in PATTERNED and get_variant(variant).sparse
         cover = coverage_curve(variant, n, window, max(depths), convention="causal", trials=4, seed=seed) \
-            if variant in PATTERNED and get_variant(variant).sparse else None
+            if patterned else None
+        reached = ", ".join(f"L={d}: {100 * reach_share(variant, n, window, d, d * (window - 1) + 1, trials=4):.0f}%"
+                            for d in depths) if patterned else "–"
         for k in sorted({k for r in by_depth.values() for k in r["scores"]}):
             acc = {d: beyond(by_depth[d], k) for d in depths if k in by_depth[d]["scores"]}
             first = next((d for d in depths if acc.get(d, 0) >= TARGET), None)
             acc_text = ", ".join(f"L={d}: {100 * a:.0f}%" for d, a in acc.items())
             cov_text = ", ".join(f"L={d}: {100 * float(cover[d]):.0f}%" for d in depths) if cover is not None else "–"
             lines.append(row([task, variant, window, *([seed] if seeded else []), k,
-                              first or f"not within {max(depths)}", acc_text, cov_text]))
+                              first or f"not within {max(depths)}", acc_text, cov_text, reached]))
     return "\n".join(lines) + "\n"
 
 
