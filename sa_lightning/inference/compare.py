@@ -28,8 +28,8 @@ from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.report import head, row
 from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval, block_units,
-                           comparison_row, derived_seed, headroom, headroom_label, mean_of_tasks, paired_block_units,
-                           paired_difference, percentile_interval, replicates, seed_spread)
+                           comparison_row, derived_seed, documents_difference, headroom, headroom_label,
+                           mean_of_tasks, percentile_interval, replicates, seed_spread)
 from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
                    metric_of, read_items)
 
@@ -199,7 +199,7 @@ def _paired(a: TaskScores, b: TaskScores, seed: int) -> Interval | None:
     if not ids:
         return None
     a, b = a.select(ids), b.select(ids)
-    return paired_difference(*paired_block_units(a.matrix, a.tokens, b.matrix, b.tokens), seed=seed)
+    return documents_difference(a.matrix, a.tokens, b.matrix, b.tokens, seed=seed)
 
 
 def headroom_at(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool | None:
@@ -261,9 +261,9 @@ def delta_nll_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
                 parts["all"] = (0, mine.shape[2])
                 cells_ = {}
                 for name, (lo, hi) in parts.items():
-                    a_units, b_units = paired_block_units(mine[:, :, lo:hi].mean(axis=2), mine[:, :, lo:hi],
-                                                          full[:, :, lo:hi].mean(axis=2), full[:, :, lo:hi])
-                    diff = paired_difference(a_units, b_units, seed=derived_seed(0, task, *setting, name))
+                    diff = documents_difference(mine[:, :, lo:hi].mean(axis=2), mine[:, :, lo:hi],
+                                                full[:, :, lo:hi].mean(axis=2), full[:, :, lo:hi],
+                                                seed=derived_seed(0, task, *setting, name))
                     cells_[name] = comparison_row(diff, lower_is_better=True)
                 rows.append({"task": task, "mode": setting[0], "w_eff": setting[1], "sink": setting[2],
                              "documents": len(ids), "seeds": len(scores.seeds), "buckets": cells_})

@@ -46,6 +46,7 @@ reproducible.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import zlib
@@ -362,6 +363,16 @@ def paired_block_units(a_items, a_tokens, b_items, b_tokens, length: int = SEGME
         return rows.mean(axis=-1).reshape(1, -1)  # one unit per (σ seed, document)
 
     return clusters(ta), clusters(tb)
+
+
+def documents_difference(a_items, a_tokens, b_items, b_tokens, *, resamples: int = RESAMPLES, seed: int = 0,
+                         level: float = LEVEL) -> Interval:
+    """A − B on the same documents by the items scheme, over ``paired_block_units`` (documents, segments, or (σ
+    seed, document) clusters); ``seeds`` and ``seeds_b`` count each side's σ seeds, whatever the unit."""
+    a_units, b_units = paired_block_units(a_items, a_tokens, b_items, b_tokens)
+    diff = difference(a_units, b_units, "items", resamples=resamples, seed=seed, level=level)
+    return dataclasses.replace(diff, seeds=int(np.atleast_2d(a_items).shape[0]),
+                               seeds_b=int(np.atleast_2d(b_items).shape[0]))
 
 
 # ---- training seeds whose spreads differ: a paired sign-flip test ----------------------------------------
