@@ -250,3 +250,22 @@ def test_a_preset_file_that_is_not_a_mapping_is_one_sentence(tmp_path):
     bad.write_text("- seeds\n- limit\n")
     with pytest.raises(ValueError, match="must be a mapping of config fields, got list"):
         runner.preset_values({}, str(bad), "study.yaml")
+
+
+def test_every_record_names_its_machine_and_a_cell_made_on_another_is_reused_and_said(tmp_path, capsys):
+    """A single seed's value does not carry across CPUs, so each record names the machine that made it; a reuse of
+    a cell made elsewhere is allowed (the statistics carry) and said in its line."""
+    from sa_lightning.utils import host
+
+    out = tmp_path / "run"
+    runner.run_cells([1], out, _id, lambda c: {"v": 1}, _scored, line=lambda r: "ok")
+    path = out / "cells" / "c1.json"
+    record = json.loads(path.read_text())
+    assert record["machine"]["cpu"] == host.cpu_name() and record["machine"]["torch"] and record["machine"]["threads"]
+    capsys.readouterr()
+    runner.run_cells([1], out, _id, lambda c: {"v": 1}, _scored, line=lambda r: "ok")
+    assert "(done before;" in capsys.readouterr().out  # the same machine: nothing to say
+    path.write_text(json.dumps({**record, "machine": {**record["machine"], "cpu": "Another CPU"}}))
+    again = runner.run_cells([1], out, _id, lambda c: {"v": 1}, _scored, line=lambda r: "ok")
+    assert again[0]["scores"] == {"x": 1}  # reused, not run again
+    assert "done before on another machine: Another CPU" in capsys.readouterr().out

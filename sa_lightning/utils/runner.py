@@ -340,7 +340,7 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
         print(f"[{i}/{len(cells)}] {cell_id(cell)}: {line(result)} ({status}; "
               f"{time.perf_counter() - start:.0f} s so far)", flush=True)
 
-    here = host.machine(threads=plan_jobs(jobs, max(1, len(cells)))[1])
+    here = host.machine()  # what each record names; the threads are the run's own (below)
 
     def keep(i: int, cell, path: Path, record: dict) -> None:
         written = write_cell(path, {**record, "machine": record.get("machine") or here})
@@ -356,6 +356,8 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
         else:
             todo.append((i, cell, path, spec, given(cell, saved, spec) if given else spec))
     processes, threads = plan_jobs(jobs, len(todo)) if todo else (1, 1)
+    if processes > 1:
+        here["threads"] = threads
     try:
         with stopping():
             if processes == 1:
