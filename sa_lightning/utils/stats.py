@@ -32,8 +32,8 @@ and then) and one seed can move the verdict (``fragile``), the per-seed differen
 calls a winner too often; the paired sign-flip (permutation) test over seeds is made beside it and both decide at
 99% (``skewed_verdict``). Where a draw of seeds holds none of a skewed arm's rare seeds, nothing in the sample shows
 the skew, and no test over so few seeds holds 5% (Tables 14c–d resampled: about 9%); a replication on fresh seeds
-is the remedy there. The sign-flip test's
-level is exact wherever the arms' seeds are exchangeable, however skewed or bimodal.
+is the remedy there. The sign-flip test's level is exact wherever the arms' seeds are exchangeable, however skewed
+or bimodal.
 
 **Few documents, σ within them.** One σ draw shifts every segment of a document together, so where documents are
 too few to resample and σ is drawn, the unit is the (σ seed, document) cluster (``paired_block_units``), not the
@@ -346,7 +346,7 @@ def paired_block_units(a_items, a_tokens, b_items, b_tokens, length: int = SEGME
     documents are too few (under ``MIN_UNITS``) and a side draws σ (two or more σ seeds), the unit is the (σ seed,
     document) cluster: one σ draw shifts every segment of its document together, so segments resampled as
     independent would count σ's noise once per document instead of once per segment (7–18% false verdicts at a
-    per-document shift of 0.025–0.05 nats, ``tests/test_stats_calibration.py``). A side with one σ seed (it draws
+    per-document shift of 0.025–0.05 nats; ``tests/test_stats_skewed.py`` holds both). A side with one σ seed (it draws
     nothing) stands beside each of the other's σ seeds; two sides with other counts pair their first seeds."""
     a_items, b_items = np.asarray(a_items, dtype=np.float64), np.asarray(b_items, dtype=np.float64)
     if a_tokens is None or b_tokens is None or a_items.shape[-1] >= MIN_UNITS:
