@@ -372,3 +372,35 @@ def test_cached_generation_on_cuda_in_bfloat16_follows_the_float32_model():
         torch.testing.assert_close(got[b, :n], ref[b, :n], atol=0.1, rtol=0.05)
     out = hf.generate(ids[:1].cuda(), max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=None)
     assert out.shape == (1, N + 8)
+
+
+def test_every_model_config_field_survives_a_folder():
+    """ModelConfig -> SATransformerConfig -> ModelConfig keeps every field (the backbone's own aside): a field that
+    a folder drops (the token shift once was) gives an exported model other logits than its checkpoint's."""
+    from dataclasses import fields
+
+    from sa_lightning.models.hf_config import SATransformerConfig
+
+    changed = dict(vocab_size=97, n_layer=3, n_head=4, n_kv_head=2, d_model=32, d_ff=40, max_seq_len=64,
+                   attention=AttentionSpec("sa_fixed", window=8), permutation="deterministic", seed=7,
+                   rope_theta=500.0, norm_eps=1e-5, init_std=0.03, token_shift=True)
+    assert set(changed) == {f.name for f in fields(ModelConfig)} - {"backbone", "init_from"}  # a new field: add it
+    cfg = ModelConfig(**changed)
+    back = SATransformerConfig.from_model_config(cfg).to_model_config()
+    assert back == cfg
+
+
+def test_a_token_shift_model_exports_with_its_shift(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    net = Transformer(ModelConfig(vocab_size=64, n_layer=2, n_head=2, d_model=16, max_seq_len=N,
+                                  attention=AttentionSpec("swa", window=4), token_shift=True)).eval()
+    with torch.no_grad():
+        net.shift.weight.normal_(0, 0.5)  # a trained shift, not its initial value
+    export(net, tmp_path / "hf")
+    sa_lightning.register_with_transformers()
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.randint(0, 64, (1, N))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, net(ids), atol=1e-5, rtol=0)

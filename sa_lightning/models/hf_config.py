@@ -3,7 +3,7 @@ sa_transformer``), plus how inference runs. The model is ``models.hf_model``; th
 transformers' config machinery, so that registering it with ``AutoConfig`` stays cheap."""
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 from transformers import PreTrainedConfig
 
@@ -37,6 +37,7 @@ class SATransformerConfig(PreTrainedConfig):
     permutation: str = "stochastic"
     seed: int = 0
     sa_rope_theta: float = 10000.0
+    token_shift: bool = False
     rms_norm_eps: float = 1e-6
     initializer_range: float = 0.02
     tie_word_embeddings: bool = True
@@ -64,9 +65,10 @@ class SATransformerConfig(PreTrainedConfig):
         return cls(**{RENAMED.get(k, k): v for k, v in arch.items()}, **inference)
 
     def to_model_config(self) -> ModelConfig:
-        back = {v: k for k, v in RENAMED.items()}
-        names = ("vocab_size", *RENAMED.values(), "attention", "permutation", "seed")
-        arch = {back.get(name, name): getattr(self, name) for name in names}
+        """Every ``ModelConfig`` field back (the backbone's own aside), so that a field added there cannot be dropped
+        on the way through a folder (a model exported without its token shift scored as another model)."""
+        arch = {f.name: getattr(self, RENAMED.get(f.name, f.name)) for f in fields(ModelConfig)
+                if f.name not in ("backbone", "init_from", "rope_theta")}
         return ModelConfig(**arch, rope_theta=self.sa_rope_theta)
 
 
