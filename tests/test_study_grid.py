@@ -121,3 +121,20 @@ def test_help_lists_the_presets_the_default_config_defines(tmp_path):
         text = " ".join(grid.parser("x", "", config, "quick: short", "out").format_help().split())
         assert all(name in text.replace("- ", "-") for name in names)
     assert grid.preset_names(str(tmp_path / "missing.yaml")) == []
+
+
+def test_a_cells_spec_fingerprints_the_bytes_of_every_file_its_arguments_name(tmp_path):
+    """A file named by a fit argument (``--set model.init_weights=FILE``) replaced by other bytes at the same path:
+    the cell's inputs differ, so it is trained again rather than reused."""
+    from sa_lightning.study.grid import config_fingerprint
+
+    config, weights = tmp_path / "fit.yaml", tmp_path / "w.ckpt"
+    config.write_text("a: 1\n")
+    weights.write_bytes(b"first")
+    alone = config_fingerprint(["fit", "--config", str(config), "--trainer.max_steps", "3"])
+    assert alone is not None and ";" not in alone  # the config alone: its fingerprint as before
+    line = ["fit", "--config", str(config), f"--model.init_weights={weights}"]
+    before = config_fingerprint(line)
+    assert config_fingerprint(["fit", "--config", str(config), "--model.init_weights", str(weights)]) == before
+    weights.write_bytes(b"other")
+    assert config_fingerprint(line) != before

@@ -168,10 +168,15 @@ def run_cells(cells: list[dict], out: Path, cell_id: Callable[[dict], str], spec
 
 
 def config_fingerprint(args: list) -> str | None:
-    """The fingerprint of the config file a cell's ``fit`` line reads (``--config``): a cell trained from a config
-    since edited is trained again, not reused because its path is the same."""
+    """The fingerprint of every file a cell's ``fit`` line names: its ``--config``, and any argument whose value is a
+    file (``--model.init_weights FILE``, ``--set model.init_weights=FILE``), each by its bytes: a cell trained from a
+    file since replaced is trained again, not reused because its path is the same. A line whose only file is its
+    config keeps that file's fingerprint alone."""
     args = [str(a) for a in args]
-    if "--config" not in args[:-1]:
-        return None
-    path = Path(args[args.index("--config") + 1])
-    return runner.fingerprint(path) if path.is_file() else None
+    config = args[args.index("--config") + 1] if "--config" in args[:-1] else None
+    named = [a.split("=", 1)[1] if a.startswith("--") and "=" in a else a for a in args]
+    others = sorted({v for v in named if v != config and not v.startswith("--") and Path(v).is_file()})
+    first = runner.fingerprint(config) if config and Path(config).is_file() else None
+    if not others:
+        return first
+    return ";".join([first or "", *(f"{v}={runner.fingerprint(v)}" for v in others)])
