@@ -208,17 +208,22 @@ def percentile_interval(mean: float, reps: np.ndarray, items: int, level: float 
     return Interval(float(mean), bounds[0], bounds[1], items, units=items, lo90=bounds[2], hi90=bounds[3], **fields)
 
 
+@functools.lru_cache(maxsize=1024)
+def _t_quantile(q: float, df: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(q, df))
+
+
 def t_interval(values, level: float = LEVEL, **fields) -> Interval:
     """The mean of ``values`` (one per top-level unit: a training seed) with its Student t interval; a range with
     fewer than ``MIN_UNITS``."""
-    from scipy import stats
-
     values = np.asarray(values, dtype=np.float64)
     mean, n = float(values.mean()), values.size
     if n < MIN_UNITS:
         return _few(mean, values, **fields)
     se = float(values.std(ddof=DDOF)) / math.sqrt(n)
-    half, half90 = (float(stats.t.ppf(0.5 + lev / 2, n - 1)) * se for lev in (level, 0.90))
+    half, half90 = (_t_quantile(0.5 + lev / 2, n - 1) * se for lev in (level, 0.90))
     return Interval(mean, mean - half, mean + half, units=n, lo90=mean - half90, hi90=mean + half90, **fields)
 
 
@@ -539,14 +544,13 @@ def skewed_verdict(diffs, lower_is_better: bool = False, margin: float | None = 
     if 2.0 / 2 ** min(d.size, 62) >= 1 - SKEWED_LEVEL:
         return too_few("seeds")
 
-    def hull(level):
-        t = t_interval(d, level, items=d.size)
-        f_lo, f_hi = sign_flip_interval(d, level)
-        return min(t.lo, f_lo), max(t.hi, f_hi)
-
-    said = verdict(*hull(SKEWED_LEVEL), lower_is_better)
-    if said == TIED and margin is not None:
-        lo, hi = hull(1 - 2 * (1 - SKEWED_LEVEL))
+    said = t_interval(d, SKEWED_LEVEL, items=d.size).verdict(lower_is_better)
+    if said in (BETTER, WORSE):  # the sign-flip test must reject too (its interval then excludes 0 on that side)
+        return said if sign_flip_p(d) < 1 - SKEWED_LEVEL else TIED
+    if margin is not None:
+        level = 1 - 2 * (1 - SKEWED_LEVEL)
+        t, (f_lo, f_hi) = t_interval(d, level, items=d.size), sign_flip_interval(d, level)
+        lo, hi = min(t.lo, f_lo), max(t.hi, f_hi)
         if -margin < lo and hi < margin:
             return equivalent(margin)
     return said
