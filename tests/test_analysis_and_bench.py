@@ -69,7 +69,7 @@ def test_analyze_cli_writes_csv_and_png(tmp_path, monkeypatch):
                        "--windows", "4", "16", "--out", str(out))
     assert res.returncode == 0, res.stderr
     assert set(plt.get_fignums()) <= open_before  # every figure it drew is closed: the process draws on
-    for name in ("coverage", "connection", "variance"):
+    for name in ("coverage", "connection", "variance", "reach"):
         assert (out / f"{name}.png").stat().st_size > 1000
         assert len(list(csv.DictReader((out / f"{name}.csv").open()))) > 1
 
