@@ -135,3 +135,14 @@ def test_a_gpu_accelerator_without_a_gpu_is_one_line(trainer, tmp_path):
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert line.startswith("error: trainer.accelerator is 'gpu' but this machine has no CUDA GPU") and \
         "--trainer.accelerator cpu" in line
+
+
+def test_a_second_fit_in_a_run_folder_says_it_starts_a_new_run_and_how_to_continue(tmp_path):
+    from sa_lightning.lit.cli import earlier_run_line
+
+    assert earlier_run_line([str(tmp_path)]) is None  # a new folder: nothing to say
+    ckpt = tmp_path / "tb" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"x")
+    line = earlier_run_line([str(tmp_path)])
+    assert str(ckpt) in line and "new run" in line and "--ckpt_path last" in line

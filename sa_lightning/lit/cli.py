@@ -83,6 +83,10 @@ class SACLI(CheckpointHook):
     def before_fit(self) -> None:
         self._steps_from_tokens()
         self._check_data_launch()
+        if not self.config["fit"].get("ckpt_path"):
+            line = earlier_run_line(_run_roots(self.config["fit"].trainer))
+            if line:
+                rank_zero_info(line)
 
     def before_validate(self) -> None:
         self._say_what_is_evaluated("validate")
@@ -265,6 +269,18 @@ def _set(node, dotted: str, value) -> None:
     for name in parents:
         node = node[name]
     node[leaf] = value
+
+
+def earlier_run_line(roots: list[str]) -> str | None:
+    """One line where a ``fit`` without ``--ckpt_path`` starts beside an earlier run of the same folder: a new run in
+    a new logger version, and how to continue the earlier one instead; None where the folder holds no checkpoint."""
+    from .resume import find_last_checkpoint
+
+    path, _ = find_last_checkpoint(*roots)
+    if path is None:
+        return None
+    return (f"cli.py fit: {roots[0]} already holds a run (its newest checkpoint: {path}); this starts a new run from "
+            "step 0 beside it, in a new logger version. To continue that run instead, add --ckpt_path last.")
 
 
 def _run_roots(trainer) -> list[str]:
