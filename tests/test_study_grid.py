@@ -138,3 +138,22 @@ def test_a_cells_spec_fingerprints_the_bytes_of_every_file_its_arguments_name(tm
     assert config_fingerprint(["fit", "--config", str(config), "--model.init_weights", str(weights)]) == before
     weights.write_bytes(b"other")
     assert config_fingerprint(line) != before
+
+
+def test_a_quiet_cell_says_where_it_is_at_least_every_30_seconds(capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from sa_lightning.lit import callbacks
+
+    clock = iter([0.0, 10.0, 31.0, 40.0, 62.0])
+    monkeypatch.setattr(callbacks.time, "perf_counter", lambda: next(clock))
+    beat = callbacks.Heartbeat("passkey_sa_L4_w16_s0")
+    trainer = SimpleNamespace(global_step=0, max_steps=600, is_global_zero=True)
+    beat.on_train_start(trainer, None)
+    for step in (10, 31, 40):
+        trainer.global_step = step
+        beat.on_train_batch_end(trainer, None, None, None, 0)
+    beat.on_validation_batch_end(trainer, None, None, None, 0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["passkey_sa_L4_w16_s0: training at step 31 of 600, 31 s",
+                     "passkey_sa_L4_w16_s0: validating at step 40 of 600, 62 s"]

@@ -273,6 +273,34 @@ class GateMeanLogger(Callback):
             self._write(trainer, "gates_train", self._means(trainer, across_ranks=False), self._train_step)
 
 
+class Heartbeat(Callback):
+    """One line at least every ``every_s`` seconds while a run that prints nothing else trains or validates (a study's
+    cell, whose fit is quiet): ``<label>: step N of M, T s``. It reads only the step counter, never a tensor, so it
+    adds no host sync to the training step."""
+
+    def __init__(self, label: str = "fit", every_s: float = 30.0):
+        self.label, self.every_s = label, float(every_s)
+        self._start = self._last = None
+
+    def _beat(self, trainer, what: str) -> None:
+        now = time.perf_counter()
+        if self._start is None:
+            self._start = self._last = now
+        if now - self._last >= self.every_s and trainer.is_global_zero:
+            self._last = now
+            total = f" of {trainer.max_steps}" if trainer.max_steps and trainer.max_steps > 0 else ""
+            print(f"{self.label}: {what} at step {trainer.global_step}{total}, {now - self._start:.0f} s", flush=True)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start = self._last = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._beat(trainer, "training")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._beat(trainer, "validating")
+
+
 class LineProgress(ProgressBar):
     """Progress as plain lines, for output that is not a terminal (a log file, a pipe, a SLURM job's output),
     where a live bar leaves only its last frame (``0.00it/s``). ``cli.py fit|validate|test|predict`` use it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import time
 from pathlib import Path
@@ -125,6 +126,10 @@ def fit_cell(spec: dict):
     start = time.perf_counter()
     trained = spec.get("trained")
     args = list(spec["fit_args"]) + (["--ckpt_path", trained["checkpoint"]] if trained else [])
+    if "--trainer.default_root_dir" in args[:-1]:  # a line every 30 s from the quiet fit (not in the spec: no retrain)
+        label = Path(args[args.index("--trainer.default_root_dir") + 1]).name
+        args.append("--trainer.callbacks+=" + json.dumps({"class_path": "sa_lightning.lit.callbacks.Heartbeat",
+                                                           "init_args": {"label": label}}))
     cli = run_cli(args, run=True)
     seconds = trained["train_seconds"] if trained and trained.get("train_seconds") is not None \
         else time.perf_counter() - start
