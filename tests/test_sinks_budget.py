@@ -65,7 +65,7 @@ def test_sink_gradients_flow_on_cpu():
 
 @pytest.mark.parametrize("spec, message", [
     (dict(variant="sa", sink=-1), "sink must be an integer >= 0"),
-    (dict(variant="moba", sink=4), "sink applies to the variants swa, sa, sa_swa_union"),
+    (dict(variant="moba", sink=4), "sink applies to the variants swa, sa, sa_fixed, sa_swa_union"),
     (dict(variant="sa_swa", sink=2), "not 'sa_swa'"),
 ])
 def test_bad_sinks_are_refused_in_one_sentence(spec, message):
