@@ -66,17 +66,23 @@ def strided_attention(q, k, v, window: int, *, scale: float, lengths: torch.Tens
     """(output, log-sum-exp) of the strided pattern; ``lengths`` (B,): each row its own stride (a padded batch:
     row b's valid tokens first). Rows of one length run together; outputs at padding tokens are 0.
     ``stride_of(length)``: another rule for s (the local-band control's); ``stride`` by default."""
+    stride_of = stride_of or (lambda length: stride(length, window))
+    return by_length(q, k, v, lengths, validate,
+                     lambda q_, k_, v_: _grouped(q_, k_, v_, stride_of(q_.shape[2]), scale, skip_recent))
+
+
+def by_length(q, k, v, lengths: torch.Tensor | None, validate: bool, run):
+    """(output, log-sum-exp) of ``run(q, k, v)`` over rows whose valid tokens all lie first: the whole batch without
+    ``lengths``, else the rows of each length together, cut to it; outputs at padding tokens are 0."""
     B, _, n, _ = q.shape
     lengths = check_lengths(lengths, B, n, q.device, values=validate)
-    stride_of = stride_of or (lambda length: stride(length, window))
     if lengths is None:
-        return _grouped(q, k, v, stride_of(n), scale, skip_recent)
+        return run(q, k, v)
     out = torch.zeros_like(q)
     lse = torch.full(q.shape[:3], float("-inf"), dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
     for length in sorted(set(lengths.tolist())):  # a host read: padded batches are inference's, not training's
         rows = (lengths == length).nonzero().squeeze(1)
-        y, l = _grouped(q[rows, :, :length], k[rows, :, :length], v[rows, :, :length], stride_of(length), scale,
-                        skip_recent)
+        y, l = run(q[rows, :, :length], k[rows, :, :length], v[rows, :, :length])
         out[rows, :, :length] = y
         lse[rows, :, :length] = l.to(lse.dtype)
     return out, lse

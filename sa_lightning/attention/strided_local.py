@@ -14,11 +14,10 @@ import functools
 
 import torch
 
-from ._checks import check_lengths
 from .banded import banded_attention
 from .dense import merge_partials
 from .masks import sa_band_others
-from .strided import strided_attention
+from .strided import by_length, strided_attention
 
 
 @functools.lru_cache(maxsize=4096)
@@ -72,15 +71,5 @@ def local_strided_attention(q, k, v, window: int, *, scale: float, lengths: torc
     """(output, log-sum-exp) of the strided pattern with its local band: the band by the banded kernel, the strided
     keys beyond it by the grouped one, merged by log-sum-exp (no key counted twice). ``lengths`` (B,): each row its
     own (h, s), rows of one length run together; outputs at padding tokens are 0."""
-    B, _, n, _ = q.shape
-    lengths = check_lengths(lengths, B, n, q.device, values=validate)
-    if lengths is None:
-        return _one_length(q, k, v, window, scale, extra_band)
-    out = torch.zeros_like(q)
-    lse = torch.full(q.shape[:3], float("-inf"), dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
-    for length in sorted(set(lengths.tolist())):  # a host read: padded batches are inference's, not training's
-        rows = (lengths == length).nonzero().squeeze(1)
-        y, l = _one_length(q[rows, :, :length], k[rows, :, :length], v[rows, :, :length], window, scale, extra_band)
-        out[rows, :, :length] = y
-        lse[rows, :, :length] = l.to(lse.dtype)
-    return out, lse
+    return by_length(q, k, v, lengths, validate,
+                     lambda q_, k_, v_: _one_length(q_, k_, v_, window, scale, extra_band))
