@@ -9,23 +9,26 @@ report says so), and each writes its part of ``DIR/report.md`` and ``DIR/report.
 ends: a run cut short still leaves every finished stage. Each stage's full output is in
 ``DIR/stages/<stage>.log``.
 
-1. ``env``: torch, CUDA, the device, its memory, and the versions of lightning and transformers.
-2. ``tests``: the ``gpu``-marked tests, then every variant (SA, SWA, SA+SWA, MoBA) on the device's
-   backends in float32 and bfloat16, forward and backward, against the float64 oracle.
-3. ``recompiles``: 10 training steps of 6 layers of the 360M model (seq 512), compiled, with a
-   fresh sigma in every layer and step: dynamo's graphs, recompiles and graph breaks, and whether
-   FlexAttention fell back to its unfused path (past dynamo's recompile limit that fallback is silent
-   and materializes the whole score matrix). On the CPU, forward only: FlexAttention has no CPU backward.
-4. ``table2``: ``bench attention --preset paper`` at 8k and 32k (SDPA's flash kernel, FlexAttention's
-   causal attention ``full_window``, SWA, SA and bucketed SA; the median of three repeats), ms and speed-up
-   against ``full_window``, beside the paper's A100 figures, and SA's and bucketed SA's cost against SWA's.
-5. ``train``: the 360M model, full / swa / sa / sa_swa, bf16-mixed, seq 2048, eager: tokens/s, MFU
-   (``models/flops.py``) and peak memory. (Compiled rows: ``bench train --preset paper --compile both``; a cold
-   Inductor compile of the 24-layer model takes about 50 s per variant, more than the sitting leaves.)
-6. ``prefill``: a model of Qwen3-8B's shapes with random weights in bf16, patched with each mode, the controls
-   included: prefill latency at 8k tokens.
+The default stages are one GPU sitting (issue 65): they add up to 470 s, inside the 8 minutes a lent GPU's
+one call is given, and each keeps what it measured when it is cut at its budget (a stage writes its rows as
+they come, and a killed stage's report shows them).
 
-The GPU budgets add up to 560 s, so that the whole doctor fits one 10-minute run of a lent GPU.
+1. ``env``: torch, CUDA, the device, its memory, and the versions of lightning and transformers.
+2. ``tests``: the ``gpu``-marked tests (the compiled hash mask of the random control first), then every
+   variant on the device's backends in float32 and bfloat16, forward and backward, against the float64 oracle.
+3. ``table2``: ``bench attention --preset paper`` at 8k, 16k, 32k and 2k (in that order, one process per
+   length): SDPA's flash kernel (full), SWA, SA, bucketed SA, gated SA+SWA and the random control, forward and
+   backward, the median of three repeats; each one's cost against SWA's and full attention's, beside the
+   paper's A100 figures.
+4. ``train``: the 360M model's compiled training step (bf16-mixed, seq 2048, w = 256), one variant after
+   another (SWA, SA, bucketed SA, full, SA+SWA): tokens/s, MFU (``models/flops.py``) and peak memory; a variant
+   not reached within the budget is said.
+5. ``profile``: ``bench profile --preset paper --what layer``: where SWA's, SA's and bucketed SA's time goes.
+
+Two more stages run when named (``--stages recompiles prefill``): ``recompiles`` (10 compiled training steps of
+6 of the 360M model's layers with a fresh sigma per layer and step: dynamo's graphs, recompiles and graph breaks,
+and whether FlexAttention fell back to its unfused path) and ``prefill`` (a random-weight model of Qwen3-8B's
+shapes patched with each mode: prefill latency at 8k tokens).
 """
 from __future__ import annotations
 
@@ -44,7 +47,8 @@ from .utils.atomic import add_overwrite, check_own_files, output_folder, replaci
 from .utils.checkout import checkout_root
 from .utils.report import head, number, row
 
-STAGES = ("env", "tests", "recompiles", "table2", "train", "prefill")
+STAGES = ("env", "tests", "table2", "train", "profile", "recompiles", "prefill")
+SITTING = STAGES[:5]  # the default: one GPU sitting
 #: seconds per stage: the GPU run fits in one 10-minute sitting (560 s), the CPU's --tiny run in 3 minutes
 #: (the H100's first run, 2026-11-24, at larger sizes: env 4, tests 109, recompiles 35 with a warm cache,
 #: table2 > 230 for five lengths, train 104, prefill 121; the H200, 2026-11-26: tests 134, a cold compile of
@@ -52,10 +56,17 @@ STAGES = ("env", "tests", "recompiles", "table2", "train", "prefill")
 #: The H100's one sitting, 2026-11-27, at these sizes: env 5, recompiles 57, train 74; tests past 140 (pytest's 13
 #: gpu tests alone took 65 s), table2 past 140 and 170 (8k and 16k took about 65 s each, one process per length),
 #: prefill past 120 (the 8k row whole, 16k not): hence table2 at 8k and 32k, prefill at 8k.
-BUDGETS = {"gpu": {"env": 15, "tests": 160, "recompiles": 60, "table2": 160, "train": 90, "prefill": 75},
-           "tiny": {"env": 20, "tests": 60, "recompiles": 90, "table2": 40, "train": 60, "prefill": 40}}
+#: The sitting (issue 65), 470 s: the gpu tests first and short, Table 2 at four lengths, the compiled step.
+BUDGETS = {"gpu": {"env": 10, "tests": 70, "table2": 150, "train": 180, "profile": 60, "recompiles": 60,
+                   "prefill": 75},
+           "tiny": {"env": 20, "tests": 60, "table2": 40, "train": 60, "profile": 40, "recompiles": 90,
+                    "prefill": 40}}
 #: Table 2 of the paper (A100 80GB, B=16, H=16, d=64, bf16, forward+backward): n -> (SA w=256 ms, full ms)
 PAPER_TABLE2 = {2048: (5.4, 8.0), 4096: (7.9, 27.2), 8192: (15.2, 99.7), 16384: (29.6, 379.9), 32768: (52.8, 1477.0)}
+#: the gpu tests run first: FlexAttention's compiled masks, the random control's hash among them
+FIRST_GPU_TESTS = "test_attention_flex.py"
+#: the gpu tests' share of the tests stage (the H100, 2026-11-27: 13 tests in 65 s, the FSDP and 8B prefill last)
+PYTEST_BUDGET_S = 40
 ROOT = checkout_root()  # a checkout: tests/ lives here; None for an installed copy, which ships no tests
 
 
@@ -65,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=output_folder, default=Path("outputs/doctor"))
     add_overwrite(p)
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU (what CI runs)")
-    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    p.add_argument("--stages", nargs="+", choices=STAGES, default=list(SITTING),
+                   help=f"default: {' '.join(SITTING)} (one GPU sitting); also {' '.join(STAGES[len(SITTING):])}")
     p.add_argument("--budget_scale", type=float, default=1.0, help="multiply every stage's time budget")
     p.add_argument("--budget", action="append", default=[], metavar="STAGE=SECONDS",
                    help="one stage's time budget, e.g. --budget train=600 (repeatable)")
@@ -157,6 +169,7 @@ def _run_child(name: str, out: Path, tiny: bool, budget: float) -> dict:
     """One stage in its own process group, killed with everything it started once past its budget."""
     path, log = out / "stages" / f"{name}.json", out / "stages" / f"{name}.log"
     path.unlink(missing_ok=True)
+    (out / "stages" / f"{name}.partial.json").unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "sa_lightning.doctor", "--stage", name, "--out", str(out), *(["--tiny"] if tiny else [])]
     paths = [str(ROOT) if ROOT else None, os.environ.get("PYTHONPATH")]  # an installed copy: its own sys.path
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
@@ -170,15 +183,21 @@ def _run_child(name: str, out: Path, tiny: bool, budget: float) -> dict:
             proc.wait()
             code = None
     seconds = time.perf_counter() - t0
+    partial = out / "stages" / f"{name}.partial.json"
     if code is None:
         record = {"status": "timeout", "summary": f"killed after its budget of {budget:.0f} s; what it printed is "
                                                    f"in `stages/{name}.log`."}
+        if partial.is_file():  # what the stage measured before it was cut
+            kept = json.loads(partial.read_text())
+            record.update(data=kept.get("data"), summary=record["summary"] + " What it measured by then:\n\n"
+                          + kept.get("summary", ""))
     elif path.is_file():
         record = json.loads(path.read_text())
     else:
         tail = log.read_text(errors="replace").strip().splitlines()[-15:]
         record = {"status": "error", "summary": f"the stage process exited with code {code} before its result:\n\n"
                                                 "```\n" + "\n".join(tail) + "\n```"}
+    partial.unlink(missing_ok=True)
     record.update(stage=name, seconds=round(seconds, 1), budget_s=budget)
     write_text(path, json.dumps(record, indent=2))
     return record
@@ -256,27 +275,43 @@ def stage_tests(out: Path, tiny: bool) -> dict:
 
     lines, status, data = [], "ok", {}
     files = sorted(str(p) for p in (ROOT / "tests").glob("test_*.py") if "mark.gpu" in p.read_text()) if ROOT else []
+    files.sort(key=lambda f: Path(f).name != FIRST_GPU_TESTS)  # the compiled hash mask (random control) first
     if files and not torch.cuda.is_available():
         # without CUDA pytest would skip every one of them, after a collection that costs seconds
         data["pytest"] = {"returncode": None, "result": "not run: no CUDA", "files": [Path(f).name for f in files]}
         lines.append("`pytest -m gpu`: not run, no CUDA here (every gpu-marked test would be skipped).")
     elif files:
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", *files],
-                              cwd=ROOT, capture_output=True, text=True)
-        print(f"pytest -m gpu: exit {proc.returncode} in {time.perf_counter() - t0:.0f} s", flush=True)
-        write_text(out / "stages" / "tests_pytest.log", proc.stdout + proc.stderr)  # every failure's traceback
-        last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-        data["pytest"] = {"returncode": proc.returncode, "result": last, "files": [Path(f).name for f in files]}
+        t0, log = time.perf_counter(), out / "stages" / "tests_pytest.log"  # every result as it comes
+        with open(log, "w") as fh:
+            proc = subprocess.Popen([sys.executable, "-m", "pytest", "-v", "-m", "gpu", "-p", "no:cacheprovider",
+                                     *files], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                code = proc.wait(timeout=PYTEST_BUDGET_S)
+            except subprocess.TimeoutExpired:  # the grid below still runs
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                code = None
+        took = time.perf_counter() - t0
+        text = log.read_text(errors="replace")
+        results = [ln for ln in text.splitlines() if ln.startswith("tests/") and (" PASSED" in ln or " FAILED" in ln
+                                                                               or " ERROR" in ln or " SKIPPED" in ln)]
+        last = (text.strip().splitlines() or ["(no output)"])[-1] if code is not None else (
+            f"cut at {PYTEST_BUDGET_S} s after {len(results)} results "
+            f"({sum(' PASSED' in ln for ln in results)} passed, {sum(' FAILED' in ln for ln in results)} failed)")
+        print(f"pytest -m gpu: exit {code} in {took:.0f} s", flush=True)
+        data["pytest"] = {"returncode": code, "result": last, "files": [Path(f).name for f in files],
+                          "results": results}
         lines.append(f"`pytest -m gpu` on {', '.join(Path(f).name for f in files)}: {last}")
-        if proc.returncode not in (0, 5):  # 5: nothing collected
+        failed = [ln for ln in results if " FAILED" in ln or " ERROR" in ln]
+        if (code not in (0, 5, None)) or failed:  # 5: nothing collected
             status = "fail"
-            lines += ["", "```", *_failures(proc.stdout)[-25:], "```", "",
+            lines += ["", "```", *(failed or _failures(text))[-25:], "```", "",
                       "The whole output: `stages/tests_pytest.log`."]
+        _partial(out, "tests", {"status": status, "summary": "\n".join(lines), "data": data})  # before the grid
     else:
         lines.append("`pytest -m gpu`: no tests/ folder here (an installed copy), skipped.")
     device = _device(tiny)
-    grid = exactness_grid(device, n=96 if tiny else 1024, window=16 if tiny else 128)
+    grid = exactness_grid(device, n=96 if tiny else 512, window=16 if tiny else 64)
     data["exactness"] = grid
     bad = [r for r in grid if not r["ok"]]
     status = "fail" if bad or status == "fail" else status
@@ -410,50 +445,99 @@ def stage_recompiles(out: Path, tiny: bool) -> dict:
     return {"status": "ok" if ok else "fail", "summary": "\n".join(lines), "data": data}
 
 
+def _partial(out: Path, name: str, record: dict) -> None:
+    """What a stage has measured so far: the report shows it if the stage is killed at its budget."""
+    write_text(out / "stages" / f"{name}.partial.json", json.dumps(record, indent=2, default=str))
+
+
+#: Table 2's lengths in the order the sitting measures them (the paper's 8k and 16k first, 32k, then 2k)
+TABLE2_LENGTHS = {"gpu": (8192, 16384, 32768, 2048), "tiny": (256, 512)}
+
+
+def table2_variants() -> list[str]:
+    from .attention.variants import FULL, RANDOM, SA, SA_BUCKET, SA_SWA, SWA
+
+    return [v.name for v in (FULL, SWA, SA, SA_BUCKET, SA_SWA, RANDOM)]
+
+
 def stage_table2(out: Path, tiny: bool) -> dict:
-    """``bench attention --preset paper`` (tiny: the cpu preset at two short lengths), beside the paper's A100."""
-    from .attention.variants import FULL, SA, SA_BUCKET, SWA
+    """``bench attention --preset paper`` one length at a time (tiny: the cpu preset at two short lengths),
+    each variant's cost against SWA's and full attention's, beside the paper's A100."""
+    from .attention.variants import FULL, RANDOM, SA, SA_BUCKET, SA_SWA, SWA
     from .bench.attention import main as bench_attention
 
-    argv = (["--preset", "cpu", "--lengths", "256", "512", "--repeats", "1", "--same-process", "--no-memory",
-             "--variants", "full_window", SWA.name, SA.name, SA_BUCKET.name] if tiny else
-            ["--preset", "paper", "--lengths", "8192", "32768", "--repeats", "3",
-             "--variants", FULL.name, "full_window", SWA.name, SA.name, SA_BUCKET.name])
-    rows = bench_attention([*argv, "--out", str(out / "table2"), "--overwrite"])  # the doctor's own folder
-    by = {(r["n"], r["variant"]): r["ms"] for r in rows}
-    lines = head(["n", "SA ms", "full_window ms", "speed-up", "paper A100: SA ms", "full ms", "speed-up",
-                  "SA ÷ SWA", "bucketed SA ÷ SWA"], "---:")
+    argv = (["--preset", "cpu", "--repeats", "1", "--same-process", "--no-memory"] if tiny else
+            ["--preset", "paper", "--repeats", "3", "--no-memory"])
+    rows, record = [], {}
+    for n in TABLE2_LENGTHS["tiny" if tiny else "gpu"]:
+        rows += bench_attention([*argv, "--lengths", str(n), "--variants", *table2_variants(),
+                                 "--out", str(out / "table2" / f"n{n}"), "--overwrite"])  # the doctor's own folder
+        by = {(r["n"], r["variant"]): r["ms"] for r in rows}
+        lines = head(["n", "full ms", "SWA", "SA", "bucketed SA", "SA+SWA", "random", "SA ÷ SWA",
+                      "bucketed ÷ SWA", "SA+SWA ÷ SWA", "random ÷ full", "full ÷ SA", "paper A100: SA, full"],
+                     "---:")
 
-    def ratio(a, b, spec=".2f"):
-        return f"{a / b:{spec}}×" if a and b and a == a and b == b else "–"
+        def ratio(a, b):
+            return f"{a / b:.2f}×" if a and b and a == a and b == b else "–"
 
-    for n in sorted({r["n"] for r in rows}):
-        sa, full, swa = by.get((n, SA.name)), by.get((n, "full_window")), by.get((n, SWA.name))
-        paper = PAPER_TABLE2.get(n)
-        theirs = [paper[0], paper[1], f"{paper[1] / paper[0]:.1f}×"] if paper else ["–"] * 3
-        lines.append(row([n, number(sa, ".1f"), number(full, ".1f"), ratio(full, sa, ".1f"), *theirs,
-                          ratio(sa, swa), ratio(by.get((n, SA_BUCKET.name)), swa)]))
-    lines += ["", f"Every variant and measure: `{out / 'table2'}`."]
-    failed = [r for r in rows if r["ms"] != r["ms"] and not r.get("note")]
-    return {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
+        for m in sorted({r["n"] for r in rows}):
+            ms = {v: by.get((m, v)) for v in table2_variants()}
+            paper = PAPER_TABLE2.get(m)
+            lines.append(row([m, *(number(ms[v], ".1f") for v in table2_variants()),
+                              ratio(ms[SA.name], ms[SWA.name]), ratio(ms[SA_BUCKET.name], ms[SWA.name]),
+                              ratio(ms[SA_SWA.name], ms[SWA.name]), ratio(ms[RANDOM.name], ms[FULL.name]),
+                              ratio(ms[FULL.name], ms[SA.name]), f"{paper[0]}, {paper[1]}" if paper else "–"]))
+        lines += ["", "ms per forward and backward; full is SDPA's fused kernel (flash on CUDA), the paper's full "
+                  f"a masked kernel. Every variant and measure: `{out / 'table2'}`."]
+        failed = [r for r in rows if r["ms"] != r["ms"] and not r.get("note")]
+        record = {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
+        _partial(out, "table2", record)
+    return record
+
+
+#: the compiled step's variants in the order the sitting measures them
+TRAIN_VARIANTS = ("swa", "sa", "sa_bucket", "full", "sa_swa")
 
 
 def stage_train(out: Path, tiny: bool) -> dict:
-    from .attention.variants import FULL, SA, SA_SWA, SWA
+    """The 360M model's training step, compiled, one variant after another (tiny: the cpu preset, eager and
+    compiled forms side by side); each variant's tokens/s against SWA's."""
     from .bench.train import main as bench_train
 
-    argv = (["--preset", "cpu", "--seq-len", "64", "--batch", "2", "--steps", "2", "--repeats", "1"] if tiny
-            else ["--preset", "paper", "--steps", "5", "--repeats", "2", "--warmup", "2"])
-    rows = bench_train([*argv, "--variants", *(v.name for v in (FULL, SWA, SA, SA_SWA)),
-                        "--compile", "both" if tiny else "off", "--no-data",
-                        "--out", str(out / "train"), "--overwrite"])  # the doctor's own folder
-    rows = rows[0] if isinstance(rows, tuple) else rows
-    keys = [k for k in ("variant", "compile", "tokens_per_s", "mfu", "peak_mib", "note") if k in rows[0]]
-    lines = head(keys)
-    lines += [row([_cell(r.get(k)) for k in keys]) for r in rows]
-    lines += ["", f"MFU counts the attention each variant computes (`models/flops.py`). Every measure: `{out / 'train'}`."]
-    failed = [r for r in rows if r["tokens_per_s"] != r["tokens_per_s"] and not r.get("note")]
-    return {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
+    argv = (["--preset", "cpu", "--seq-len", "64", "--batch", "2", "--steps", "2", "--repeats", "1",
+             "--compile", "both"] if tiny else
+            ["--preset", "paper", "--steps", "5", "--repeats", "2", "--warmup", "2", "--compile", "on"])
+    rows, record = [], {}
+    for variant in TRAIN_VARIANTS:
+        got = bench_train([*argv, "--variants", variant, "--no-data", "--out", str(out / "train" / variant),
+                           "--overwrite"])  # the doctor's own folder
+        rows += got[0] if isinstance(got, tuple) else got
+        swa = {r["compile"]: r["tokens_per_s"] for r in rows if r["variant"] == "swa"}
+        for r in rows:
+            r["x_swa_tokens"] = r["tokens_per_s"] / swa[r["compile"]] if swa.get(r["compile"]) else float("nan")
+        keys = [k for k in ("variant", "compile", "step_ms", "tokens_per_s", "x_swa_tokens", "mfu", "peak_mib",
+                            "note") if k in rows[0]]
+        lines = head(keys)
+        lines += [row([_cell(r.get(k)) for k in keys]) for r in rows]
+        lines += ["", "One variant after another in one process (not interleaved); MFU counts the attention each "
+                  f"variant computes (`models/flops.py`). Every measure: `{out / 'train'}`."]
+        failed = [r for r in rows if r["tokens_per_s"] != r["tokens_per_s"] and not r.get("note")]
+        record = {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
+        _partial(out, "train", record)
+    return record
+
+
+def stage_profile(out: Path, tiny: bool) -> dict:
+    """``bench profile --what layer``: where SWA's, SA's and bucketed SA's time goes, part by part."""
+    from .bench.profile import main as bench_profile
+
+    argv = (["--preset", "cpu", "--n", "1024", "--repeats", "1", "--warmup", "1"] if tiny else
+            ["--preset", "paper", "--repeats", "3", "--warmup", "2"])
+    bench_profile([*argv, "--what", "layer", "--variants", "swa", "sa", "sa_bucket", "--out", str(out / "profile"),
+                   "--overwrite"])
+    preset = "cpu" if tiny else "paper"
+    text = (out / "profile" / f"profile_{preset}.md").read_text()
+    return {"status": "ok", "summary": text.split("\n", 1)[1].strip(), "data": {"file": f"profile/profile_{preset}.md"}}
 
 
 def _cell(value) -> str:
@@ -477,8 +561,8 @@ def stage_prefill(out: Path, tiny: bool) -> dict:
     return {"status": "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
 
 
-STAGE_FUNCTIONS = {"env": stage_env, "tests": stage_tests, "recompiles": stage_recompiles, "table2": stage_table2,
-                   "train": stage_train, "prefill": stage_prefill}
+STAGE_FUNCTIONS = {"env": stage_env, "tests": stage_tests, "table2": stage_table2, "train": stage_train,
+                   "profile": stage_profile, "recompiles": stage_recompiles, "prefill": stage_prefill}
 
 
 if __name__ == "__main__":  # a stage's child process: the CLI's malloc settings (``main.py``), then the stage

@@ -39,7 +39,8 @@ FIRST = ("test_faults.py", "test_wheel.py", "test_doctor.py", "test_cluster.py",
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: each module's order is kept
+    if config.getoption("markexpr") != "gpu":  # `-m gpu` (the doctor) keeps its files' order: its first matter most
+        items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))  # stable: each module's order is kept
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

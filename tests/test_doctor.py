@@ -7,7 +7,7 @@ import pytest
 from sa_lightning.attention import VARIANTS
 from tests.helpers import run_cli, run_cli_here
 
-STAGES = ["env", "tests", "recompiles", "table2", "train", "prefill"]
+STAGES = ["env", "tests", "table2", "train", "profile"]  # the default: one GPU sitting
 
 
 @pytest.mark.slow  # each stage is a process of its own
@@ -16,17 +16,30 @@ def test_doctor_tiny_runs_every_stage_and_writes_the_report(tmp_path):
     res = run_cli("doctor", "--tiny", "--out", str(out))
     assert res.returncode == 0, res.stderr[-3000:]
     for i, name in enumerate(STAGES, 1):
-        assert f"[{i}/6] {name}: ok in " in res.stdout, res.stdout + (out / "report.md").read_text()
+        assert f"[{i}/5] {name}: ok in " in res.stdout, res.stdout + (out / "report.md").read_text()
     report = json.loads((out / "report.json").read_text())
     assert list(report["stages"]) == STAGES and all(r["status"] == "ok" for r in report["stages"].values())
     text = (out / "report.md").read_text()
-    assert "| sa | banded | bfloat16 |" in text and "unique graphs:" in text and "paper A100" in text
+    assert "| sa | banded | bfloat16 |" in text and "paper A100" in text and "bucketed ÷ SWA" in text
     grid = report["stages"]["tests"]["data"]["exactness"]
     sparse = {name for name, v in VARIANTS.items() if v.sparse}  # every variant but full attention (SDPA)
     assert {r["variant"] for r in grid} == sparse and all(r["ok"] for r in grid)
+    assert {r["variant"] for r in report["stages"]["table2"]["data"]["rows"]} == {
+        "full", "swa", "sa", "sa_bucket", "sa_swa", "random"}
+    assert {r["variant"] for r in report["stages"]["train"]["data"]["rows"]} == {
+        "swa", "sa", "sa_bucket", "full", "sa_swa"}
+    assert "One attention call, forward and backward" in text  # the profile of SA's parts
+    assert not list((out / "stages").glob("*.partial.json"))  # each stage's whole record replaced its partial one
+
+
+@pytest.mark.slow  # each stage is a process of its own
+def test_doctor_tiny_runs_the_stages_outside_the_sitting(tmp_path):
+    out = tmp_path / "doctor"
+    res = run_cli("doctor", "--tiny", "--out", str(out), "--stages", "recompiles", "prefill")
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
     assert report["stages"]["recompiles"]["data"]["recompiles"] == 0
-    assert {r["variant"] for r in report["stages"]["train"]["data"]["rows"]} == {"full", "swa", "sa", "sa_swa"}
-    assert (out / "stages" / "prefill.log").is_file()
+    assert "unique graphs:" in (out / "report.md").read_text() and (out / "stages" / "prefill.log").is_file()
 
 
 @pytest.mark.slow  # each stage is a process of its own
