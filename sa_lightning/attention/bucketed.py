@@ -21,6 +21,7 @@ from ._finite import checking_finite
 from .dense import dense_masked_attention
 from .masks import sa_band_others
 from .permutation import permute_tokens
+from .slots import SlotOrder
 
 
 def bucket_size(window: int) -> int:
@@ -37,15 +38,40 @@ def bucket_order(perm: torch.Tensor, b: int) -> torch.Tensor:
     return padded.view(perm.shape[0], -1, b).sort(dim=-1).values.view(perm.shape[0], -1)
 
 
-def _plan(perm: torch.Tensor, batch: int, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(order, gather index, inverse), each (batch, ·): ``bucket_order``; it with the spare n clamped to a real
-    row (the spare slots close the last bucket, so no real query reads them); each token's place in it."""
+def _plan(perm: torch.Tensor, batch: int | None, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(order, gather index, inverse), each (batch, ·) (``batch`` None: as many rows as ``perm``):
+    ``bucket_order``; it with the spare n clamped to a real row (the spare slots close the last bucket, so no
+    real query reads them); each token's place in it."""
     perm = perm if perm.dim() == 2 else perm.unsqueeze(0)
+    batch = batch or perm.shape[0]
     order = bucket_order(perm, b).expand(batch, -1)
     n = perm.shape[-1]
     slots = torch.arange(order.shape[-1], device=order.device).expand(batch, -1)
     inverse = torch.empty(batch, n + 1, dtype=order.dtype, device=order.device).scatter_(1, order, slots)[:, :n]
     return order, order.clamp(max=n - 1), inverse
+
+
+def bucket_slots(perm: torch.Tensor, window: int) -> SlotOrder:
+    """Bucketed SA's layer order (``attention.slots``): the buckets one after another, each in original order."""
+    order, index, inverse = _plan(perm, None, bucket_size(window))
+    return SlotOrder(pos=order, index=index, inverse=inverse)
+
+
+def bucketed_in_slots(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, scale: float) -> torch.Tensor:
+    """Bucketed SA on q (B, Hq, m, d), k, v (B, Hkv, m, d) already in ``bucket_slots`` order (m a whole number of
+    buckets): each bucket one batch entry of ``scaled_dot_product_attention`` with its causal mask, read through
+    views of the projections' (B, m, H, d) rows where their strides allow, and the output the same way."""
+    B, Hq, m, d = q.shape
+    b = bucket_size(window)
+
+    def buckets(t):  # (B, H, m, d) -> (B * nb, H, b, d): no copy for a head-split projection's view
+        return t.transpose(1, 2).reshape(B * (m // b), b, t.shape[1], d).transpose(1, 2)
+
+    y = F.scaled_dot_product_attention(buckets(q), buckets(k), buckets(v), is_causal=True, scale=scale,
+                                       enable_gqa=k.shape[1] != Hq)
+    if checking_finite():  # as in ``bucketed_attention``: a NaN query of a short sequence gives NaN here too
+        y = y + buckets(q).sum(-1, keepdim=True) * 0
+    return y.transpose(1, 2).reshape(B, m, Hq, d).transpose(1, 2)
 
 
 def _to_buckets(x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor, b: int, heads: int) -> torch.Tensor:

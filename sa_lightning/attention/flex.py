@@ -122,6 +122,10 @@ def flex_attention(q, k, v, block_mask, *, scale: float, compiled: bool = True) 
     """FlexAttention, compiled on its own when called eagerly; inside a compiled graph (a model compiled with
     ``model.compile: true``) the graph's compiler takes it as one of its ops."""
     fn = _compiled() if compiled and not torch.compiler.is_compiling() else _flex().flex_attention
+    if torch.compiler.is_compiling() and not q.is_cuda:
+        # Inductor's CPU template reads a strided q, k or v (a head-split projection's view) wrongly inside a
+        # compiled model (torch 2.13: SWA off by 0.14 against the banded kernel); a copy is Inductor's to fuse
+        q, k, v = (t.contiguous() for t in (q, k, v))
     enable_gqa = q.shape[1] != k.shape[1]
     return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 

@@ -18,7 +18,7 @@ from .banded import banded_attention
 from .dense import dense_masked_attention, merge_partials
 from .flex import MIN_HEAD_DIM
 from .moba import moba_kernel, moba_selection, picks_per_head
-from .permutation import gather_tokens, invert_permutation, sample_permutation
+from .permutation import invert_permutation, permute_tokens, sample_permutation
 
 BACKENDS = ("auto", "banded", "flex", "dense")
 
@@ -127,9 +127,11 @@ def _sa(q, k, v, window: int, perm, inv, lengths, scale: float, backend: str):
     if backend == "flex":
         from .flex import sa_flex_slots
 
-        qs, ks, vs = (gather_tokens(t, perm) for t in (q, k, v))
+        inv = invert_permutation(pos) if inv is None else inv.view(-1, n)
+        # row copies both ways: a gather's backward would be an atomic index_add (4.9 ms of SA's 15.1 on an H200)
+        qs, ks, vs = (permute_tokens(t, pos, inv) for t in (q, k, v))
         ys = sa_flex_slots(qs, ks, vs, pos, window, scale=scale)
-        return gather_tokens(ys, invert_permutation(perm) if inv is None else inv)
+        return permute_tokens(ys, inv, pos)
     half = masks.sa_half_width(window)
     return banded_attention(q, k, v, before=half, after=half, perm=pos, lengths=lengths, scale=scale, inv=inv)
 

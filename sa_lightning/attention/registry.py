@@ -11,13 +11,14 @@ training-free, uses the single path as is.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
 
 from . import masks
 from ._checks import check_nonnegative, check_positive, check_qkv, default_scale
+from ._finite import guard_nonfinite
 from .flex import MIN_HEAD_DIM
 
 #: ``auto`` is FlexAttention on CUDA where a variant has it, else the banded (O(n*w)) kernel
@@ -94,6 +95,8 @@ KeyCost = Callable[[AttentionSpec, int], float]
 Drawer = Callable[..., torch.Tensor]
 #: check_draw(draw, batch, n, device, lengths) -> the draw, checked (values included)
 DrawCheck = Callable[..., torch.Tensor]
+#: slot_order(spec, perm) -> the layer order (``attention.slots.SlotOrder``) of a variant that permutes
+SlotOrderer = Callable[..., "object"]
 #: oracle_mask(spec, q, k, perm, lengths) -> the float64 oracle's own bool mask, (1 or B, 1 or Hq, n, n), built by
 #: ``attention.oracle`` independently of the kernels and of ``mask`` (the tests' single source of truth)
 OracleMask = Callable[..., torch.Tensor]
@@ -154,6 +157,15 @@ class Variant:
     #: SA: against SA it asks whether drawing σ afresh matters); ``permutation: deterministic`` does the same to any
     #: variant that draws
     frozen: bool = False
+    #: A layer run in slot order (``attention.slots``: the model permutes the layer's rows once, not q, k, v and
+    #: the output): ``slot_order(spec, perm)`` -> its ``SlotOrder``, and ``slot_kernel(call)`` -> the output in
+    #: slot order for q, k, v already in it (``call.perm``: each slot's original position). None: the kernel
+    #: reorders by itself.
+    slot_order: SlotOrderer | None = field(default=None, repr=False)
+    slot_kernel: Callable[[Call], torch.Tensor] | None = field(default=None, repr=False)
+    #: the backends ``slot_kernel`` runs on, and whether it takes right-padded rows (``lengths``)
+    slot_backends: tuple[str, ...] = ()
+    slot_padding: bool = False
     #: the smallest window it is defined at (the controls read 2 * ceil(w/2) - 2 >= 1 other keys: w >= 3), checked
     #: where a spec is made, before any cell or step runs
     min_window: int = 1
@@ -217,6 +229,22 @@ class Variant:
 
             return (attend_with_sinks(self, call),)
         return self.kernel(call)
+
+    def runs_in_slots(self, spec: AttentionSpec, x: torch.Tensor, head_dim: int,
+                      lengths: torch.Tensor | None = None) -> bool:
+        """Whether a model should run this layer in slot order (``in_slots``) for input rows ``x`` on ``spec``'s
+        backend: a slot kernel for that backend, no sinks, and no padding unless the kernel takes it."""
+        if self.slot_kernel is None or spec.sink or (lengths is not None and not self.slot_padding):
+            return False
+        return self.resolve_backend(spec.backend, x.new_empty(0, 0, 0, head_dim)) in self.slot_backends
+
+    def in_slots(self, q, k, v, spec: AttentionSpec, order, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """The output in slot order for q (B, Hq, m, d), k, v (B, Hkv, m, d) already in ``order``'s slots
+        (``attention.slots``), through the same checks and non-finite guard as a call in token order."""
+        _, _, _, _, d = check_qkv(q, k, v)
+        call = Call(q, k, v, spec, self.resolve_backend(spec.backend, q), default_scale(d, None), order.pos, lengths,
+                    None, False)
+        return guard_nonfinite(lambda q, k, v: self.slot_kernel(replace(call, q=q, k=k, v=v)), q, k, v)
 
     def oracle_masks(self, spec, q, k, perm=None, lengths=None) -> list[torch.Tensor]:
         """The float64 oracle's mask of each path, in path order."""

@@ -20,6 +20,7 @@ from torch import nn
 from ..attention import GatedPaths, get_variant
 from ..attention.draws import layer_draws, stream_seed
 from ..attention.functional import checked_inputs
+from ..attention.slots import from_slots, slot_positions, to_slots
 from .config import ModelConfig
 
 
@@ -58,6 +59,18 @@ def _attend_eagerly(variant, q, k, v, spec, perm, lengths) -> tuple:
     return variant(q, k, v, spec, perm, lengths, validate=False)
 
 
+def _attend_in_slots(variant, q, k, v, spec, order, lengths):
+    """``Variant.in_slots`` inside a compiled graph where the kernel traces (FlexAttention), else eagerly."""
+    if torch.compiler.is_compiling() and variant.traceable(spec, q, lengths):
+        return variant.in_slots(q, k, v, spec, order, lengths)
+    return _in_slots_eagerly(variant, q, k, v, spec, order, lengths)
+
+
+@torch.compiler.disable
+def _in_slots_eagerly(variant, q, k, v, spec, order, lengths):
+    return variant.in_slots(q, k, v, spec, order, lengths)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -72,6 +85,9 @@ class Attention(nn.Module):
         """The variant's kernel over x, whose keys and values go into ``cache`` (as ``layer``) when one is given;
         with ``decode`` (per path, the cached keys each token reads, ``Transformer.decode_masks``), x's tokens
         are added to the cache and attend it instead: SDPA, since no kernel reads a cache."""
+        if perm is not None and cache is None and decode is None and self.variant.runs_in_slots(
+                self.spec, x, self.head_dim, lengths):
+            return self.in_slots(x, cos, sin, perm, lengths)
         q, k, v = self.heads(x, cos, sin)
         if decode is not None:
             k, v = cache.update(k, v, layer)
@@ -80,6 +96,14 @@ class Attention(nn.Module):
         if cache is not None:
             cache.update(k, v, layer)
         return self.output(_attend(self.variant, q, k, v, self.spec, perm, lengths))
+
+    def in_slots(self, x, cos, sin, perm, lengths=None):
+        """The layer in its variant's slot order (``attention.slots``): x's rows gathered once, projected with
+        RoPE at their original positions, attended, gated and projected in slot order, and put back once."""
+        order = self.variant.slot_order(self.spec, perm)
+        q, k, v = self.heads(to_slots(x, order), *slot_positions(cos, sin, order))
+        y = _attend_in_slots(self.variant, q, k, v, self.spec, order, lengths)
+        return from_slots(self.output((y,)), order)
 
     def heads(self, x, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q (B, H, n, hd) and k, v (B, Hkv, n, hd), rotated by RoPE at their original positions."""

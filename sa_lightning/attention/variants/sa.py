@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import masks, oracle
 from ..banded import banded_attention
 from ..functional import stochastic_attention
+from ..permutation import invert_permutation
 from ..registry import Variant, register_variant
 from ..sinks import causal_keys
 from ._common import check_permutation, dense_with_lse, draw_permutation, slot_of
@@ -27,6 +28,23 @@ def kernel_with_lse(call):
                             scale=call.scale, return_lse=True, inv=call.inv)
 
 
+def slot_order(spec, perm):
+    """The layer order (``attention.slots``): σ's slots."""
+    from ..slots import SlotOrder
+
+    pos = perm if perm.dim() == 2 else perm.unsqueeze(0)
+    return SlotOrder(pos=pos, index=pos, inverse=invert_permutation(pos))
+
+
+def slot_kernel(call):
+    """SA on q, k, v already in slot order (FlexAttention: the circular band over the slots, causal on the
+    original positions ``call.perm``). Only there: the banded kernel reorders within its own window gathers,
+    and the dense path reorders nothing."""
+    from ..flex import sa_flex_slots
+
+    return sa_flex_slots(call.q, call.k, call.v, call.perm, call.window, scale=call.scale)
+
+
 def keys_attended_row(spec, length, row):
     """SA's band holds each unordered pair of slots within w/2 once, and exactly one of the two tokens is the
     earlier, so a row of L tokens reads L * (h + 1) keys whatever σ (h = ceil(w/2) - 1)."""
@@ -41,6 +59,7 @@ SA = register_variant(Variant(
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(spec.window, n),  # the band is computed; the causal test keeps about half
     uses_permutation=True, draw=draw_permutation, check_draw=check_permutation, windowed=True,
+    slot_order=slot_order, slot_kernel=slot_kernel, slot_backends=("flex",),
     description="sliding-window attention in a random permutation of the tokens",
     title="Stochastic Attention",
 ))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import masks, oracle
-from ..bucketed import bucket_size, bucketed_attention, bucketed_attention_lse
+from ..bucketed import bucket_size, bucket_slots, bucketed_attention, bucketed_attention_lse, bucketed_in_slots
 from .._finite import guard_nonfinite
 from ..functional import _permutation_args
 from ..registry import Variant, register_variant
@@ -64,6 +64,9 @@ SA_BUCKET = register_variant(Variant(
     # the causal half of each bucket's b x b block (a causal kernel skips the rest)
     keys_computed_at=lambda spec, n: (min(bucket_size(spec.window), n) + 1) / 2,
     uses_permutation=True, circular=False, draw=draw_permutation, check_draw=check_permutation, windowed=True,
+    slot_order=lambda spec, perm: bucket_slots(perm, spec.window),
+    slot_kernel=lambda call: bucketed_in_slots(call.q, call.k, call.v, call.window, scale=call.scale),
+    slot_backends=("banded",), slot_padding=True,
     description="SA's permutation cut into buckets of its band's size, causal attention inside each",
     title="Bucketed SA",
 ))
