@@ -23,7 +23,8 @@ they come, and a killed stage's report shows them).
 4. ``train``: the 360M model's compiled training step (bf16-mixed, seq 2048, w = 256), one variant after
    another (SWA, SA, bucketed SA, full, SA+SWA): tokens/s, MFU (``models/flops.py``) and peak memory; a variant
    not reached within the budget is said.
-5. ``profile``: ``bench profile --preset paper --what layer``: where SWA's, SA's and bucketed SA's time goes.
+5. ``profile``: ``bench profile --preset paper --what layer moves``: where SWA's, SA's and bucketed SA's time
+   goes, and the bytes their token reorders move per layer of the 360M model's training step.
 
 Two more stages run when named (``--stages recompiles prefill``): ``recompiles`` (10 compiled training steps of
 6 of the 360M model's layers with a fresh sigma per layer and step: dynamo's graphs, recompiles and graph breaks,
@@ -528,12 +529,14 @@ def stage_train(out: Path, tiny: bool) -> dict:
 
 
 def stage_profile(out: Path, tiny: bool) -> dict:
-    """``bench profile --what layer``: where SWA's, SA's and bucketed SA's time goes, part by part."""
+    """``bench profile --what layer moves``: where SWA's, SA's and bucketed SA's time goes, part by part, and what
+    their token reorders move per layer."""
     from .bench.profile import main as bench_profile
 
     argv = (["--preset", "cpu", "--n", "1024", "--repeats", "1", "--warmup", "1"] if tiny else
             ["--preset", "paper", "--repeats", "3", "--warmup", "2"])
-    bench_profile([*argv, "--what", "layer", "--variants", "swa", "sa", "sa_bucket", "--out", str(out / "profile"),
+    bench_profile([*argv, "--what", "layer", "moves", "--variants", "swa", "sa", "sa_bucket",
+                   *(["--seq-len", "128", "--step-batch", "2"] if tiny else []), "--out", str(out / "profile"),
                    "--overwrite"])
     preset = "cpu" if tiny else "paper"
     text = (out / "profile" / f"profile_{preset}.md").read_text()

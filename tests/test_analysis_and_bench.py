@@ -202,7 +202,7 @@ def test_bench_profile_splits_each_variants_time_into_parts_beside_swa(tmp_path)
     assert part_of("aten::_log_softmax") == "loss" and part_of("aten::_softmax") == "attention"
     assert part_of("aten::mm") == "matmul" and part_of("aten::bmm") == "attention"
     assert part_of("aten::randperm") == "draw" and part_of("aten::add_") == "other"
-    results = bench_profile(["--variants", "swa", "sa", "--n", "256", "--window", "16", "--seq-len", "32",
+    results = bench_profile(["--variants", "swa", "sa", "sa_bucket", "--n", "256", "--window", "16", "--seq-len", "32",
                              "--step-batch", "2", "--layers", "1", "--repeats", "1", "--warmup", "1",
                              "--out", str(tmp_path)])
     for what in ("layer", "step"):
@@ -214,6 +214,14 @@ def test_bench_profile_splits_each_variants_time_into_parts_beside_swa(tmp_path)
     assert results["step"]["sa"][0]["matmul"] > 0 and results["layer"]["sa"][0]["matmul"] == 0
     text = (tmp_path / "profile_cpu.md").read_text()
     assert "| gather/scatter |" in text and "SA ÷ SWA" in text and text.count("| **total** |") == 2
+    # the reorders' bytes per layer: bucketed SA's layer in slot order moves half what its kernel's reorders do;
+    # SWA reorders nothing, nor does the CPU's SA (its band gathers its windows straight from token order)
+    moves = results["moves"]
+    assert moves["swa"]["model"]["data"] == moves["sa"]["model"]["data"] == 0
+    bucket = moves["sa_bucket"]
+    assert (bucket["model"]["copies"], bucket["kernels"]["copies"]) == (4, 8)
+    assert bucket["model"]["data"] == bucket["kernels"]["data"] / 2 > 0
+    assert "## What the token reorders move per layer" in text and "| SA-bucket | 4 |" in text
 
 
 def _script(name: str):

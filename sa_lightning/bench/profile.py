@@ -107,12 +107,46 @@ def step_case(variant: str, args, device: torch.device):
     return StepCase(variant, shim, device).step
 
 
-def run(args) -> dict[str, dict[str, tuple[dict, list]]]:
-    """{"layer"/"step": {variant: (parts, ops)}}."""
+def reorder_bytes(variant: str, args, device: torch.device) -> dict[str, dict]:
+    """What the token reorders move per layer in one training step (forward and backward), counted by the reorders
+    themselves (``attention.permutation.counting_moves``): as the model runs the variant ("model": a layer in slot
+    order where the variant has one, ``attention.slots``) and with the kernels reordering q, k, v and the output
+    ("kernels")."""
+    from dataclasses import replace as swap
+
+    from ..attention import get_variant
+    from ..attention.permutation import counting_moves
+    from .train import StepCase
+
+    shim = argparse.Namespace(model=args.model, layers=args.layers, window=args.step_window, seq_len=args.seq_len,
+                              moba_block_size=max(1, args.step_window // 2), batch=args.step_batch,
+                              dtype=args.dtype)
+    case = StepCase(variant, shim, device)
+    found = {}
+    for how in ("model", "kernels"):
+        if how == "kernels":
+            plain = swap(get_variant(variant), slot_kernel=None)
+            for block in case.model.blocks:
+                block.attn.variant = plain
+        with counting_moves() as moved:
+            case.step()
+        sync(device)
+        found[how] = {k: v / case.cfg.n_layer for k, v in moved.items()}
+    return found
+
+
+def run(args) -> dict[str, dict]:
+    """{"layer"/"step": {variant: (parts, ops)}, "moves": {variant: reorder_bytes}}."""
     device = torch.device(args.device)
-    results: dict[str, dict[str, tuple[dict, list]]] = {}
+    results: dict[str, dict] = {}
     for what in args.what:
         results[what] = {}
+        if what == "moves":
+            for variant in args.variants:
+                results[what][variant] = found = reorder_bytes(variant, args, device)
+                print(f"moves {variant_label(variant)}: {found['model']['data'] / 2**20:.1f} MiB per layer "
+                      f"({found['kernels']['data'] / 2**20:.1f} with the kernels' reorders)", flush=True)
+            continue
         fns = {v: (layer_case if what == "layer" else step_case)(v, args, device) for v in args.variants}
         for fn in fns.values():  # every variant warmed up before any is profiled, so none pays the first calls
             for _ in range(args.warmup):
@@ -142,6 +176,26 @@ def part_table(found: dict[str, tuple[dict, list]]) -> list[str]:
     return lines
 
 
+def moves_table(found: dict[str, dict], args) -> list[str]:
+    """Bytes the token reorders move per layer, as the model runs each variant and with the kernels reordering."""
+    layers = f", {args.layers} layers" if args.layers else ""
+    lines = [f"## What the token reorders move per layer\n\nOne training step (forward and backward) of model "
+             f"{args.model}{layers}, B = {args.step_batch}, seq {args.seq_len}, w = {args.step_window}, {args.dtype}: "
+             "the bytes every reorder of tokens reads and writes (its data; its index apart), counted by the reorders "
+             "themselves. \"As run\": a variant with a slot path runs the layer in slot order (`attention.slots`); "
+             "\"kernels\": q, k, v and the output reordered by the kernel. A banded kernel's own window gathers (the "
+             "CPU's SA) are not reorders and count 0.\n",
+             *head(["variant", "copies as run", "MiB as run", "index MiB", "copies, kernels", "MiB, kernels",
+                    "as run ÷ kernels"], ["---", "---:", "---:", "---:", "---:", "---:", "---:"])]
+    for variant, f in found.items():
+        now, before = f["model"], f["kernels"]
+        lines.append(row([variant_label(variant), number(now["copies"], ".0f"), number(now["data"] / 2**20, ".1f"),
+                          number(now["index"] / 2**20, ".2f"), number(before["copies"], ".0f"),
+                          number(before["data"] / 2**20, ".1f"),
+                          number(now["data"] / before["data"], ".2f") if before["data"] else "–"]))
+    return lines + [""]
+
+
 def markdown(results, args) -> str:
     device = torch.device(args.device)
     text = [f"# Where the time goes: `bench profile --preset {args.preset}`\n",
@@ -149,6 +203,9 @@ def markdown(results, args) -> str:
             f"warm-up calls; each op's self time ({'the device' if device.type == 'cuda' else 'the host'}), "
             "summed into parts by name (`bench/profile.py`, PARTS), in ms per call.\n"]
     for what, found in results.items():
+        if what == "moves":
+            text += moves_table(found, args)
+            continue
         if what == "layer":
             text.append(f"## One attention call, forward and backward\n\nB = {args.batch}, H = {args.heads} "
                         f"(kv {args.kv_heads}), d = {args.dim}, n = {args.n}, w = {args.window}, {args.dtype}; "
@@ -170,7 +227,9 @@ def markdown(results, args) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py bench profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", choices=PRESETS, default="cpu")
-    p.add_argument("--what", nargs="+", choices=["layer", "step"], default=["layer", "step"])
+    p.add_argument("--what", nargs="+", choices=["layer", "step", "moves"], default=["layer", "step", "moves"],
+                   help="layer: one attention call; step: one training step; moves: the bytes the token reorders "
+                        "move per layer in a step (default: all three)")
     p.add_argument("--variants", nargs="+", default=[SWA.name, SA.name, SA_SWA.name], choices=sorted(VARIANTS))
     for key in ("batch", "heads", "kv_heads", "dim", "window", "n", "seq_len", "step_batch", "step_window",
                 "repeats", "warmup", "layers"):
@@ -186,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None):
     args = build_parser().parse_args(argv)
     apply_preset(args, PRESETS)
-    if "step" in args.what:
+    if "step" in args.what or "moves" in args.what:
         untrainable = [v for v in args.variants if v not in trained_variant_names()]
         if untrainable:
             raise SystemExit(f"error: a training step needs a variant a model trains with; {', '.join(untrainable)} "
