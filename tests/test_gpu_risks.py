@@ -240,7 +240,7 @@ def test_model_compile_trains_the_tiny_config_on_cpu(tmp_path):
                "--model.compile", "true", "--trainer.max_steps", "2", "--trainer.default_root_dir", str(tmp_path)])
     assert cli.trainer.global_step == 2 and torch.isfinite(cli.trainer.callback_metrics["train/loss"])
     assert torch.isfinite(cli.trainer.callback_metrics["val/loss"])
-    assert cli.model.net._compiled_stack is not None and counters["stats"]["unique_graphs"] > graphs
+    assert cli.model.net._compiled_blocks is not None and counters["stats"]["unique_graphs"] > graphs
     # compiled in place: the checkpoint's names are those of an uncompiled model, so it loads into one
     last = next(tmp_path.rglob("last.ckpt"))
     names = set(torch.load(last, map_location="cpu", weights_only=True)["state_dict"])
