@@ -18,9 +18,12 @@
     python cli.py analyze coverage|connection|variance|connectome|spectrum|small-world|all   checks of the paper's theory
     python cli.py analyze gates --ckpt A.ckpt                 SA+SWA gate means per layer and by read distance (App. A.5)
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
-    python cli.py study long-range [--preset quick|paper-scale]   synthetic recall by key-query distance, per variant
-    python cli.py study pretrain [--preset quick]             Table 1 at micro scale: variants, controls, training seeds
-    python cli.py doctor [--tiny] [--out DIR]                 every GPU path in one report (20 min on one GPU)
+    python cli.py bench profile [--preset cpu|paper]         where each variant's time goes; the bytes its reorders move
+    python cli.py study long-range [--preset NAME]            synthetic recall by key-query distance, per variant
+    python cli.py study pretrain [--preset NAME]              Table 1 at micro scale: variants, controls, training seeds
+    python cli.py doctor [--tiny] [--out DIR]                 one GPU sitting in one report (under 8 minutes)
+
+A command's own --help lists its options and defaults (a study's, its presets).
 """
 from __future__ import annotations
 
@@ -100,6 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     entry = COMMANDS.get(name)
     if entry is None:
         raise SystemExit(f"error: unknown command {name!r}; expected {_one_of(COMMANDS)}.\n{USAGE}")
+    if isinstance(entry, Group) and rest[:1] in (["-h"], ["--help"]):  # its commands, as the usage lists them
+        print("\n".join(line for line in USAGE.splitlines() if line.strip().startswith(f"python cli.py {name} ")))
+        print(f"\n`python cli.py {name} NAME --help` lists one's options.")
+        return
     quiet_lightning(name)
     # every command's kernels recycle freed CPU memory (``utils.cpu_allocator``): set here for this process, by
     # the command line, never by importing sa_lightning

@@ -170,6 +170,16 @@ def test_cli_bad_input_is_one_clear_line(args, needle, tmp_path, monkeypatch):
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.parametrize("group,names", [("bench", ("attention", "train", "profile", "eval", "prefill", "generate",
+                                                    "data")), ("study", ("long-range", "pretrain"))])
+def test_a_command_groups_help_lists_its_commands_and_exits_0(group, names):
+    """``cli.py bench --help`` exited 1 with the error for a missing benchmark (issue 66)."""
+    res = run_cli_here(group, "--help")
+    assert res.returncode == 0 and not res.stderr, res.stderr
+    assert all(f"python cli.py {group} {name}" in res.stdout for name in names), res.stdout
+    assert f"python cli.py {group} NAME --help" in res.stdout
+
+
 def test_a_bad_length_is_refused_before_earlier_results_are_touched(tmp_path):
     """``bench attention --lengths -5`` once overwrote the folder's results with NaN rows, then failed."""
     earlier = {tmp_path / f"attention_cpu.{ext}": f"earlier {ext}" for ext in ("csv", "md", "png")}

@@ -611,3 +611,17 @@ def test_evaluate_never_writes_over_a_users_files_and_a_stop_keeps_the_previous_
     assert {k: after[k] for k in before} == before  # the previous set, records included, byte for byte
     report = json.loads((out / "results.json").read_text())
     assert all((out / f).is_file() for m in report["models"].values() for f in m["items"])
+
+
+def test_the_lm_eval_model_builds_without_hflms_warnings_for_a_built_model(tokenizer, caplog):
+    """HFLM warned twice before every evaluation ("`pretrained` model kwarg is not of type `str`", "Passed an
+    already-initialized model") though every call here passes its own built model on purpose (issue 66); its
+    other lines still come through."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="lm_eval"):
+        SALM(_model("sa"), tokenizer)
+        logging.getLogger("lm_eval.models.huggingface").warning("another line")
+    said = [r.getMessage() for r in caplog.records]
+    assert "another line" in said
+    assert not [m for m in said if "not of type `str`" in m or "already-initialized" in m], said

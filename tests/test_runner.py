@@ -171,6 +171,8 @@ def test_a_preset_is_the_configs_own_or_a_second_yaml_file(tmp_path):
     assert runner.preset_values(presets, str(second), "study.yaml") == {"seeds": [3, 4], "limit": 10}
     with pytest.raises(ValueError, match=r"unknown preset 'fast'; study.yaml has quick \(or pass a YAML file"):
         runner.preset_values(presets, "fast", "study.yaml")
+    with pytest.raises(ValueError, match=r"--preset gone.yaml: no such file .*study.yaml's presets: quick"):
+        runner.preset_values(presets, "gone.yaml", "study.yaml")
     with pytest.raises(ValueError, match=r"preset '.*mine.yaml' sets unknown field\(s\) limit"):
         runner.preset_values(presets, str(second), "this config", known={"seeds"})
 

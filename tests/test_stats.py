@@ -138,3 +138,13 @@ def test_the_mean_of_tasks_averages_their_replicates_and_keeps_its_seed_spread()
     assert both.seed_sd == pytest.approx(float(((a.mean(axis=1) + b.mean(axis=1)) / 2).std(ddof=1)))
     assert both.hi - both.lo < one.hi - one.lo  # more independent items: narrower than the one task alone
     assert mean_of_tasks([(a.mean(), ra, 40, a.mean(axis=1)), (b.mean(), rb, 60, b.mean(axis=1)[:2])]).seed_sd is None
+
+
+def test_no_interval_or_cell_prints_a_negative_zero():
+    """A bound that rounds to zero prints as 0.0 (+0.0 signed), never -0.0 (issue 66)."""
+    from sa_lightning.utils.report import fmt, number
+    from sa_lightning.utils.stats import Interval
+
+    assert Interval(mean=-0.01, lo=-0.04, hi=4.9, items=10).text() == "0.0 [0.0, 4.9]"
+    assert Interval(mean=-0.2, lo=-0.04, hi=0.3, items=10).text("+.1f") == "-0.2 [+0.0, +0.3]"
+    assert number(-0.001, ".2f") == "0.00" and fmt(-0.3, ".1f") == "-0.3" and fmt(-0.004, ".1%") == "-0.4%"

@@ -96,6 +96,11 @@ def test_a_sweep_keeps_paired_items_puts_intervals_in_its_table_and_compares(tin
     assert "1 to run (1 of them again" in capsys.readouterr().out
     assert (cells / "swa_w8_s0_shakespeare_lastword.items.jsonl.gz").exists()
     assert "no per-item records" not in (out / "compare.md").read_text()
+    # a record cut short is named, with the way out (once: "Expecting value: line 5 column 9", no file)
+    whole = (cells / "sa_w8_s1_shakespeare_lastword.json").read_text()
+    (cells / "sa_w8_s1_shakespeare_lastword.json").write_text(whole[:40])
+    with pytest.raises(ValueError, match="sa_w8_s1_shakespeare_lastword.json is damaged .* run the same sweep"):
+        main([*args, "--compare"])
 
 
 def _scores(kpq, seeds=1, n=20, shift=0.0):

@@ -26,6 +26,8 @@ probabilities, not log-probabilities). Draw s is the model's ``sa_sample=s``.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
 import torch
@@ -38,6 +40,26 @@ from ..attention.draws import SA_MODES
 from ..models.ensemble import mean_over_draws
 from ..models.hf_model import SATransformerForCausalLM
 from ..models.patcher import STATE
+
+
+#: HFLM's two warnings about a model passed in built (every call here builds its own on purpose, in one process)
+_BUILT_MODEL_WARNINGS = ("`pretrained` model kwarg is not of type `str`",
+                         "Passed an already-initialized model through `pretrained`")
+
+
+@contextlib.contextmanager
+def _built_model_on_purpose():
+    """HFLM's constructor without its two warnings for a model passed in built (they advise against accelerate
+    launches and ``parallelize``, which this project never uses); every other line of lm-eval's logger stays."""
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_BUILT_MODEL_WARNINGS)
+
+    log = logging.getLogger("lm_eval.models.huggingface")
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)
 
 
 @register_model("sa_lightning")
@@ -83,8 +105,9 @@ class SALM(HFLM):
                              "with the tokenizer the model was trained with.")
         if device is not None and torch.device(device) != model.device:
             model.to(device)
-        super().__init__(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
-                         max_length=max_length, **kwargs)
+        with _built_model_on_purpose():
+            super().__init__(pretrained=model, tokenizer=tokenizer, backend="causal", batch_size=batch_size,
+                             max_length=max_length, **kwargs)
         self._eval_samples = int(eval_samples)
         self._max_gen_toks = int(max_gen_toks)
 

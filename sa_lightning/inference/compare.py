@@ -80,6 +80,20 @@ def _item_values(task: str, metrics: dict, items: list[dict]) -> tuple[list, lis
     return ids, [100.0 * item["scores"][name] for item in items], None
 
 
+def finished_record(path: Path) -> dict:
+    """A finished cell's record for a report; one that does not parse (cut short) is one sentence naming it, not a
+    JSON parser's position. Its per-item records are ``read_items``'s to check (a cell without them is named
+    as lacking them)."""
+    try:
+        record = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        record = None
+    if not isinstance(record, dict):
+        raise ValueError(f"the cell record {path} is damaged (cut short?): run the same sweep command again, which "
+                         "redoes that cell and keeps the others.")
+    return record
+
+
 def load(cfg: SweepConfig, out: Path) -> Loaded:
     """Every cell's per-item records on disk, gathered by (setting, task) over seeds and aligned by item."""
     gathered: dict[tuple[Setting, str], list] = {}
@@ -88,7 +102,7 @@ def load(cfg: SweepConfig, out: Path) -> Loaded:
         path = cell_path(out, cell)
         if not path.exists():
             continue
-        record = json.loads(path.read_text())
+        record = finished_record(path)
         items = read_items(out, cell) if "items" in record else None
         if items is None:
             lacking.append(cell.key)

@@ -39,7 +39,7 @@ def collect(cfg: SweepConfig, out: Path, loaded: compare.Loaded | None = None) -
     same accuracy tasks (so ``avg`` and ``kpq`` describe one set of inputs), ``kpq:<task>`` each task's own, and ``pos:<task>`` the perplexity by position of a
     ``position_ppl_*`` task. With ``loaded`` (``compare.load``), each column's interval as ``<column>:lo``,
     ``:hi``, ``:items``, ``:seeds`` and, for a mode run at several seeds, ``:seed_sd``."""
-    records = [json.loads(cell_path(out, c).read_text()) for c in cells(cfg) if cell_path(out, c).exists()]
+    records = [compare.finished_record(cell_path(out, c)) for c in cells(cfg) if cell_path(out, c).exists()]
     rows: dict[tuple, dict] = {}
     for rec in records:
         key = (rec["mode"], rec["w_eff"], rec.get("sink", 0))

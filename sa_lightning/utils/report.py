@@ -63,9 +63,18 @@ def power_of_two_ticks(ax, values) -> None:
 
 
 # ---- markdown tables ------------------------------------------------------------------------------
+def fmt(value: float, spec: str) -> str:
+    """``format(value, spec)`` with no negative zero: a value that rounds to zero prints as 0 (+0 where ``spec``
+    signs), never as -0.0."""
+    text = format(value, spec)
+    if text.startswith("-") and not any(c in "123456789" for c in text.split("e")[0]):
+        text = ("+" if "+" in spec else "") + text[1:]
+    return text
+
+
 def number(value: float | None, spec: str) -> str:
     """``format(value, spec)`` for a table cell, or "–" for a value that is missing (None) or not a number."""
-    return MISSING if value is None or value != value else format(value, spec)
+    return MISSING if value is None or value != value else fmt(value, spec)
 
 
 def score(value: float | None, lower_is_better: bool = False) -> str:

@@ -149,6 +149,9 @@ def preset_values(presets: dict | None, preset: str, where: str, known=None) -> 
         values = yaml.safe_load(Path(preset).read_text()) or {}
         if isinstance(values, dict):
             values.pop("presets", None)
+    elif str(preset).endswith((".yaml", ".yml")):
+        raise ValueError(f"--preset {preset}: no such file (from {Path.cwd()}); give the path of a YAML file of "
+                         f"overrides, or one of {where}'s presets: {', '.join(presets) or 'it has none'}.")
     else:
         raise ValueError(f"unknown preset {preset!r}; {where} has {', '.join(presets) or 'no presets'} (or pass a "
                          "YAML file of overrides as --preset FILE.yaml).")

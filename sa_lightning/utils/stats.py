@@ -128,9 +128,12 @@ class Interval:
 
     def text(self, spec: str = ".1f") -> str:
         """``31.2 [12.5, 50.0]``; ``31.2 (3 seeds: range [12.5, 50.0])`` with too few units; ``[–]`` with one."""
+        from .report import fmt
+
+        mean, lo, hi = fmt(self.mean, spec), fmt(self.lo, spec), fmt(self.hi, spec)
         if self.form == "range":
-            return f"{self.mean:{spec}} ({self.units} {self.unit}: range [{self.lo:{spec}}, {self.hi:{spec}}])"
-        return f"{self.mean:{spec}} " + (f"[{self.lo:{spec}}, {self.hi:{spec}}]" if self.bounded else "[–]")
+            return f"{mean} ({self.units} {self.unit}: range [{lo}, {hi}])"
+        return f"{mean} " + (f"[{lo}, {hi}]" if self.bounded else "[–]")
 
     def verdict(self, lower_is_better: bool = False, margin: float | None = None) -> str:
         """A − B worded from the interval: better, worse, equivalent within ±margin (two one-sided tests, when a

@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from .report import head, pyplot, row, save_figure, spread
+from .report import fmt, head, pyplot, row, save_figure, spread
 from .stats import MIN_UNITS, Interval, above_floor, cannot_decide, derived_seed, equivalent, headroom, \
     headroom_label, paired_difference, seed_comparison, t_interval
 
@@ -67,7 +67,7 @@ class Outcome:
     def text(self, value: float | None, signed: bool = False) -> str:
         if value is None or value != value:
             return "–"
-        return f"{self.value(value, signed):{self._spec(signed)}}"
+        return fmt(self.value(value, signed), self._spec(signed))
 
     def interval(self, ci: Interval, signed: bool = False) -> str:
         return ci.map(lambda x: self.value(x, signed)).text(self._spec(signed))
