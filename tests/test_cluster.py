@@ -103,7 +103,7 @@ def test_sweep_submission_is_a_job_array_plus_a_report_job(tmp_path, monkeypatch
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         srun = Path(env["SHIM_LOG"]).read_text().splitlines()[-1]
-        assert srun.endswith(expected) and "--out outputs/sweep/qwen3_8b" in srun
+        assert f"{expected} --cells_only" in srun and "--out outputs/sweep/qwen3_8b" in srun  # tasks side by side
 
 
 JOB_VARS = ("SRUN_CPUS_PER_TASK", "OMP_NUM_THREADS", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")

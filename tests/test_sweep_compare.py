@@ -258,3 +258,32 @@ def test_a_drawing_mode_run_at_one_seed_is_named_in_the_tables_notes():
     assert one_draw_note(replace(cfg, seed_modes=["sa", "random", "sa_swa_union"])) == ""
     assert one_draw_note(replace(cfg, seeds=[3])).startswith("SA, Random, SA+SWA draw at random but ran one seed here "
                                                               "(seed 3")
+
+
+@pytest.mark.slow  # two sweep processes at once
+def test_two_array_tasks_run_side_by_side_in_one_folder_and_the_report_joins_them(tiny_model, tmp_path):
+    """A SLURM array's tasks (``--cells_only``) each took the folder's lock, so overlapping tasks exited 1 "in use
+    by pid N" (issue 66): now they hold it shared, write their own cells and no tables, and a whole run or the
+    report (``--compare``) waits for none of them once they end."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "sweep"
+    base = [sys.executable, str(root / "cli.py"), "sweep", "--model", str(tiny_model), "--dtype", "float32",
+            "--device_map", "cpu", "--tasks", "[shakespeare_lastword]", "--windows", "[8]", "--seeds", "[0]",
+            "--limit", "4", "--comparisons", "[{a: sa, b: swa, match: equal_w}]", "--out", str(out)]
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    tasks = [subprocess.Popen([*base, "--modes", f"[{mode}]", "--cells_only"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for mode in ("sa", "swa")]
+    said = [t.communicate(timeout=240)[0] for t in tasks]
+    assert [t.returncode for t in tasks] == [0, 0], said
+    assert all("--cells_only: 1 cells" in s for s in said), said
+    assert {p.name for p in (out / "cells").glob("*.json")} == {"sa_w8_s0_shakespeare_lastword.json",
+                                                                 "swa_w8_s0_shakespeare_lastword.json"}
+    assert not (out / "table.md").exists()  # the tables are the report's
+    report = subprocess.run([*base, "--modes", "[sa, swa]", "--compare"], env=env, capture_output=True, text=True,
+                            timeout=240)
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    assert "| SA | SWA | equal w | LW |" in (out / "compare.md").read_text()

@@ -102,6 +102,8 @@ class SweepConfig:
             (full) pairs with every setting of the other.
         compare: run no cell; write the tables and ``compare.md`` from the cells already in ``out``
             (``cli.py sweep --config X --compare``).
+        cells_only: run and write this run's cells and no tables (a SLURM array's task: ``submit sweep`` adds it,
+            and its report job writes the tables); tasks on other cells of one folder run side by side.
     """
 
     model: str
@@ -129,6 +131,7 @@ class SweepConfig:
     trust_remote_code: bool = False
     comparisons: list[dict] | None = None
     compare: bool = False
+    cells_only: bool = False
     out: str = "outputs/sweep"
 
     def __post_init__(self):
@@ -313,9 +316,10 @@ def load_config(argv: list[str] | None = None, description: str | None = None) -
                         help="apply the config's presets[NAME] (flags given on the command line still win)")
     parser.add_class_arguments(SweepConfig, nested_key=None, fail_untyped=False)
     argv = list(sys.argv[2:] if argv is None else argv)
-    # ``--compare`` alone means ``--compare true``
+    # ``--compare`` (``--cells_only``) alone means ``--compare true``
     argv = [part for i, arg in enumerate(argv) for part in
-            ([arg, "true"] if arg == "--compare" and (i + 1 == len(argv) or argv[i + 1].startswith("--")) else [arg])]
+            ([arg, "true"] if arg in ("--compare", "--cells_only") and (i + 1 == len(argv) or argv[i + 1].startswith("--"))
+             else [arg])]
     args = vars(parser.parse_args(argv))
     if args.get("preset"):
         from ..utils.runner import preset_values

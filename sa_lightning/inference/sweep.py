@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..eval.position import context_length, is_position_task
 from ..utils.atomic import check_results_folder
-from ..utils.runner import folder_lock, run_cells, unique_seeds
+from ..utils.runner import cells_lock, folder_lock, run_cells, unique_seeds
 from .plan import (Cell, SweepConfig, cell_path, cells, check_before_loading, is_done, load_config, load_error,
                    made_by, metric_of)
 from .sweep_report import report
@@ -88,6 +88,12 @@ def run(cfg: SweepConfig) -> dict:
     cfg.seeds = unique_seeds(cfg.seeds, "sweep seeds")
     todo = cells(cfg)
     out = check_results_folder(cfg.out, "sweep", "out")
+    if cfg.cells_only:  # an array's task: beside the array's other tasks, on cells of its own
+        if cfg.compare:
+            raise ValueError("--cells_only runs cells without the tables and --compare writes the tables without "
+                             "running cells: pass one of them.")
+        with cells_lock(out, [c.key for c in todo], "sweep"):
+            return _run(cfg, source, out, todo)
     with folder_lock(out, "sweep"):  # one sweep at a time in one folder; dropped when it ends, however it ends
         return _run(cfg, source, out, todo)
 
@@ -137,6 +143,10 @@ def _run(cfg: SweepConfig, source, out: Path, todo: list[Cell]) -> dict:
         # ``pending`` holds the cells ``is_done`` found missing, damaged or made otherwise (weights included): all run
         run_cells(pending, out, lambda c: c.key, lambda c: asdict(c.spec), run_one, line=_line, needs="items",
                   kind="sweep", reuse=lambda saved, spec: False)
+    if cfg.cells_only:
+        print(f"sweep --cells_only: {len(todo)} cells in {out / 'cells'}; the tables come from the report job "
+              "(or `sweep --compare` with the whole config)", flush=True)
+        return {"cells": [c.key for c in todo]}
     return report(cfg, out)
 
 

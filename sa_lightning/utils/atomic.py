@@ -187,7 +187,9 @@ def check_results_folder(folder: str | os.PathLike, what: str, flag: str = "--ou
         raise ValueError(f"{flag} {str(folder)!r} holds the cells of a {kind.read_text().strip()}, not of a {what}; "
                          f"name another folder for the {what} (nothing there was touched).")
     ours = {".run.lock", MANIFEST, OWNER}  # what a run interrupted before its first cell leaves behind
-    if path.is_dir() and not (path / "cells").is_dir() and any(p.name not in ours for p in path.iterdir()) \
+    # (and an array task's lock of its own cells, ``.run.lock.<digest>``, taken beside the others)
+    if path.is_dir() and not (path / "cells").is_dir() and any(
+            p.name not in ours and not p.name.startswith(".run.lock.") for p in path.iterdir()) \
             and not overwrite:
         also = "" if overwrite is None else \
             " or pass --overwrite to write beside them (only its own files are replaced)"

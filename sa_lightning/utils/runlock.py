@@ -18,9 +18,13 @@ class RunLock:
     """``name``: the lock file (``.fit.lock`` for a fit's folder; the runner's output folders have their own);
     ``what``: what the refusal calls the folder's run."""
 
-    def __init__(self, folder: str | os.PathLike, name: str = LOCK_NAME, what: str | None = None):
+    def __init__(self, folder: str | os.PathLike, name: str = LOCK_NAME, what: str | None = None,
+                 shared: bool = False):
         self.path = Path(folder) / name
         self.what = what
+        #: held beside other shared holders (a sweep array's tasks, each writing its own cells), never beside an
+        #: exclusive one (a whole run of the folder)
+        self.shared = shared
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -32,7 +36,7 @@ class RunLock:
             _HELD.pop(key).release()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError:
             holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
             os.close(fd)
@@ -43,8 +47,9 @@ class RunLock:
             raise ValueError(f"{self.path.parent} is in use by {holder}: two runs in one folder would overwrite "
                              "each other's checkpoints and logs; wait for it to end, or pass another "
                              "--trainer.default_root_dir.") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        if not self.shared:  # shared holders leave the file as it is (several hold it at once)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
         self._fd = fd
         _HELD[key] = self
 

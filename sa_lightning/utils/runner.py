@@ -97,6 +97,16 @@ def folder_lock(out: str | os.PathLike, what: str = "run") -> RunLock:
     return lock
 
 
+@contextlib.contextmanager
+def cells_lock(out: str | os.PathLike, keys: list[str], what: str = "run") -> Iterator[None]:
+    """Locks for a run that writes only ``keys``' cells and no report (a job array's task): the folder's lock
+    shared, so that the array's other tasks, on other cells, run beside it while a whole run of the folder waits,
+    and one lock of these cells' own, so that a second task on the same cells is refused in one sentence."""
+    digest = hashlib.sha1("\n".join(sorted(keys)).encode()).hexdigest()[:12]
+    with RunLock(out, LOCK_NAME, what=what, shared=True), RunLock(out, f"{LOCK_NAME}.{digest}", what=what):
+        yield
+
+
 class Stopped(SystemExit):
     """A run stopped by a signal: the exit status 128 + the signal's number (what a shell reports for it)."""
 
