@@ -35,6 +35,7 @@ import subprocess
 from pathlib import Path
 
 from .utils.checkout import PACKAGE, checkout_root
+from .utils.argtypes import doc_help
 
 TEMPLATES = PACKAGE / "slurm"
 HUB_SWITCHES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
@@ -101,8 +102,7 @@ def sweep_pairs(config: str, extra: list[str] = ()):
 
 
 def main(argv: list[str] | None = None) -> Path:
-    p = argparse.ArgumentParser(prog="cli.py submit", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = argparse.ArgumentParser(prog="cli.py submit", **doc_help(__doc__))
     p.add_argument("job", choices=("pretrain", "prepare", "sweep"))
     p.add_argument("--config", required=True)
     p.add_argument("--nodes", type=int, default=1)

@@ -47,6 +47,7 @@ from pathlib import Path
 from .utils.atomic import add_overwrite, check_own_files, output_folder, replacing_files, write_text
 from .utils.checkout import checkout_root
 from .utils.report import head, number, row
+from .utils.argtypes import doc_help
 
 STAGES = ("env", "tests", "table2", "train", "profile", "recompiles", "prefill")
 SITTING = STAGES[:5]  # the default: one GPU sitting
@@ -73,7 +74,7 @@ ROOT = checkout_root()  # a checkout: tests/ lives here; None for an installed c
 
 # ---- the command: stages in child processes, the report after each --------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py doctor", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="cli.py doctor", **doc_help(__doc__))
     p.add_argument("--out", type=output_folder, default=Path("outputs/doctor"))
     add_overwrite(p)
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU (what CI runs)")

@@ -283,3 +283,29 @@ def test_the_cpu_memory_pass_holds_back_the_profilers_lines_only(capfd):
     assert peak >= 256 * 1024 * 4
     assert "the measured code's own line" in err
     assert "profiler_st" not in err and "profiling started" not in err and "ActivityProfiler" not in err, err
+
+
+@pytest.mark.parametrize("command", [("evaluate",), ("analyze",), ("bench", "attention"), ("bench", "train"),
+                                     ("bench", "profile"), ("doctor",), ("export",), ("generate",), ("submit",)])
+def test_every_commands_help_is_whole_and_plain(command):
+    """``evaluate --help`` stopped mid-sentence before its options, showed reStructuredText's double backquotes and
+    named a records path nothing writes; four options had no help (issue 66). Each help is its command's whole
+    description, with its options' defaults, and no RST markup."""
+    res = run_cli_here(*command, "--help")
+    assert res.returncode == 0, res.stderr
+    assert "``" not in res.stdout and "options:" in res.stdout
+    if command == ("evaluate",):
+        assert "items/<label>" not in res.stdout and "cells/<label>_s<k>_<digest>.json" in res.stdout
+        assert "(default: 32)" in res.stdout and "(default: outputs/eval)" in res.stdout
+        assert "paper's layout with a 95% interval on every number" in res.stdout.split("options:")[0]
+    if command == ("analyze",):
+        assert "coverage      Figure 2 left" in res.stdout and "(default: swa sa sa_swa)" in res.stdout
+
+
+def test_coverage_says_where_it_is_while_it_draws():
+    """``analyze coverage`` printed nothing for 9 minutes at load (issue 66): it hears its progress."""
+    from sa_lightning.analysis import mechanism
+
+    lines = []
+    mechanism.coverage_curve("sa", 64, 8, 3, trials=2, sources=4, progress=lines.append, every=0.0)
+    assert lines[0] == "coverage sa: draw 1 of 2, layer 1 of 3" and len(lines) == 6

@@ -1,4 +1,17 @@
-"""``cli.py analyze ...``: run the mechanism checks, write CSV tables and PNG plots.
+"""``cli.py analyze CHECK``: run the mechanism checks of the paper's theory, write CSV tables and PNG plots.
+
+    coverage      Figure 2 left: the share of the sequence that reaches a token, layer by layer (SWA, SA, SA+SWA)
+    reach         what each mask carries to the last query through --layers layers, distance by distance
+    connection    the chance that two tokens connect in one layer, against Appendix A's formula
+    variance      the spread of that chance over permutations
+    connectome    the graph of --layers stacked layers (its shortest paths)
+    spectrum      that graph's singular values
+    small-world   its clustering and path length against a random graph's
+    all           every check above
+    attention-maps, gates   read a checkpoint (--ckpt) and take their own flags: `analyze gates --help`
+
+    python cli.py analyze coverage --out outputs/analysis
+    python cli.py analyze reach --n 128 --window 16 --variants swa sa random strided strided_local
 
 Each check's files (its CSVs and PNG) are written in a hidden folder in ``--out`` and moved into place together
 (``utils.atomic.replacing_files``): a failure while they are written leaves that check's previous files whole."""
@@ -12,6 +25,7 @@ import numpy as np
 
 from ..attention import get_variant, variant_label
 from ..attention.variants import SA, SA_BUCKET, SWA
+from ..utils.argtypes import doc_help
 from ..utils.atomic import add_overwrite, output_folder, replacing_files
 from ..utils.report import power_of_two_ticks, pyplot, save_figure, spread
 from ..utils.tables import write_csv
@@ -30,7 +44,8 @@ def run_coverage(args) -> Path:
     rows, curves = [], {}
     for variant in args.variants:
         curve = mechanism.coverage_curve(variant, args.n, args.window, args.depth, trials=args.trials,
-                                         sources=args.sources, convention=convention, seed=args.seed)
+                                         sources=args.sources, convention=convention, seed=args.seed,
+                                         progress=lambda line: print(line, flush=True))
         curves[variant] = curve
         rows += [{"variant": variant, "layers": layer, "coverage": round(float(c), 6)} for layer, c in enumerate(curve)]
         print(f"coverage {variant:>6}: 99% after {mechanism.layers_to_cover(curve)} layers "
@@ -319,7 +334,7 @@ GRAPH_COMMANDS = ("connectome", "spectrum", "small-world")
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="cli.py analyze")
+    parser = parser or argparse.ArgumentParser(prog="cli.py analyze", **doc_help(__doc__))
     parser.add_argument("what", choices=[*RUNNERS, "all", *CHECKPOINT_COMMANDS],
                         help="which check to run (attention-maps and gates read a checkpoint and take their own "
                              "flags: --ckpt, ...)")
@@ -332,7 +347,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--layers", type=int, default=4,
                         help="layers in the stack for reach, connectome, spectrum and small-world (one permutation "
                              "each)")
-    parser.add_argument("--variants", nargs="+", default=list(graphs.GRAPHS), choices=mechanism.PATTERNED)
+    parser.add_argument("--variants", nargs="+", default=list(graphs.GRAPHS), choices=mechanism.PATTERNED,
+                        metavar="VARIANT", help=f"the masks to check, any of {', '.join(mechanism.PATTERNED)}")
     parser.add_argument("--convention", choices=mechanism.CONVENTIONS, default=None,
                         help="theory: Appendix A's circular window; causal: the masks the models run "
                              "(default: causal for connectome, theory for the others)")

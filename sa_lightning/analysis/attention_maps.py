@@ -24,6 +24,7 @@ from ..attention.variants import FULL, SA, SA_SWA, SWA
 from ..models.transformer import Transformer
 from ..utils.atomic import output_folder
 from ..utils.report import pyplot, save_figure
+from ..utils.argtypes import doc_help
 
 
 
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> Path:
     from ..data.tokenizer import load_tokenizer
     from ..models.checkpoint import load_checkpoint
 
-    p = argparse.ArgumentParser(prog="cli.py analyze attention-maps", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="cli.py analyze attention-maps", **doc_help(__doc__))
     p.add_argument("--ckpt", required=True, help="a checkpoint written by `cli.py fit`")
     p.add_argument("--text", default=None, help="text to attend over (default: the embedded held-out text)")
     p.add_argument("--tokens", type=int, default=27)

@@ -26,6 +26,7 @@ from ..utils.atomic import add_overwrite, output_folder, replacing_files
 from ..utils.report import pyplot, save_figure
 from ..utils.tables import write_csv
 from .attention_maps import layer_gates, layer_qk, variant_maps
+from ..utils.argtypes import doc_help
 
 PATHS = SA_SWA.paths
 REACH_BINS = 10
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> Path:
     from ..data.tokenizer import load_tokenizer
     from ..models.checkpoint import load_checkpoint
 
-    p = argparse.ArgumentParser(prog="cli.py analyze gates", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="cli.py analyze gates", **doc_help(__doc__))
     p.add_argument("--ckpt", required=True, help="an SA+SWA checkpoint written by `cli.py fit`")
     p.add_argument("--text", default=None, help="text to run (default: the embedded held-out scenes)")
     p.add_argument("--tokens", type=int, default=None, help="tokens per sequence (default: the model's max_seq_len)")

@@ -60,13 +60,16 @@ class LayerSampler:
 
 
 def coverage_curve(variant: str, n: int, window: int, depth: int, *, trials: int = 8, sources: int = 64,
-                   convention: str = "theory", seed: int = 0) -> torch.Tensor:
+                   convention: str = "theory", seed: int = 0, progress=None, every: float = 30.0) -> torch.Tensor:
     """Mean fraction of the visible sequence that reaches a token after 0..depth layers.
 
     Layers are i.i.d., so growing the receptive set one fresh layer at a time has the same law as
     stacking layers on top. Under ``causal`` token i can see i + 1 tokens, and coverage is relative
-    to that.
+    to that. ``progress(line)``, if given, hears where the draws are at least every ``every`` seconds.
     """
+    import time
+
+    last = time.monotonic()
     sampler = LayerSampler(variant, n, window, convention)
     gen = torch.Generator().manual_seed(seed)
     curve = torch.zeros(depth + 1, dtype=torch.float64)
@@ -82,6 +85,9 @@ def coverage_curve(variant: str, n: int, window: int, depth: int, *, trials: int
             adjacency = sampler.draw(gen).float()
             reach = ((reach @ adjacency) > 0).float()
             curve[layer] += (reach.sum(1).double() / visible).mean()
+            if progress is not None and time.monotonic() - last >= every:
+                last = time.monotonic()
+                progress(f"coverage {variant}: draw {_ + 1} of {trials}, layer {layer} of {depth}")
     return curve / trials
 
 

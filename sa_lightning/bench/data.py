@@ -23,10 +23,11 @@ from ..utils.atomic import write_text
 from ..utils.cache import data_cache
 from ..utils.report import head, row
 from .machine import describe, positive_int
+from ..utils.argtypes import doc_help
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py bench data", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="cli.py bench data", **doc_help(__doc__))
     p.add_argument("--config", required=True, help="a data config (configs/data/*.yaml) or a fit config")
     p.add_argument("--stand_in", help="write/read SlimPajama-schema stand-in shards in this folder")
     p.add_argument("--shards", type=positive_int, default=8, help="stand-in train shards")

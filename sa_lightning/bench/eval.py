@@ -22,6 +22,7 @@ import torch
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, row
 from .machine import describe, positive_int
+from ..utils.argtypes import doc_help
 
 
 def _lastword_requests(lm, count: int) -> list:
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from ..eval.harness import run_tasks
     from ..eval.lm import SALM
 
-    p = argparse.ArgumentParser(prog="cli.py bench eval", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="cli.py bench eval", **doc_help(__doc__))
     p.add_argument("--ckpt", required=True)
     p.add_argument("--samples", type=positive_int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--seeds", type=positive_int, default=8)

@@ -24,6 +24,7 @@ from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_
 from ..utils.device import check_device
 from ..utils.report import head, row
 from .machine import describe, positive_int, sync
+from ..utils.argtypes import doc_help
 
 
 SHAPES = ("tiny", "360m")
@@ -49,7 +50,7 @@ def _tokens_per_s(model, prompt: torch.Tensor, new: int, cache: bool) -> float:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(prog="cli.py bench generate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="cli.py bench generate", **doc_help(__doc__))
     p.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
     p.add_argument("--variant", default=SA_SWA.name, choices=list(VARIANTS),
                    help="the attention variant (default: the paper's gated SA+SWA)")

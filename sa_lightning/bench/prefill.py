@@ -31,6 +31,7 @@ from ..utils.device import check_device
 from ..utils.report import head, row
 from .machine import available_bytes, describe, positive_int, sync
 from .memory import peak_bytes
+from ..utils.argtypes import doc_help
 
 #: what a pretrained model runs without training, and the ratios' reference
 MODES, REFERENCE = variant_names(gated=False), SWA.name
@@ -163,7 +164,7 @@ def markdown(rows: list[dict], args) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(prog="cli.py bench prefill", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="cli.py bench prefill", **doc_help(__doc__))
     p.add_argument("--model", default="tiny", help="tiny (a random 4-layer Qwen3), qwen3-8b-random (Qwen3-8B's "
                    "shapes, random weights), a Hub id, a local folder, a .gguf file or smollm2 (fetched)")
     p.add_argument("--layers", type=positive_int, default=None,

@@ -30,6 +30,7 @@ from ..attention.variants import SA, SA_SWA, SWA
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, number, row
 from .machine import apply_preset, describe, positive_int, sync
+from ..utils.argtypes import doc_help
 
 PRESETS = {
     "cpu": dict(device="cpu", batch=1, heads=4, kv_heads=4, dim=64, window=256, n=8192, dtype="float32",
@@ -225,7 +226,7 @@ def markdown(results, args) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py bench profile", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="cli.py bench profile", **doc_help(__doc__))
     p.add_argument("--preset", choices=PRESETS, default="cpu")
     p.add_argument("--what", nargs="+", choices=["layer", "step", "moves"], default=["layer", "step", "moves"],
                    help="layer: one attention call; step: one training step; moves: the bytes the token reorders "

@@ -42,6 +42,7 @@ from .machine import apply_preset, describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, number, row
+from ..utils.argtypes import doc_help
 
 PRESETS = {
     "cpu": dict(model="tiny", seq_len=256, batch=16, window=32, moba_block_size=16, steps=4, repeats=3, warmup=2,
@@ -230,7 +231,7 @@ def markdown(rows, data, args) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py bench train", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="cli.py bench train", **doc_help(__doc__))
     p.add_argument("--preset", choices=PRESETS, default="cpu")
     trained = trained_variant_names()  # asked when the command runs: a variant registered since import is in
     p.add_argument("--variants", nargs="+", default=list(trained), choices=trained)

@@ -6,13 +6,13 @@ paper's layout with a 95% interval on every number, and TensorBoard scalars.
         --label Full SWA SA SA+SWA --baseline SWA   # Table 1, each row against SWA
     python cli.py evaluate --ckpt sa.ckpt --seeds 0 1 2 3 4 --eval_samples 4   # permutation variance
 
-Every (checkpoint, σ seed) keeps its per-item records (``items/<label>/seed<k>.jsonl.gz``: each document's
-scores and log-likelihoods, as the sweeps keep them), so any two rows can be compared item by item. The
+Every (checkpoint, σ seed) is a cell: ``cells/<label>_s<k>_<digest>.json`` and its per-item records beside it
+(``.items.jsonl.gz``: each document's scores and log-likelihoods, as the sweeps keep them), so any two rows can be
+compared item by item; a rerun reuses a cell whose inputs are the same. The
 intervals are a percentile bootstrap over the documents, two-level (documents, then seeds within each
 document) for a checkpoint scored under several σ seeds: one whose attention draws (SA, the random keys and their
 gated pairs) is scored under ``--seeds``, five by default, and one that draws nothing once. ``--baseline`` adds
-each other row minus that one, paired on the same
-documents, with a verdict worded from its interval.
+each other row minus that one, paired on the same documents, with a verdict worded from its interval.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from .harness import Column, layout_for, run_tasks_with_items
 from .table import markdown_table
-from ..utils.argtypes import non_negative_int, positive_int, seed
+from ..utils.argtypes import doc_help, non_negative_int, positive_int, seed
 from ..utils.atomic import (check_own_files, check_results_folder, output_folder, read_records, replacing_files,
                             write_text)
 from ..utils.runner import fingerprint, folder_lock, prune_cells, run_cells, spec_digest, unique_seeds
@@ -315,27 +315,29 @@ def task_limit(text: str) -> int | float:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py evaluate", description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p = argparse.ArgumentParser(prog="cli.py evaluate", **doc_help(__doc__))
     p.add_argument("--ckpt", nargs="+", required=True, help="checkpoints written by `cli.py fit`")
     p.add_argument("--label", nargs="+", help="row names, one per checkpoint (default: variant and window)")
     p.add_argument("--tasks", nargs="+", default=["offline"],
                    help="task names, or the sets `table1` (the paper's) and `offline` (shipped; the default)")
     p.add_argument("--limit", type=task_limit, default=None, help="documents per task (an int, or a fraction < 1)")
-    p.add_argument("--batch_size", type=positive_int, default=32)
+    p.add_argument("--batch_size", type=positive_int, default=32, help="documents scored per forward pass")
     p.add_argument("--eval_samples", type=positive_int, default=1, help="permutation draws averaged per score (SA)")
-    p.add_argument("--sa_mode", choices=("stochastic", "deterministic"), default="stochastic")
+    p.add_argument("--sa_mode", choices=("stochastic", "deterministic"), default="stochastic",
+                   help="stochastic: each document draws its own σ (the paper's); deterministic: one σ per layer "
+                        "and length for every document")
     p.add_argument("--seeds", type=seed, nargs="+", default=None,
                    help=f"σ seeds of a checkpoint whose attention draws (SA, the random keys, their gated pairs; "
                         f"default {' '.join(map(str, DEFAULT_SEEDS))}); >1 also reports the std. A checkpoint that "
                         f"draws nothing is scored once, under the first")
     p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, help="where to score (cuda, cuda:1, cpu); default: the CPU, where a checkpoint loads")
     p.add_argument("--bootstrap_iters", type=non_negative_int, default=0,
                    help="lm-eval's stderr bootstrap (0: off, fast); the table's intervals are computed either way")
     p.add_argument("--baseline", default=None,
                    help="a row label: add each other row minus it, paired on the same documents, with a verdict")
-    p.add_argument("--out", type=output_folder, default="outputs/eval")
+    p.add_argument("--out", type=output_folder, default="outputs/eval",
+                   help="the evaluation's folder: table.md, results.json, cells/, tb/")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an --out that holds other files (only the evaluation's own names are replaced: "
                         "cells/, tb/, results.json, table.md; nothing else there is touched or removed)")

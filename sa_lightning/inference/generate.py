@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 
 from ..utils.stats import derived_seed
+from ..utils.argtypes import doc_help
 
 
 def _parser() -> argparse.ArgumentParser:
     from ..models.hf_config import DECODE
 
-    p = argparse.ArgumentParser(prog="cli.py generate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="cli.py generate", **doc_help(__doc__))
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--ckpt", help="a checkpoint written by `cli.py fit`")
     source.add_argument("--model", help="an exported or Hugging Face folder, a Hub id, or a fetched name (smollm2)")

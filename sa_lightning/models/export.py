@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..utils.argtypes import doc_help
+
 #: the module in an exported folder that ``trust_remote_code=True`` runs: it only imports sa_lightning
 REMOTE_MODULE = "sa_lightning_remote"
 REMOTE_CODE = '''"""The model of this folder is sa_lightning's Transformer++ (written by `cli.py export`). Its code is
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> Path:
     from .checkpoint import load_checkpoint
     from .hf_config import DECODE
 
-    parser = argparse.ArgumentParser(prog="cli.py export", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="cli.py export", **doc_help(__doc__))
     parser.add_argument("--ckpt", required=True, help="a checkpoint written by `cli.py fit`")
     parser.add_argument("--out", required=True, help="the folder to write (built beside it, then renamed into place)")
     parser.add_argument("--overwrite", action="store_true",

@@ -3,6 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import re
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """A command's help: its description and examples as written, and each option's default after its help (unless
+    the help already says it, or there is none to say)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        if "default" in text or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+
+def doc_help(doc: str) -> dict:
+    """``argparse.ArgumentParser``'s description, epilog and formatter from a module docstring: its first paragraph,
+    the rest (the examples, the details), with reStructuredText's double backquotes shown as single ones."""
+    plain = re.sub(r"``([^`]+)``", r"`\1`", doc or "").strip()
+    first, _, rest = plain.partition("\n\n")
+    return {"description": first, "epilog": rest.strip("\n").rstrip() or None, "formatter_class": HelpFormatter}
 
 
 def positive_int(text: str) -> int:
