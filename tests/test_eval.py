@@ -447,6 +447,15 @@ def test_unknown_task_in_the_cli_fails_before_scoring(checkpoint, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_baseline_that_is_the_only_row_is_refused_before_scoring(checkpoint, tmp_path):
+    """It printed an empty comparison table (issue 66)."""
+    proc = run_cli_here("evaluate", "--ckpt", str(checkpoint), "--label", "A", "--baseline", "A", "--out",
+                        str(tmp_path / "out"))
+    assert proc.returncode != 0 and "--baseline 'A' is the only row" in proc.stderr and "another --ckpt" in proc.stderr
+    assert not (tmp_path / "out" / "cells").exists()
+
+
+@pytest.mark.slow
 def test_bench_eval_reports_permutation_noise_per_eval_samples(checkpoint, tmp_path):
     from sa_lightning.bench.eval import main
 

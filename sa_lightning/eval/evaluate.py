@@ -82,8 +82,9 @@ def summarize(per_seed: list[dict[str, dict[str, float]]]) -> tuple[dict, dict]:
 
 
 def slug(label: str) -> str:
-    """A row label as a file name: letters, digits and ``._+=@-`` kept, any other run of characters one ``_``."""
-    return re.sub(r"[^A-Za-z0-9._+=@-]+", "_", label).strip("_") or "model"
+    """A row label as a file name: letters and digits of any script and ``._+=@-`` kept, any other run of characters
+    (spaces, slashes) one ``_``."""
+    return re.sub(r"[^\w.+=@-]+", "_", label).strip("_") or "model"
 
 
 def _limit_words(limit, whole: str = "every one") -> str:
@@ -208,10 +209,14 @@ def evaluate(args: argparse.Namespace) -> dict:
     if len(labels) != len(loaded):
         raise ValueError(f"--label got {len(labels)} names for {len(loaded)} checkpoints; give one per --ckpt.")
     if len({slug(label) for label in labels}) != len(labels):
-        raise ValueError(f"--label names {', '.join(labels)} share a file name once spaces and slashes are "
-                         "replaced; give labels that differ in letters or digits.")
+        raise ValueError(f"--label names {', '.join(labels)} share a file name once their characters other than "
+                         "letters, digits and ._+=@- (spaces, slashes) are replaced by _; give labels that differ in "
+                         "letters or digits.")
     if args.baseline is not None and args.baseline not in labels:
         raise ValueError(f"--baseline {args.baseline!r} is none of the rows: {', '.join(labels)}.")
+    if args.baseline is not None and len(labels) == 1:
+        raise ValueError(f"--baseline {args.baseline!r} is the only row, so there is nothing to compare with it; give "
+                         "another --ckpt to compare, or leave --baseline out.")
     given = unique_seeds(args.seeds, "--seeds") if args.seeds else None
     seeds = {label: seeds_of(info, given) for (_, info), label in zip(loaded, labels)}
     with folder_lock(out, "evaluation"):
@@ -339,8 +344,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=output_folder, default="outputs/eval",
                    help="the evaluation's folder: table.md, results.json, cells/, tb/")
     p.add_argument("--overwrite", action="store_true",
-                   help="write into an --out that holds other files (only the evaluation's own names are replaced: "
-                        "cells/, tb/, results.json, table.md; nothing else there is touched or removed)")
+                   help="write into an --out that holds other files: files with the evaluation's names (cells/, tb/, "
+                        "results.json, table.md) are replaced, yours of those names too; nothing else there is "
+                        "touched or removed")
     return p
 
 

