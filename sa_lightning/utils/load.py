@@ -43,4 +43,5 @@ def pick_threads(load: float | None = None, cores: int | None = None) -> str | N
     if "torch" in sys.modules:  # already imported: OMP_NUM_THREADS is read at import only
         sys.modules["torch"].set_num_threads(1)
     return (f"note: this machine is busy (load {load:.1f} on {cores} cores), so this runs with one thread "
-            f"(torch's threads would wait on each other); set OMP_NUM_THREADS to choose another count.")
+            f"(torch's threads would wait on each other; set OMP_NUM_THREADS to choose another count), and each "
+            f"stage, the imports first, may take about {max(2, round(load / cores))}x its idle time before its line.")
