@@ -219,3 +219,15 @@ def test_bucketed_sa_takes_grouped_query_heads_down_to_one_and_transposed_inputs
     (mask,) = variant.oracle_masks(spec, q, k, perm)
     torch.testing.assert_close(y.double(), oracle.reference_attention(q.double(), k.double(), v.double(), mask),
                                atol=1e-5, rtol=0)
+
+
+def test_a_taken_name_is_refused_and_the_registry_keeps_its_variant():
+    """``register_variant`` overwrote a name without a word (issue 63): a second "sa" would replace SA everywhere."""
+    from dataclasses import replace
+
+    from sa_lightning.attention.registry import register_variant
+
+    sa = get_variant("sa")
+    with pytest.raises(ValueError, match="variant name 'sa' is taken .* register yours under another name"):
+        register_variant(replace(sa, label="not SA"))
+    assert get_variant("sa") is sa and register_variant(sa) is sa  # the same object again is no change

@@ -9,6 +9,9 @@ import operator
 import torch
 
 
+#: the attention backends a spec may name (``auto``: FlexAttention on CUDA, the banded kernel elsewhere)
+BACKENDS = ("auto", "banded", "flex", "dense")
+
 def as_int(value) -> int | None:
     """``value`` as a Python int when it is an integer of any kind (int, numpy integer, 0-d integer tensor);
     None for bools, floats and everything else."""

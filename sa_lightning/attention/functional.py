@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from . import masks
-from ._checks import check_lengths, check_padded_perm, check_perm, check_positive, check_qkv, default_scale
+from ._checks import (BACKENDS, check_lengths, check_padded_perm, check_perm, check_positive, check_qkv,
+                      default_scale)
 from ._finite import checking_finite, guard_nonfinite, kv_finite
 from .band_common import fused_forward_applies
 from .band_inplace import Band, multi_band_attention
@@ -20,7 +21,6 @@ from .flex import MIN_HEAD_DIM
 from .moba import moba_kernel, moba_selection, picks_per_head
 from .permutation import invert_permutation, permute_tokens, sample_permutation
 
-BACKENDS = ("auto", "banded", "flex", "dense")
 
 
 def _backend(backend: str, q: torch.Tensor) -> str:
@@ -31,7 +31,7 @@ def _backend(backend: str, q: torch.Tensor) -> str:
     return backend
 
 
-def _permutation_args(perm, inv, generator, lengths, B: int, n: int, device, validate: bool = True):
+def permutation_args(perm, inv, generator, lengths, B: int, n: int, device, validate: bool = True):
     """SA's checked (perm, inv, lengths): a drawn permutation when ``perm`` is None (its inverse then unknown;
     with ``lengths``, one per row that keeps the padding in place). A given ``perm`` must keep every row's
     padding out of its first lengths[b] slots (``check_padded_perm``). ``validate=False`` checks types and
@@ -108,7 +108,7 @@ def stochastic_attention(q, k, v, window, perm=None, *, generator=None, scale=No
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     window = check_positive("window", window)
-    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device, validate)
+    perm, inv, lengths = permutation_args(perm, inv, generator, lengths, B, n, q.device, validate)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
     return guard_nonfinite(lambda q, k, v: _sa(q, k, v, window, perm, inv, lengths, scale, backend), q, k, v)
@@ -152,7 +152,7 @@ def sa_swa_attention(q, k, v, window, perm=None, *, generator=None, scale=None, 
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     window = check_positive("window", window)
-    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device, validate)
+    perm, inv, lengths = permutation_args(perm, inv, generator, lengths, B, n, q.device, validate)
     scale = default_scale(d, scale)
     backend = _backend(backend, q)
 
@@ -179,7 +179,7 @@ def sa_swa_union_attention(q, k, v, window, perm=None, *, generator=None, scale=
     """
     B, Hq, Hkv, n, d = check_qkv(q, k, v)
     window = check_positive("window", window)
-    perm, inv, lengths = _permutation_args(perm, inv, generator, lengths, B, n, q.device, validate)
+    perm, inv, lengths = permutation_args(perm, inv, generator, lengths, B, n, q.device, validate)
     scale = default_scale(d, scale)
     run = lambda q, k, v: _sa_swa_union(q, k, v, window, perm, inv, lengths, scale, return_lse)  # noqa: E731
     return guard_nonfinite(run, q, k, v)

@@ -17,12 +17,11 @@ from typing import Callable
 import torch
 
 from . import masks
-from ._checks import check_nonnegative, check_positive, check_qkv, default_scale
+from ._checks import BACKENDS, check_nonnegative, check_positive, check_qkv, default_scale
 from ._finite import guard_nonfinite
 from .flex import MIN_HEAD_DIM
 
 #: ``auto`` is FlexAttention on CUDA where a variant has it, else the banded (O(n*w)) kernel
-BACKENDS = ("auto", "banded", "flex", "dense")
 
 
 @dataclass(frozen=True)
@@ -277,6 +276,12 @@ VARIANTS: dict[str, Variant] = {}
 
 
 def register_variant(variant: Variant) -> Variant:
+    """Add ``variant`` under its name; a name already taken is refused (a second file registering "sa" would
+    replace SA everywhere without a word)."""
+    taken = VARIANTS.get(variant.name)
+    if taken is not None and taken is not variant:
+        raise ValueError(f"variant name {variant.name!r} is taken ({taken.description or taken.label}); register "
+                         "yours under another name.")
     VARIANTS[variant.name] = variant
     return variant
 

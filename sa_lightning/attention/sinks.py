@@ -39,9 +39,9 @@ def attend_with_sinks(variant, call):
     q = call.q
     B, _, n, _ = q.shape
     if variant.uses_permutation:
-        from .functional import _permutation_args
+        from .functional import permutation_args
 
-        perm, inv, lengths = _permutation_args(call.perm, call.inv, None, call.lengths, B, n, q.device,
+        perm, inv, lengths = permutation_args(call.perm, call.inv, None, call.lengths, B, n, q.device,
                                                  call.validate)
     else:
         perm, inv, lengths = call.perm, None, check_lengths(call.lengths, B, n, q.device, values=call.validate)

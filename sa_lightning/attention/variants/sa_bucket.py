@@ -10,7 +10,7 @@ from dataclasses import replace
 from .. import masks, oracle
 from ..bucketed import bucket_size, bucket_slots, bucketed_attention, bucketed_attention_lse, bucketed_in_slots
 from .._finite import guard_nonfinite
-from ..functional import _permutation_args
+from ..functional import permutation_args
 from ..registry import Variant, register_variant
 from ._common import check_permutation, dense_with_lse, draw_permutation, slot_of
 
@@ -22,7 +22,7 @@ def mask(spec, n, perm, lengths=None):
 def checked(call):
     """The call with its σ checked (drawn where the caller gave none; a padded row's padding kept last)."""
     B, _, n, _ = call.q.shape
-    perm, inv, lengths = _permutation_args(call.perm, call.inv, None, call.lengths, B, n, call.q.device,
+    perm, inv, lengths = permutation_args(call.perm, call.inv, None, call.lengths, B, n, call.q.device,
                                            call.validate)
     return replace(call, perm=perm, inv=inv, lengths=lengths)
 

@@ -3,7 +3,7 @@ SA's band minus the SWA window are computed apart and merged by log-sum-exp, so 
 from __future__ import annotations
 
 from .. import oracle
-from ..functional import _sa_swa_union, _permutation_args, sa_swa_union_attention
+from ..functional import _sa_swa_union, permutation_args, sa_swa_union_attention
 from ..registry import Variant, register_variant
 from ._common import check_permutation, dense_with_lse, draw_permutation, union_keys, union_mask
 
@@ -11,7 +11,7 @@ from ._common import check_permutation, dense_with_lse, draw_permutation, union_
 def kernel(call):
     if call.backend == "dense":
         B, _, n, _ = call.q.shape
-        perm, _, lengths = _permutation_args(call.perm, None, None, call.lengths, B, n, call.q.device,
+        perm, _, lengths = permutation_args(call.perm, None, None, call.lengths, B, n, call.q.device,
                                              call.validate)
         return (dense_with_lse(call, union_mask(call.spec, n, perm, lengths))[0],)
     return (sa_swa_union_attention(call.q, call.k, call.v, call.window, call.perm, scale=call.scale,
