@@ -27,6 +27,7 @@ A command's own --help lists its options and defaults (a study's, its presets).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from dataclasses import dataclass, field
@@ -103,6 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     entry = COMMANDS.get(name)
     if entry is None:
         raise SystemExit(f"error: unknown command {name!r}; expected {_one_of(COMMANDS)}.\n{USAGE}")
+    if name in CACHED_HELP and rest in (["-h"], ["--help"]) and _print_cached_help(name):
+        return
     if isinstance(entry, Group) and rest[:1] in (["-h"], ["--help"]):  # its commands, as the usage lists them
         print("\n".join(line for line in USAGE.splitlines() if line.strip().startswith(f"python cli.py {name} ")))
         print(f"\n`python cli.py {name} NAME --help` lists one's options.")
@@ -126,7 +129,86 @@ def main(argv: list[str] | None = None) -> None:
                              f"Example: {entry.example}")
         entry, rest = entry.commands[rest[0]], rest[1:]
     run = getattr(importlib.import_module(entry.module), entry.function)
+    if name in CACHED_HELP and rest in (["-h"], ["--help"]):
+        with _keeping_help(name):
+            run((None if from_shell else argv) if entry.whole_argv else rest)
+        return
     run((None if from_shell else argv) if entry.whole_argv else rest)
+
+
+#: commands whose parser needs Lightning (4-5 s of imports before any help): their bare ``--help`` is kept once
+CACHED_HELP = (*LIGHTNING_COMMANDS, "prepare")
+
+
+def _help_file(name: str):
+    """Where ``name --help``'s text is kept: named by what makes it (this package's files, by size and time, and
+    the versions of the libraries whose parsers print it), so any change makes a new one."""
+    import hashlib
+    import os
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    from .utils.cache import data_cache
+
+    root = Path(__file__).parent
+    h = hashlib.sha1(name.encode())
+    for path in sorted(root.rglob("*.py")):
+        st = path.stat()
+        h.update(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    for package in ("lightning", "jsonargparse", "torch", "transformers"):
+        try:
+            h.update(f"{package}={version(package)}".encode())
+        except PackageNotFoundError:
+            h.update(package.encode())
+    return Path(os.path.expanduser(data_cache())) / "help" / f"{name}-{h.hexdigest()[:16]}.txt"
+
+
+def _print_cached_help(name: str) -> bool:
+    path = _help_file(name)
+    if not path.is_file():
+        return False
+    sys.stdout.write(path.read_text())
+    return True
+
+
+class _Tee:
+    """stdout, also kept in a buffer."""
+
+    def __init__(self, out):
+        self.out, self.parts = out, []
+
+    def write(self, text):
+        self.parts.append(text)
+        return self.out.write(text)
+
+    def __getattr__(self, attr):
+        return getattr(self.out, attr)
+
+
+@contextlib.contextmanager
+def _keeping_help(name: str):
+    """Run a command's ``--help`` and keep what it printed (``_help_file``) when it exits as help does."""
+    tee, saved = _Tee(sys.stdout), sys.stdout
+    sys.stdout = tee
+    try:
+        yield
+    except SystemExit as stop:
+        if stop.code in (0, None) and tee.parts:
+            _store_help(name, "".join(tee.parts))
+        raise
+    finally:
+        sys.stdout = saved
+
+
+def _store_help(name: str, text: str) -> None:
+    try:
+        from .utils.atomic import write_text
+
+        path = _help_file(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, text)
+    except OSError:  # a read-only cache: the help was printed all the same
+        pass
 
 
 #: flags whose value is a YAML file the command reads

@@ -138,3 +138,24 @@ def test_fit_help_names_every_registered_variant(monkeypatch):
     assert block, proc.stdout[:2000]
     help_text = " ".join(block.group(1).split())
     assert f"one of: {', '.join(VARIANTS)}" in help_text and "my_variant" in help_text, help_text
+
+
+@pytest.mark.slow  # a process of its own
+def test_fits_help_is_kept_once_and_served_without_lightning(tmp_path):
+    """``fit --help`` took 7.5 s at load 1 (Lightning's imports, before any parsing; 256 s at load 20): its text is
+    kept in the cache, named by the package's files and the parsers' versions, and printed from there next time."""
+    from sa_lightning.main import _help_file
+
+    env = {"SA_LIGHTNING_CACHE": str(tmp_path)}
+    first = run_cli("fit", "--help", **env)
+    assert first.returncode == 0 and "--model.arch" in first.stdout
+    monkey = pytest.MonkeyPatch()
+    monkey.setenv("SA_LIGHTNING_CACHE", str(tmp_path))
+    try:
+        kept = _help_file("fit")
+    finally:
+        monkey.undo()
+    assert kept.read_text() == first.stdout
+    kept.write_text("the kept text\n")  # the next help comes from the file, not from Lightning's parser
+    assert run_cli("fit", "--help", **env).stdout == "the kept text\n"
+    assert "--trainer" in run_cli("fit", "--help", "--config", "configs/tiny.yaml", **env).stdout  # not bare: parsed
