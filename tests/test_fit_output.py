@@ -158,4 +158,3 @@ def test_fits_help_is_kept_once_and_served_without_lightning(tmp_path):
     assert kept.read_text() == first.stdout
     kept.write_text("the kept text\n")  # the next help comes from the file, not from Lightning's parser
     assert run_cli("fit", "--help", **env).stdout == "the kept text\n"
-    assert "--trainer" in run_cli("fit", "--help", "--config", "configs/tiny.yaml", **env).stdout  # not bare: parsed
