@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU sitting (issue 65), one command of at most 8 minutes: `cli.py doctor`'s default stages (the gpu tests,
-# Table 2 at 8k/16k/32k/2k, the 360M compiled step per variant, the profile of SA's parts; 470 s of budgets, each
+# Table 2 at 8k/32k/16k/2k, the 360M compiled step per variant, the profile of SA's parts; 460 s of budgets, each
 # stage keeping what it measured if cut), every file packed under $OUT. On the lent GPU (the device tool's run):
 #   bash scripts/gpu_sitting.sh                  # run with timeout_s 560 and carry [".whl"]
 #   bash scripts/gpu_sitting.sh --budget train=240 --stages train   # any doctor arguments, to rerun a part
