@@ -9,7 +9,7 @@ report says so), and each writes its part of ``DIR/report.md`` and ``DIR/report.
 ends: a run cut short still leaves every finished stage. Each stage's full output is in
 ``DIR/stages/<stage>.log``.
 
-The default stages are one GPU sitting (issue 65): they add up to 460 s, inside the 8 minutes a lent GPU's
+The default stages are one GPU sitting: they add up to 460 s, inside the 8 minutes a lent GPU's
 one call is given, and each keeps what it measured when it is cut at its budget (a stage writes its rows as
 they come, and a killed stage's report shows them).
 
@@ -58,7 +58,7 @@ SITTING = STAGES[:5]  # the default: one GPU sitting
 #: The H100's one sitting, 2026-11-27, at these sizes: env 5, recompiles 57, train 74; tests past 140 (pytest's 13
 #: gpu tests alone took 65 s), table2 past 140 and 170 (8k and 16k took about 65 s each, one process per length),
 #: prefill past 120 (the 8k row whole, 16k not): hence table2 at 8k and 32k, prefill at 8k.
-#: The sitting (issue 65). The H200's, 2026-11-28, at 470 s: env 5, profile 32; tests cut at 70 (pytest's 40 s reached
+#: The sitting. The H200's, 2026-11-28, at 470 s: env 5, profile 32; tests cut at 70 (pytest's 40 s reached
 #: 3 flex tests, about 10 s of compile each), table2 cut at 150 after 8k and 16k (about 70 s per length), train cut
 #: at 180 after SWA (a cold compile of the whole 360M stack took 75-79 s per variant; the blocks now compile one by
 #: one). Hence 32k before 16k, and more for Table 2 than for the compiled step.

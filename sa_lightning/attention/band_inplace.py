@@ -3,7 +3,7 @@
 ``multi_band_attention`` runs one or more bands over the same q, k and v: SWA and SA train through it with
 one band, gated SA+SWA with two. Each query block's key window is an overlapping strided view of one key
 buffer, never copied in forward or as a gradient, and the work goes a cache-sized step of windows at a
-time. docs/benchmarks.md (issue 17) has what this costs against the kernels it replaced.
+time. docs/benchmarks/attention_cpu.md has what this costs against the kernels it replaced.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The random-keys control (issue 35): query i reads itself and each earlier key j < i independently with
+"""The random-keys control: query i reads itself and each earlier key j < i independently with
 probability p = (2 * ceil(w/2) - 2) / (n - 1), n the row's valid length. That is SA's exact probability that two
 tokens share a band (each of the other n - 1 tokens lands in one of SA's 2 * ceil(w/2) - 2 neighbouring slots
 with equal chance), so the control has SA's expected degree at every position, with independent edges instead

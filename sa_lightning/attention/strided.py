@@ -1,4 +1,4 @@
-"""The strided control (issue 35): query i reads every earlier key j with (i - j) mod s = 0, where
+"""The strided control: query i reads every earlier key j with (i - j) mod s = 0, where
 s = ceil((n - 1) / (2 * ceil(w/2) - 2)) for a row of n valid tokens. Spread evenly over the whole past, it reads
 about SA's expected number of keys at every position, with no randomness: the control that tells a random
 permutation from a regular long-range pattern.

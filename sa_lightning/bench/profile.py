@@ -1,4 +1,4 @@
-"""``cli.py bench profile``: where each variant's time goes, part by part, beside SWA's (issue 50, item 1).
+"""``cli.py bench profile``: where each variant's time goes, part by part, beside SWA's.
 
 Two things are profiled with ``torch.profiler``, forward and backward:
 - **layer**: one attention call at Table 2's layout (``bench attention``'s case: q, k, v and a fresh draw per

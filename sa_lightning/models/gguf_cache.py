@@ -1,4 +1,4 @@
-"""A GGUF file in the models cache, converted once into a Hugging Face folder beside it (issue 33).
+"""A GGUF file in the models cache, converted once into a Hugging Face folder beside it.
 
 Loading SmolLM2 from its GGUF (98 MB, Q4_1) parses the file's header and tokenizer and dequantizes every
 tensor, on every run: about half a minute on a 2-core CPU (``docs/benchmarks.md``). So ``cli.py fetch smollm2``,

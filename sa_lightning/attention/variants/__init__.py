@@ -7,20 +7,20 @@ paper's comparisons: SA against SWA at equal w); such code writes ``SWA.name``, 
 from .full import FULL
 from .swa import SWA
 from .sa import SA
-from .sa_fixed import SA_FIXED  # fixed-σ SA (issue 62)
+from .sa_fixed import SA_FIXED  # fixed-σ SA
 from .sa_swa import SA_SWA
 from .moba import MOBA
 from .sa_swa_union import SA_SWA_UNION
-from .strided import STRIDED  # the controls (issue 35)
+from .strided import STRIDED  # the controls
 from .strided_swa import STRIDED_SWA
 from .strided_swa_union import STRIDED_SWA_UNION
-from .strided_local import STRIDED_LOCAL  # the deterministic control that reaches (issue 62)
+from .strided_local import STRIDED_LOCAL  # the deterministic control that reaches
 from .strided_local_swa_union import STRIDED_LOCAL_SWA_UNION
 from .strided_local_swa import STRIDED_LOCAL_SWA
 from .random import RANDOM
 from .random_swa import RANDOM_SWA
 from .random_swa_union import RANDOM_SWA_UNION
-from .sa_bucket import SA_BUCKET  # bucketed SA (issue 50)
+from .sa_bucket import SA_BUCKET  # bucketed SA
 from .sa_bucket_swa_union import SA_BUCKET_SWA_UNION
 from .sa_bucket_swa import SA_BUCKET_SWA
 

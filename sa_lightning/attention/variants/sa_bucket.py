@@ -1,4 +1,4 @@
-"""Bucketed SA (issue 50): σ's slots cut into buckets of b = 2⌈w/2⌉ − 1 consecutive slots (SA's band holds as
+"""Bucketed SA: σ's slots cut into buckets of b = 2⌈w/2⌉ − 1 consecutive slots (SA's band holds as
 many), and ordinary causal attention inside each bucket, its tokens in their original order. Query i reads key j
 when j <= i and slot(i) // b == slot(j) // b. A pair shares a bucket with SA's connection probability
 (b − 1)/(n − 1), but the neighbourhoods are disjoint rather than overlapping bands, each query reads about half as
