@@ -190,12 +190,7 @@ def _run_child(name: str, out: Path, tiny: bool, budget: float) -> dict:
     seconds = time.perf_counter() - t0
     partial = out / "stages" / f"{name}.partial.json"
     if code is None:
-        record = {"status": "timeout", "summary": f"killed after its budget of {budget:.0f} s; what it printed is "
-                                                   f"in `stages/{name}.log`."}
-        if partial.is_file():  # what the stage measured before it was cut
-            kept = json.loads(partial.read_text())
-            record.update(data=kept.get("data"), summary=record["summary"] + " What it measured by then:\n\n"
-                          + kept.get("summary", ""))
+        record = cut_record(out, name, budget)
     elif path.is_file():
         record = json.loads(path.read_text())
     else:
@@ -205,6 +200,19 @@ def _run_child(name: str, out: Path, tiny: bool, budget: float) -> dict:
     partial.unlink(missing_ok=True)
     record.update(stage=name, seconds=round(seconds, 1), budget_s=budget)
     write_text(path, json.dumps(record, indent=2))
+    return record
+
+
+def cut_record(out: Path, name: str, budget: float) -> dict:
+    """The record of a stage killed at its budget: a timeout, with what the stage measured by then (its
+    ``stages/<name>.partial.json``, written as its rows came) when there is any."""
+    record = {"status": "timeout", "summary": f"killed after its budget of {budget:.0f} s; what it printed is in "
+                                              f"`stages/{name}.log`."}
+    partial = out / "stages" / f"{name}.partial.json"
+    if partial.is_file():
+        kept = json.loads(partial.read_text())
+        record.update(data=kept.get("data"), summary=record["summary"] + " What it measured by then:\n\n"
+                      + kept.get("summary", ""))
     return record
 
 

@@ -67,3 +67,16 @@ def test_tiny_budgets_stretch_with_a_slow_or_busy_machine_and_stay_finite(monkey
     assert doctor.machine_slowdown() == pytest.approx(max(1.0, 7.0 / len(os.sched_getaffinity(0))))
     monkeypatch.setattr(doctor, "WARMUP_REFERENCE_S", 1e-9)  # far slower: capped
     assert doctor.machine_slowdown() == 10.0
+
+
+def test_a_stage_cut_at_its_budget_keeps_the_rows_it_wrote(tmp_path):
+    """Table 2 and the compiled step write their rows as each length or variant ends (``stages/<name>.partial.json``):
+    a stage killed at its budget reports them beside the timeout (the H200's sitting kept 8k and 16k this way)."""
+    from sa_lightning import doctor
+
+    (tmp_path / "stages").mkdir()
+    assert doctor.cut_record(tmp_path, "table2", 150)["summary"].startswith("killed after its budget of 150 s")
+    doctor._partial(tmp_path, "table2", {"status": "ok", "summary": "| 8192 | 18.4 |", "data": {"rows": [1, 2]}})
+    record = doctor.cut_record(tmp_path, "table2", 150)
+    assert record["status"] == "timeout" and record["data"] == {"rows": [1, 2]}
+    assert record["summary"].endswith("What it measured by then:\n\n| 8192 | 18.4 |")
