@@ -463,6 +463,19 @@ def _partial(out: Path, name: str, record: dict) -> None:
     write_text(out / "stages" / f"{name}.partial.json", json.dumps(record, indent=2, default=str))
 
 
+def _rows_so_far(out: Path, name: str, lines: list[str], rows: list[dict], measure: str) -> dict:
+    """A stage's record from the rows measured so far (a row whose ``measure`` is NaN without a note failed), kept
+    as its partial record too."""
+    failed = [r for r in rows if r[measure] != r[measure] and not r.get("note")]
+    record = {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
+    _partial(out, name, record)
+    return record
+
+
+def _ratio(a, b) -> str:
+    return f"{a / b:.2f}×" if a and b and a == a and b == b else "–"
+
+
 #: Table 2's lengths in the order the sitting measures them (8k, then 32k, the longest, then 16k and 2k)
 TABLE2_LENGTHS = {"gpu": (8192, 32768, 16384, 2048), "tiny": (256, 512)}
 
@@ -481,51 +494,50 @@ def stage_table2(out: Path, tiny: bool) -> dict:
 
     argv = (["--preset", "cpu", "--repeats", "1", "--same-process", "--no-memory"] if tiny else
             ["--preset", "paper", "--repeats", "3", "--no-memory"])
+    variants = table2_variants()
     rows, record = [], {}
     for n in TABLE2_LENGTHS["tiny" if tiny else "gpu"]:
-        rows += bench_attention([*argv, "--lengths", str(n), "--variants", *table2_variants(),
+        rows += bench_attention([*argv, "--lengths", str(n), "--variants", *variants,
                                  "--out", str(out / "table2" / f"n{n}"), "--overwrite"])  # the doctor's own folder
         by = {(r["n"], r["variant"]): r["ms"] for r in rows}
         lines = head(["n", "full ms", "SWA", "SA", "bucketed SA", "SA+SWA", "random", "SA ÷ SWA",
                       "bucketed ÷ SWA", "SA+SWA ÷ SWA", "random ÷ full", "full ÷ SA", "paper A100: SA, full"],
                      "---:")
-
-        def ratio(a, b):
-            return f"{a / b:.2f}×" if a and b and a == a and b == b else "–"
-
         for m in sorted({r["n"] for r in rows}):
-            ms = {v: by.get((m, v)) for v in table2_variants()}
+            ms = {v: by.get((m, v)) for v in variants}
             paper = PAPER_TABLE2.get(m)
-            lines.append(row([m, *(number(ms[v], ".1f") for v in table2_variants()),
-                              ratio(ms[SA.name], ms[SWA.name]), ratio(ms[SA_BUCKET.name], ms[SWA.name]),
-                              ratio(ms[SA_SWA.name], ms[SWA.name]), ratio(ms[RANDOM.name], ms[FULL.name]),
-                              ratio(ms[FULL.name], ms[SA.name]), f"{paper[0]}, {paper[1]}" if paper else "–"]))
+            lines.append(row([m, *(number(ms[v], ".1f") for v in variants),
+                              _ratio(ms[SA.name], ms[SWA.name]), _ratio(ms[SA_BUCKET.name], ms[SWA.name]),
+                              _ratio(ms[SA_SWA.name], ms[SWA.name]), _ratio(ms[RANDOM.name], ms[FULL.name]),
+                              _ratio(ms[FULL.name], ms[SA.name]), f"{paper[0]}, {paper[1]}" if paper else "–"]))
         lines += ["", "ms per forward and backward; full is SDPA's fused kernel (flash on CUDA), the paper's full "
                   f"a masked kernel. Every variant and measure: `{out / 'table2'}`."]
-        failed = [r for r in rows if r["ms"] != r["ms"] and not r.get("note")]
-        record = {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
-        _partial(out, "table2", record)
+        record = _rows_so_far(out, "table2", lines, rows, "ms")
     return record
 
 
-#: the compiled step's variants in the order the sitting measures them
-TRAIN_VARIANTS = ("swa", "sa", "sa_bucket", "full", "sa_swa")
+def train_variants() -> list[str]:
+    """The compiled step's variants in the order the sitting measures them (SWA first: the others' reference)."""
+    from .attention.variants import FULL, SA, SA_BUCKET, SA_SWA, SWA
+
+    return [v.name for v in (SWA, SA, SA_BUCKET, FULL, SA_SWA)]
 
 
 def stage_train(out: Path, tiny: bool) -> dict:
     """The 360M model's training step, compiled, one variant after another (tiny: the cpu preset, eager and
     compiled forms side by side); each variant's tokens/s against SWA's."""
+    from .attention.variants import SWA
     from .bench.train import main as bench_train
 
     argv = (["--preset", "cpu", "--seq-len", "64", "--batch", "2", "--steps", "2", "--repeats", "1",
              "--compile", "both"] if tiny else
             ["--preset", "paper", "--steps", "5", "--repeats", "2", "--warmup", "2", "--compile", "on"])
     rows, record = [], {}
-    for variant in TRAIN_VARIANTS:
+    for variant in train_variants():
         got = bench_train([*argv, "--variants", variant, "--no-data", "--out", str(out / "train" / variant),
                            "--overwrite"])  # the doctor's own folder
         rows += got[0] if isinstance(got, tuple) else got
-        swa = {r["compile"]: r["tokens_per_s"] for r in rows if r["variant"] == "swa"}
+        swa = {r["compile"]: r["tokens_per_s"] for r in rows if r["variant"] == SWA.name}
         for r in rows:
             r["x_swa_tokens"] = r["tokens_per_s"] / swa[r["compile"]] if swa.get(r["compile"]) else float("nan")
         keys = [k for k in ("variant", "compile", "step_ms", "tokens_per_s", "x_swa_tokens", "mfu", "peak_mib",
@@ -534,20 +546,19 @@ def stage_train(out: Path, tiny: bool) -> dict:
         lines += [row([_cell(r.get(k)) for k in keys]) for r in rows]
         lines += ["", "One variant after another in one process (not interleaved); MFU counts the attention each "
                   f"variant computes (`models/flops.py`). Every measure: `{out / 'train'}`."]
-        failed = [r for r in rows if r["tokens_per_s"] != r["tokens_per_s"] and not r.get("note")]
-        record = {"status": "fail" if failed else "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
-        _partial(out, "train", record)
+        record = _rows_so_far(out, "train", lines, rows, "tokens_per_s")
     return record
 
 
 def stage_profile(out: Path, tiny: bool) -> dict:
     """``bench profile --what layer moves``: where SWA's, SA's and bucketed SA's time goes, part by part, and what
     their token reorders move per layer."""
+    from .attention.variants import SA, SA_BUCKET, SWA
     from .bench.profile import main as bench_profile
 
     argv = (["--preset", "cpu", "--n", "1024", "--repeats", "1", "--warmup", "1"] if tiny else
             ["--preset", "paper", "--repeats", "3", "--warmup", "2"])
-    bench_profile([*argv, "--what", "layer", "moves", "--variants", "swa", "sa", "sa_bucket",
+    bench_profile([*argv, "--what", "layer", "moves", "--variants", *(v.name for v in (SWA, SA, SA_BUCKET)),
                    *(["--seq-len", "128", "--step-batch", "2"] if tiny else []), "--out", str(out / "profile"),
                    "--overwrite"])
     preset = "cpu" if tiny else "paper"

@@ -98,14 +98,19 @@ def layer_case(variant: str, args, device: torch.device):
     return call
 
 
-def step_case(variant: str, args, device: torch.device):
-    """``bench train``'s case: a call is one training step (forward, backward, optimizer) with its draws."""
+def step_case_of(variant: str, args, device: torch.device):
+    """``bench train``'s ``StepCase`` at this command's step settings (the model, the window, the batch)."""
     from .train import StepCase
 
     shim = argparse.Namespace(model=args.model, layers=args.layers, window=args.step_window, seq_len=args.seq_len,
                               moba_block_size=max(1, args.step_window // 2), batch=args.step_batch,
                               dtype=args.dtype)
-    return StepCase(variant, shim, device).step
+    return StepCase(variant, shim, device)
+
+
+def step_case(variant: str, args, device: torch.device):
+    """``bench train``'s case: a call is one training step (forward, backward, optimizer) with its draws."""
+    return step_case_of(variant, args, device).step
 
 
 def reorder_bytes(variant: str, args, device: torch.device) -> dict[str, dict]:
@@ -117,12 +122,8 @@ def reorder_bytes(variant: str, args, device: torch.device) -> dict[str, dict]:
 
     from ..attention import get_variant
     from ..attention.permutation import counting_moves
-    from .train import StepCase
 
-    shim = argparse.Namespace(model=args.model, layers=args.layers, window=args.step_window, seq_len=args.seq_len,
-                              moba_block_size=max(1, args.step_window // 2), batch=args.step_batch,
-                              dtype=args.dtype)
-    case = StepCase(variant, shim, device)
+    case = step_case_of(variant, args, device)
     found = {}
     for how in ("model", "kernels"):
         if how == "kernels":
