@@ -140,34 +140,79 @@ def main(argv: list[str] | None = None) -> None:
 CACHED_HELP = (*LIGHTNING_COMMANDS, "prepare")
 
 
-def _help_file(name: str):
-    """Where ``name --help``'s text is kept: named by what makes it (this package's files, by size and time, and
-    the versions of the libraries whose parsers print it), so any change makes a new one."""
-    import hashlib
-    import os
+#: the help texts this checkout ships, made for the tested versions (``scripts/refresh_help.py``): a fresh clone's
+#: first ``fit --help`` prints one of them when its key holds, instead of waiting for Lightning's imports
+SHIPPED_HELP = "help"
+
+
+def _help_versions() -> str:
+    """What shapes a parser's help text besides this package's files: Python's version (argparse formats it), the
+    parsers' libraries' versions, and the data cache folder (``SA_LIGHTNING_CACHE``, a default the help shows)."""
     from importlib.metadata import PackageNotFoundError, version
+
+    from .utils.cache import data_cache
+
+    parts = [f"python={sys.version_info[0]}.{sys.version_info[1]}", f"cache={data_cache()}"]
+    for package in ("lightning", "jsonargparse", "torch", "transformers"):
+        try:
+            parts.append(f"{package}={version(package)}")
+        except PackageNotFoundError:
+            parts.append(package)
+    return ";".join(parts)
+
+
+def _help_key(name: str, files: list[str]) -> str | None:
+    """The key of ``name --help``'s text: the versions (``_help_versions``) and the bytes of every file of this
+    package the parser imported to print it (``files``, relative to the package). None if one is gone."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).parent
+    h = hashlib.sha1(f"{name}\n{_help_versions()}\n".encode())
+    for rel in files:
+        try:
+            h.update(rel.encode() + b"\0" + hashlib.sha1((root / rel).read_bytes()).digest())
+        except OSError:
+            return None
+    return h.hexdigest()
+
+
+def _help_files(name: str) -> list:
+    """Where ``name --help``'s text may be kept: shipped in the package, then in the cache (``SA_LIGHTNING_CACHE``)."""
+    import os
     from pathlib import Path
 
     from .utils.cache import data_cache
 
-    root = Path(__file__).parent
-    h = hashlib.sha1(name.encode())
-    for path in sorted(root.rglob("*.py")):
-        st = path.stat()
-        h.update(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}".encode())
-    for package in ("lightning", "jsonargparse", "torch", "transformers"):
+    return [Path(__file__).parent / SHIPPED_HELP / f"{name}.txt",
+            Path(os.path.expanduser(data_cache())) / "help" / f"{name}.txt"]
+
+
+def _kept_help(name: str) -> str | None:
+    """A kept text of ``name --help`` whose key still holds: the same versions, and every file it was made from
+    byte for byte the same (a changed docstring or default makes it stale, and the parser prints it again).
+    ``SA_LIGHTNING_HELP=live`` skips them."""
+    import json
+    import os
+
+    if os.environ.get("SA_LIGHTNING_HELP") == "live":
+        return None
+    for path in _help_files(name):
         try:
-            h.update(f"{package}={version(package)}".encode())
-        except PackageNotFoundError:
-            h.update(package.encode())
-    return Path(os.path.expanduser(data_cache())) / "help" / f"{name}-{h.hexdigest()[:16]}.txt"
+            header, _, text = path.read_text(encoding="utf-8").partition("\n")
+            kept = json.loads(header)
+        except (OSError, ValueError):
+            continue
+        if isinstance(kept, dict) and kept.get("key") and kept.get("key") == _help_key(name, kept.get("files", [])):
+            return text
+    return None
 
 
 def _print_cached_help(name: str) -> bool:
-    path = _help_file(name)
-    if not path.is_file():
+    text = _kept_help(name)
+    if text is None:
         return False
-    sys.stdout.write(path.read_text())
+    sys.stdout.write(text)
     return True
 
 
@@ -187,7 +232,7 @@ class _Tee:
 
 @contextlib.contextmanager
 def _keeping_help(name: str):
-    """Run a command's ``--help`` and keep what it printed (``_help_file``) when it exits as help does."""
+    """Run a command's ``--help`` and keep what it printed (``_store_help``) when it exits as help does."""
     tee, saved = _Tee(sys.stdout), sys.stdout
     sys.stdout = tee
     try:
@@ -201,12 +246,28 @@ def _keeping_help(name: str):
 
 
 def _store_help(name: str, text: str) -> None:
+    """Keep ``name --help``'s text in the cache under its key (``_help_key``): the files of this package that
+    printing it imported, and the versions."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).parent.resolve()
+    files = []
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        try:
+            rel = Path(path).resolve().relative_to(root) if path else None
+        except ValueError:
+            continue
+        if rel is not None:
+            files.append(rel.as_posix())
+    files = sorted(set(files))
     try:
         from .utils.atomic import write_text
 
-        path = _help_file(name)
+        path = _help_files(name)[1]
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, text)
+        write_text(path, json.dumps({"key": _help_key(name, files), "files": files}) + "\n" + text)
     except OSError:  # a read-only cache: the help was printed all the same
         pass
 

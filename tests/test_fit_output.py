@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -141,20 +142,75 @@ def test_fit_help_names_every_registered_variant(monkeypatch):
 
 
 @pytest.mark.slow  # a process of its own
-def test_fits_help_is_kept_once_and_served_without_lightning(tmp_path):
-    """``fit --help`` took 7.5 s at load 1 (Lightning's imports, before any parsing; 256 s at load 20): its text is
-    kept in the cache, named by the package's files and the parsers' versions, and printed from there next time."""
-    from sa_lightning.main import _help_file
+def test_fits_help_is_kept_by_its_key_and_the_shipped_text_is_the_parsers(tmp_path):
+    """``fit --help`` took 7.5 s at load 1 (Lightning's imports, before any parsing; 256 s at load 20): the parser's
+    text is kept in the cache under its key, and equals the text the package ships for these versions."""
+    from sa_lightning.main import SHIPPED_HELP, _help_files
 
-    env = {"SA_LIGHTNING_CACHE": str(tmp_path)}
+    env = {"SA_LIGHTNING_CACHE": str(tmp_path), "SA_LIGHTNING_HELP": "live", "COLUMNS": "80"}
     first = run_cli("fit", "--help", **env)
     assert first.returncode == 0 and "--model.arch" in first.stdout
-    monkey = pytest.MonkeyPatch()
-    monkey.setenv("SA_LIGHTNING_CACHE", str(tmp_path))
-    try:
-        kept = _help_file("fit")
-    finally:
-        monkey.undo()
-    assert kept.read_text() == first.stdout
-    kept.write_text("the kept text\n")  # the next help comes from the file, not from Lightning's parser
-    assert run_cli("fit", "--help", **env).stdout == "the kept text\n"
+    kept = tmp_path / "help" / "fit.txt"
+    header, _, text = kept.read_text().partition("\n")
+    assert text == first.stdout and "lit/module.py" in json.loads(header)["files"]
+    shipped = Path(_help_files("fit")[0])
+    assert shipped.parent.name == SHIPPED_HELP
+    if _shipped_is_current("fit"):  # the key holds here: the shipped text is what the parser prints
+        assert shipped.read_text().partition("\n")[2] == first.stdout
+    kept.write_text(header + "\nthe kept text\n")  # the next help comes from the kept file, not from the parser
+    assert run_cli("fit", "--help", SA_LIGHTNING_CACHE=str(tmp_path)).stdout == "the kept text\n"
+
+
+def _shipped_is_current(name: str) -> bool:
+    """The shipped ``name --help`` text's key holds in this environment, with the default cache folder."""
+    from sa_lightning.main import _help_files, _help_key
+
+    with pytest.MonkeyPatch.context() as monkey:
+        monkey.delenv("SA_LIGHTNING_CACHE", raising=False)
+        kept = json.loads(_help_files(name)[0].read_text().partition("\n")[0])
+        return kept["key"] == _help_key(name, kept["files"])
+
+
+def test_a_kept_help_is_served_only_while_its_key_holds(tmp_path, monkeypatch, capsys):
+    """The key is the bytes of the files the parser imported and the versions: a changed or missing file, another
+    version of a parser's library or another cache folder (the help shows it) makes the text stale."""
+    from sa_lightning import main as cli_main
+
+    monkeypatch.setenv("SA_LIGHTNING_CACHE", str(tmp_path))
+    monkeypatch.delenv("SA_LIGHTNING_HELP", raising=False)
+    monkeypatch.setattr(cli_main, "SHIPPED_HELP", "no-such-folder")
+    path = tmp_path / "help" / "fit.txt"
+    path.parent.mkdir()
+    files = ["main.py", "utils/cache.py"]
+    path.write_text(json.dumps({"key": cli_main._help_key("fit", files), "files": files}) + "\nkept\n")
+    assert cli_main._print_cached_help("fit") and capsys.readouterr().out == "kept\n"
+    monkeypatch.setenv("SA_LIGHTNING_HELP", "live")
+    assert cli_main._kept_help("fit") is None
+    monkeypatch.delenv("SA_LIGHTNING_HELP")
+    monkeypatch.setenv("SA_LIGHTNING_CACHE", str(tmp_path / "elsewhere"))  # another default shown in the help
+    assert cli_main._kept_help("fit") is None
+    monkeypatch.setenv("SA_LIGHTNING_CACHE", str(tmp_path))
+    assert cli_main._kept_help("fit") == "kept\n"
+    monkeypatch.setattr(cli_main, "_help_versions", lambda: "lightning=0.0")  # another version
+    assert cli_main._kept_help("fit") is None
+    monkeypatch.undo()
+    monkeypatch.setenv("SA_LIGHTNING_CACHE", str(tmp_path))
+    monkeypatch.setattr(cli_main, "SHIPPED_HELP", "no-such-folder")
+    key = cli_main._help_key("fit", files)
+    path.write_text(json.dumps({"key": key, "files": [*files, "gone.py"]}) + "\nx\n")
+    assert cli_main._kept_help("fit") is None and cli_main._help_key("fit", ["gone.py"]) is None
+
+
+def test_shipped_help_is_current():
+    """The help texts the package ships (``sa_lightning/help/``) still hold for the tested versions: a change to a
+    file the CLI's parser imports makes them stale, and a fresh clone would wait for Lightning again."""
+    import importlib.metadata as md
+
+    from sa_lightning.main import CACHED_HELP
+
+    lock = (Path(__file__).parent.parent / "docker" / "requirements.lock").read_text()
+    tested = all(f"{p}=={md.version(p)}" in lock for p in ("lightning", "jsonargparse", "transformers"))
+    if not tested or md.version("torch").split("+")[0] != "2.13.0" or sys.version_info[:2] != (3, 11):
+        pytest.skip("the shipped help is made for the tested versions (README's install, Python 3.11)")
+    stale = [name for name in CACHED_HELP if not _shipped_is_current(name)]
+    assert not stale, f"shipped help stale for {stale}: run `python scripts/refresh_help.py` and commit it"
