@@ -81,8 +81,8 @@ COMMANDS: dict[str, Command | Group] = {
         "data": Command("sa_lightning.bench.data"),
     }, heavy=True),
     "study": Group("a study", "python cli.py study long-range --preset quick",
-                   {"long-range": Command("sa_lightning.study.long_range"),
-                    "pretrain": Command("sa_lightning.study.pretrain")}, heavy=True),
+                   {"long-range": Command("sa_lightning.experiments.long_range"),
+                    "pretrain": Command("sa_lightning.experiments.pretrain")}, heavy=True),
     "doctor": Command("sa_lightning.doctor"),
     "analyze": Command("sa_lightning.analysis.analyze", heavy=True),
 }

@@ -92,7 +92,7 @@ def test_a_full_disk_while_a_sweep_reports_keeps_the_previous_report_and_the_new
 
 
 def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(tmp_path, monkeypatch):
-    import sa_lightning.study.long_range as study
+    import sa_lightning.experiments.long_range as study
 
     def fake_cell(cell, spec):  # a trained cell, without the training
         buckets = {"2-15": 1.0, "16-31": 0.5, "32-63": 0.25}
@@ -110,7 +110,8 @@ def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(
 
     assert run("swa").returncode == 0
     before = _files(out)
-    assert sorted(before) == ["accuracy_vs_distance.png", "compare.md", "reach.md", "results.csv", "table.md"]
+    assert sorted(before) == ["accuracy_vs_distance.png", "compare.json", "compare.md", "reach.md", "results.csv",
+                              "results.json", "table.md"]
     with monkeypatch.context() as m:
         m.setattr(atomic, "savefig", _full_disk)
         res = run("swa", "sa")

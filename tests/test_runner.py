@@ -179,15 +179,15 @@ def test_a_preset_is_the_configs_own_or_a_second_yaml_file(tmp_path):
 
 def test_a_sweep_and_a_study_take_a_second_yaml_as_their_preset(tmp_path):
     from sa_lightning.inference.plan import load_config
-    from sa_lightning.study import pretrain
+    from sa_lightning.experiments import pretrain
 
     mine = tmp_path / "mine.yaml"
     mine.write_text("windows: [16]\nlimit: 3\n")
     cfg = load_config(["--config", "configs/sweep/tiny.yaml", "--preset", str(mine)])
     assert cfg.windows == [16] and cfg.limit == 3
     mine.write_text("seeds: [5, 6]\nlimit: 7\n")
-    settings = pretrain.load_settings("configs/study/pretrain.yaml", str(mine), {})
-    assert settings["seeds"] == [5, 6] and settings["limit"] == 7
+    settings = pretrain.EXPERIMENT.load("configs/study/pretrain.yaml", str(mine), {})
+    assert settings.seeds == [5, 6] and settings.limit == 7
 
 
 @pytest.mark.parametrize("study, text, said", [
@@ -199,11 +199,11 @@ def test_a_sweep_and_a_study_take_a_second_yaml_as_their_preset(tmp_path):
 def test_a_study_config_of_the_wrong_type_is_one_sentence_naming_the_file_and_key(tmp_path, study, text, said):
     import importlib
 
-    module = importlib.import_module(f"sa_lightning.study.{study}")
+    module = importlib.import_module(f"sa_lightning.experiments.{study}")
     config = tmp_path / "study.yaml"
     config.write_text(text)
     with pytest.raises(ValueError) as err:
-        module.load_settings(config, None, {})
+        module.EXPERIMENT.load(config, None, {})
     assert str(err.value).startswith(str(config)) and said in str(err.value) and "\n" not in str(err.value)
 
 

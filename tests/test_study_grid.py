@@ -1,10 +1,10 @@
-"""The studies' cell loop: cells trained ``jobs`` at a time in worker processes, each written as it finishes."""
+"""The experiments' cell loop: cells trained ``jobs`` at a time in worker processes, each written as it finishes."""
 import json
 import os
 
 import pytest
 
-from sa_lightning.study import grid
+from sa_lightning.experiments import base, training
 from sa_lightning.utils import runner
 
 
@@ -41,25 +41,27 @@ def test_jobs_takes_a_count_or_auto_and_plans_threads_from_the_cores(monkeypatch
 
 
 def test_a_bad_jobs_value_in_a_config_is_refused_before_anything_trains(tmp_path):
+    from sa_lightning.experiments.pretrain import EXPERIMENT
+
     config = tmp_path / "study.yaml"
-    config.write_text("models: [full]\njobs: many\n")
+    config.write_text("models: [full]\nseeds: [0]\njobs: many\n")
     with pytest.raises(ValueError, match="jobs takes a count >= 1 or 'auto', got 'many'"):
-        grid.load_settings(config, None, {}, ("models",))
+        base.load_config(EXPERIMENT, config, None, {})
 
 
 def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(runner, "cores_available", lambda: 2)
     cells = [{"n": n} for n in range(1, 5)]
     out = tmp_path / "study"
-    results = grid.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run,
-                             line=lambda r: f"x={r['scores']['x'][0]}", jobs=2)
+    results = runner.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run,
+                               line=lambda r: f"x={r['scores']['x'][0]}", jobs=2)
     assert [r["n"] for r in results] == [1, 2, 3, 4]
     assert os.getpid() not in {r["pid"] for r in results} and {r["threads"] for r in results} == {1}
     printed = capsys.readouterr().out
     assert "4 cell(s) to run, 2 at a time (1 thread(s) each)" in printed
     assert all(f"/4] c{n}: x={n} (0 s;" in printed for n in range(1, 5))
     assert json.loads((out / "cells" / "c3.json").read_text())["spec"] == {"v": 1}
-    again = grid.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run, line=lambda r: "", jobs=2)
+    again = runner.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run, line=lambda r: "", jobs=2)
     assert [r["pid"] for r in again] == [r["pid"] for r in results]  # read back, none trained again
     assert capsys.readouterr().out.count("done before") == 4
 
@@ -68,7 +70,7 @@ def test_a_failed_cell_stops_the_study_and_keeps_the_cells_that_finished(tmp_pat
     monkeypatch.setattr(runner, "cores_available", lambda: 2)
     cells = [{"n": n} for n in range(1, 4)]
     with pytest.raises(ValueError, match="cell 1 failed"):
-        grid.run_cells(cells, tmp_path, _cell_id, lambda cell: {"fail": 1}, _run, line=lambda r: "", jobs=2)
+        runner.run_cells(cells, tmp_path, _cell_id, lambda cell: {"fail": 1}, _run, line=lambda r: "", jobs=2)
     # the cells already handed to a worker finish and are kept whole; the failed one is not written
     assert not (tmp_path / "cells" / "c1.json").exists()
     for path in (tmp_path / "cells").glob("*.json"):
@@ -84,24 +86,24 @@ def test_a_cell_trained_with_the_same_fit_arguments_is_scored_again_from_its_las
     args = ["fit", "--config", "x.yaml", "--trainer.default_root_dir", str(folder)]
     saved = {"spec": {"fit_args": args, "eval_seeds": [0]}, "steps": 4, "train_seconds": 12.5, "scores": {}}
     spec = {"fit_args": args, "eval_seeds": [0, 1]}
-    assert grid.trained_checkpoint(saved, spec) is None  # no checkpoint
+    assert training.trained_checkpoint(saved, spec) is None  # no checkpoint
     ckpt = folder / "tb" / "version_0" / "checkpoints" / "last.ckpt"
     ckpt.parent.mkdir(parents=True)
     torch.save({"global_step": 4}, ckpt)
-    assert grid.trained_checkpoint(saved, spec) == {"checkpoint": str(ckpt), "steps": 4, "train_seconds": 12.5}
-    assert grid.trained_checkpoint({**saved, "steps": 5}, spec) is None  # another step: not the recorded model
+    assert training.trained_checkpoint(saved, spec) == {"checkpoint": str(ckpt), "steps": 4, "train_seconds": 12.5}
+    assert training.trained_checkpoint({**saved, "steps": 5}, spec) is None  # another step: not the recorded model
     other = {**spec, "fit_args": args + ["--trainer.max_steps", "8"]}
-    assert grid.trained_checkpoint(saved, other) is None  # trained another way
-    assert grid.trained_checkpoint({}, spec) is None
+    assert training.trained_checkpoint(saved, other) is None  # trained another way
+    assert training.trained_checkpoint({}, spec) is None
     ckpt.write_bytes(b"cut short")
-    assert grid.trained_checkpoint(saved, spec) is None  # damaged: train again
+    assert training.trained_checkpoint(saved, spec) is None  # damaged: train again
 
     # in the loop: the stand-in sees the checkpoint in the spec it is given; the record keeps the study's spec
     torch.save({"global_step": 4}, ckpt)
     (tmp_path / "cells").mkdir()
     (tmp_path / "cells" / "c1.json").write_text(json.dumps(saved))
-    (result,) = grid.run_cells([{"n": 1}], tmp_path, _cell_id, lambda cell: spec, _run_seeing_spec,
-                               line=lambda r: "", jobs=1)
+    (result,) = runner.run_cells([{"n": 1}], tmp_path, _cell_id, lambda cell: spec, _run_seeing_spec,
+                                 line=lambda r: "", jobs=1, given=_Stub().given)
     assert result["given"]["trained"]["checkpoint"] == str(ckpt)
     assert json.loads((tmp_path / "cells" / "c1.json").read_text())["spec"] == spec
     assert "c1: trained before with the same fit arguments; scored again" in capsys.readouterr().out
@@ -111,22 +113,28 @@ def _run_seeing_spec(cell: dict, spec: dict) -> dict:
     return {**cell, "given": spec, "seconds": 0.0, "scores": {}}
 
 
+class _Stub(training.TrainedExperiment):
+    cell_id = staticmethod(_cell_id)
+
+
 def test_help_lists_the_presets_the_default_config_defines(tmp_path):
     """The presets in --help come from the config itself, so a new preset never goes missing from it."""
     import yaml
 
-    for config in ("configs/study/long_range.yaml", "configs/study/pretrain.yaml"):
-        names = list(yaml.safe_load(open(config))["presets"])
-        assert grid.preset_names(config) == names and "quick" in names
-        text = " ".join(grid.parser("x", "", config, "quick: short", "out").format_help().split())
+    from sa_lightning.experiments import long_range, pretrain
+
+    for experiment in (long_range.EXPERIMENT, pretrain.EXPERIMENT):
+        names = list(yaml.safe_load(open(experiment.config_file))["presets"])
+        assert base.preset_names(experiment.config_file) == names and "quick" in names
+        text = " ".join(experiment.parser().format_help().split())
         assert all(name in text.replace("- ", "-") for name in names)
-    assert grid.preset_names(str(tmp_path / "missing.yaml")) == []
+    assert base.preset_names(str(tmp_path / "missing.yaml")) == []
 
 
 def test_a_cells_spec_fingerprints_the_bytes_of_every_file_its_arguments_name(tmp_path):
     """A file named by a fit argument (``--set model.init_weights=FILE``) replaced by other bytes at the same path:
     the cell's inputs differ, so it is trained again rather than reused."""
-    from sa_lightning.study.grid import config_fingerprint
+    from sa_lightning.experiments.training import config_fingerprint
 
     config, weights = tmp_path / "fit.yaml", tmp_path / "w.ckpt"
     config.write_text("a: 1\n")

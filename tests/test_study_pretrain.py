@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from sa_lightning.study import pretrain
+from sa_lightning.experiments import pretrain
 from sa_lightning.utils.stats import BETTER, TIED, WORSE
 
 CONFIG = "configs/study/pretrain.yaml"
@@ -26,15 +26,15 @@ def test_models_name_a_variant_and_its_window():
 
 def test_the_shipped_config_holds_every_control_and_three_seeds(monkeypatch):
     """The issue's grid: random, strided, random_swa and SWA at 2w beside the paper's variants, 3 training seeds."""
-    settings = pretrain.load_settings(CONFIG, None, {})
+    settings = pretrain.EXPERIMENT.load(CONFIG, None, {})
     assert {"full", "swa@32", "sa@32", "sa_swa@32", "random@32", "strided@32", "random_swa@32", "swa@64"} <= \
-        set(settings["models"]) and settings["seeds"] == [0, 1, 2]
-    assert {"a": "sa_swa@32", "b": "swa@64"} in settings["comparisons"]
-    assert {"a": "sa@32", "b": "random@32"} in settings["comparisons"]
-    quick = pretrain.load_settings(CONFIG, "quick", {})
-    assert quick["out"] != settings["out"]
+        set(settings.models) and settings.seeds == [0, 1, 2]
+    assert {"a": "sa_swa@32", "b": "swa@64"} in settings.comparisons
+    assert {"a": "sa@32", "b": "random@32"} in settings.comparisons
+    quick = pretrain.EXPERIMENT.load(CONFIG, "quick", {})
+    assert quick.out != settings.out
     with pytest.raises(ValueError, match="each comparison is"):
-        pretrain.load_settings(CONFIG, "quick", {"comparisons": [{"a": "full"}]})
+        pretrain.EXPERIMENT.load(CONFIG, "quick", {"comparisons": [{"a": "full"}]})
 
 
 def test_intervals_come_from_training_seeds_and_verdicts_from_differences_paired_by_seed():
@@ -69,7 +69,8 @@ def test_intervals_come_from_training_seeds_and_verdicts_from_differences_paired
     room = {(c["a"], c["outcome"]): c["headroom"] for c in compared}
     assert room[("full", "val_ppl")] is None and room[("sa@32", "val_ppl")] is True
     assert room[("sa@32", "shakespeare_lastword")] is False and f"| {TIED} | no |" in text
-    table = pretrain.table(pretrain.sections(results, both), {"seeds": list(range(6))}, results)
+    table = pretrain.table(pretrain.sections(results, both), pretrain.PretrainConfig(["full"], list(range(6))),
+                           results)
     assert "t interval over each seed's mean" in table and "SD over training seeds" in table
     assert "| Model | Val. PPL ↓ | LW acc | MC acc_norm | Seeds | σ seeds |" in table
     assert table.index("| SWA (w=32) |") < table.index("| SA (w=32) |") < table.index("| Full |")  # run order
@@ -115,18 +116,17 @@ def test_an_equivalence_margin_is_a_verdict_of_its_own():
                 for m, d in (("swa@32", 0.1), ("full", -0.1))]
     assert said() == "equivalent within ±0.010 nats"  # both 0.1 nats better than SWA at their window
     with pytest.raises(ValueError, match="margins maps a column"):
-        pretrain.load_settings(CONFIG, "quick", {"margins": {"val_ppl": -1}})
+        pretrain.EXPERIMENT.load(CONFIG, "quick", {"margins": {"val_ppl": -1}})
 
 
 def test_a_model_that_draws_is_scored_under_every_sigma_seed_and_its_spread_shown():
     """The shipped eval_seeds go to the models that draw (SA, random, their gated pairs), one to the others; the
     σ spread is the SD over σ seeds of one trained model's score, averaged over its training seeds."""
-    settings = pretrain.load_settings(CONFIG, None, {})
-    assert len(settings["eval_seeds"]) >= 5
-    assert pretrain.eval_seeds("sa@32", settings) == settings["eval_seeds"]
-    assert pretrain.eval_seeds("random_swa@32", settings) == settings["eval_seeds"]
+    settings = pretrain.EXPERIMENT.load(CONFIG, None, {})
+    assert len(settings.eval_seeds) >= 5
+    assert pretrain.eval_seeds("sa@32", settings) == settings.eval_seeds
+    assert pretrain.eval_seeds("random_swa@32", settings) == settings.eval_seeds
     assert pretrain.eval_seeds("swa@32", settings) == pretrain.eval_seeds("strided@32", settings) == [0]
-    assert pretrain.eval_seeds("sa@32", {"eval_seed": 3}) == [3]  # a config written before eval_seeds
     draws = [[4.0, 5.0], [4.2, 5.2], [4.4, 5.4]]  # one trained model under three σ seeds: mean NLL 4.5, 4.7, 4.9
     result = {"model": "sa@32", "seed": 0, "eval_seeds": [0, 1, 2],
               "scores_by_eval_seed": [{"val_ppl": d, "shakespeare_lastword": [0.0], "shakespeare_choice": [100.0]}
@@ -170,19 +170,19 @@ def test_the_copy_presets_hold_table_1s_models_with_the_copies_beyond_every_band
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)
     for preset, seeds, steps in (("copy", 5, 1500), ("copy-gpu", 16, 1500), ("copy-multi", 5, 4000)):
-        settings = pretrain.load_settings(CONFIG, preset, {})
-        models = [pretrain.parse_model(m) for m in settings["models"]]
+        settings = pretrain.EXPERIMENT.load(CONFIG, preset, {})
+        models = [pretrain.parse_model(m) for m in settings.models]
         assert {v for v, _ in models} == {"full", "swa", "sa", "random", "strided", "sa_swa", "random_swa"}
-        assert len(settings["seeds"]) == seeds and {"a": "full", "b": settings["models"][1]} in settings["comparisons"]
-        fit = settings["fit_overrides"]
+        assert len(settings.seeds) == seeds and {"a": "full", "b": settings.models[1]} in settings.comparisons
+        fit = settings.fit_overrides
         depth, gap = fit["model.arch.n_layer"], fit["data.repeats"]["gap"]  # the nearest source is gap tokens back
         assert max(depth * (w - 1) for _, w in models if w) < gap
         assert fit["model.arch.max_seq_len"] == fit["data.seq_len"] and fit["trainer.max_steps"] == steps
-        args = pretrain.fit_args(pretrain.cells(settings)[0], settings, root / "tmp")
+        args = pretrain.EXPERIMENT.fit_args(pretrain.cells(settings)[0], settings, root / "tmp")
         assert "--data.repeats" in args
         RepeatMix(**fit["data.repeats"]).check(fit["data.seq_len"], vocab=4096)  # the planting fits the block
         if preset == "copy-gpu":
-            assert fit["trainer.accelerator"] == "gpu" and settings["jobs"] == 16
+            assert fit["trainer.accelerator"] == "gpu" and settings.jobs == 16
 
 
 def test_with_planted_copies_the_report_counts_the_seeds_that_learned_to_copy():

@@ -2,7 +2,7 @@
 bootstrap interval, and compare.md pairs two variants answer by answer, worded from the interval."""
 import random
 
-from sa_lightning.study.long_range import beyond, beyond_interval, compare, table
+from sa_lightning.experiments.long_range import beyond, beyond_interval, compare, table
 
 BUCKETS = ["2-15", "16-31", "32-63", "64-127", "128-255"]
 
@@ -124,7 +124,7 @@ def test_the_table_names_the_seed_where_several_were_trained():
 def test_sigma_seeds_average_each_answer_and_their_spread_is_shown_apart():
     """At K = 1 a model that draws is validated once per σ seed: each answer counts as its mean over them, and
     table.md and the pooled comparison show the σ seeds' spread beside the training seeds'."""
-    from sa_lightning.study.long_range import _mean_of_runs, beyond_by_eval_seed, sigma_sd
+    from sa_lightning.experiments.long_range import _mean_of_runs, beyond_by_eval_seed, sigma_sd
 
     def run(seed: int, rate: float) -> dict:
         cell = _cell("sa", rate, seed=0)
@@ -151,7 +151,7 @@ def test_sigma_seeds_average_each_answer_and_their_spread_is_shown_apart():
 def test_the_seeds_figure_draws_an_arm_of_one_seed_and_the_power_line_has_no_test_under_five(tmp_path):
     """A cell saved before log-probabilities were kept leaves that outcome with arms of one seed: drawn, not a
     crash that loses the report; a design of three seeds is said to allow no test, with what more seeds would do."""
-    from sa_lightning.study.long_range import plot_seeds
+    from sa_lightning.experiments.long_range import plot_seeds
 
     cells = [_cell(v, r, seed=s) for s in range(3) for v, r in (("sa", 0.9), ("random", 0.4), ("swa", 0.1),
                                                                 ("full", 1.0))]

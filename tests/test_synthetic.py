@@ -278,32 +278,32 @@ def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_pat
 
 def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unknown_variant(monkeypatch):
     """Issue 49's design: 10 training seeds of each compared variant, 5 of Full and SWA (seeds_by_variant)."""
-    from sa_lightning.study.long_range import cells, load_settings
+    from sa_lightning.experiments.long_range import EXPERIMENT, cells
 
     monkeypatch.chdir(ROOT)
     config = "configs/study/long_range.yaml"
-    todo = cells(load_settings(config, "powered", {}))
+    todo = cells(EXPERIMENT.load(config, "powered", {}))
     count = {v: sum(c["variant"] == v for c in todo) for v in {c["variant"] for c in todo}}
     assert count == {"full": 5, "swa": 5, "sa": 10, "random": 10, "sa_swa": 10, "random_swa": 10, "strided": 10,
                      "sa_bucket": 10}
-    deeper = cells(load_settings(config, "powered-l4", {}))
+    deeper = cells(EXPERIMENT.load(config, "powered-l4", {}))
     assert {c["depth"] for c in deeper} == {4} and len(deeper) == 5 * 10 + 2 * 5
     presets = ("pilot", "powered", "powered-l4", "mqar-pilot", "mqar", "mqar-replication", "gpu", "gpu-mqar")
-    outs = {p: load_settings(config, p, {})["out"] for p in presets}
+    outs = {p: EXPERIMENT.load(config, p, {}).out for p in presets}
     assert len(set(outs.values())) == len(presets)
     with pytest.raises(ValueError, match="seeds_by_variant names moba"):
-        load_settings(config, "powered", {"seeds_by_variant": {"moba": [0]}})
+        EXPERIMENT.load(config, "powered", {"seeds_by_variant": {"moba": [0]}})
     # MQAR's powered presets train with the token shift; its pilot shares the powered folder, so its cells are reused
-    mqar, pilot = load_settings(config, "mqar", {}), load_settings(config, "mqar-shift-pilot", {})
-    assert mqar["fit_overrides"]["model.arch.token_shift"] is True and pilot["fit_overrides"] == mqar["fit_overrides"]
-    assert pilot["out"] == mqar["out"] and {(c["variant"], c["seed"]) for c in cells(pilot)} <= {
+    mqar, pilot = EXPERIMENT.load(config, "mqar", {}), EXPERIMENT.load(config, "mqar-shift-pilot", {})
+    assert mqar.fit_overrides["model.arch.token_shift"] is True and pilot.fit_overrides == mqar.fit_overrides
+    assert pilot.out == mqar.out and {(c["variant"], c["seed"]) for c in cells(pilot)} <= {
         (c["variant"], c["seed"]) for c in cells(mqar)}
-    assert load_settings(config, "gpu-mqar", {})["fit_overrides"]["model.arch.token_shift"] is True
+    assert EXPERIMENT.load(config, "gpu-mqar", {}).fit_overrides["model.arch.token_shift"] is True
     # --variants full narrows the grid: the preset's seeds for SWA drop out with SWA, Full keeps its own five
-    narrowed = cells(load_settings(config, "powered", {"variants": ["full"]}))
+    narrowed = cells(EXPERIMENT.load(config, "powered", {"variants": ["full"]}))
     assert sorted(c["seed"] for c in narrowed) == [0, 1, 2, 3, 4] and {c["variant"] for c in narrowed} == {"full"}
     # --seeds narrows every variant: seed 7 is one of SA's ten and none of the references' five
-    seven = cells(load_settings(config, "powered", {"seeds": [0, 7]}))
+    seven = cells(EXPERIMENT.load(config, "powered", {"seeds": [0, 7]}))
     assert sorted(c["seed"] for c in seven if c["variant"] == "full") == [0]
     assert sorted(c["seed"] for c in seven if c["variant"] == "sa") == [0, 7]
 
@@ -311,7 +311,7 @@ def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unkno
 def test_a_learning_curve_and_the_step_a_seed_learned_at_come_from_its_validations(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from sa_lightning.study.long_range import learned_step, learning_curve
+    from sa_lightning.experiments.long_range import learned_step, learning_curve
 
     writer = SummaryWriter(str(tmp_path / "tb" / "version_0"))
     for step, (near, far) in zip((100, 200, 300), ((0.5, 0.2), (0.95, 0.85), (1.0, 0.97))):
@@ -325,15 +325,15 @@ def test_a_learning_curve_and_the_step_a_seed_learned_at_come_from_its_validatio
 
 def test_each_preset_has_its_own_default_output_folder(monkeypatch):
     """A quick run must not overwrite the full study's cells and tables: the README names all three folders."""
-    from sa_lightning.study.long_range import build_parser, load_settings
+    from sa_lightning.experiments.long_range import EXPERIMENT
 
     monkeypatch.chdir(ROOT)  # the config's relative fit_config
     config = "configs/study/long_range.yaml"
-    folders = {preset: load_settings(config, preset, {})["out"] for preset in (None, "quick", "grid", "paper-scale")}
+    folders = {preset: EXPERIMENT.load(config, preset, {}).out for preset in (None, "quick", "grid", "paper-scale")}
     assert folders == {None: "outputs/study/long_range", "quick": "outputs/study/long_range_quick",
                        "grid": "outputs/study/long_range_grid", "paper-scale": "outputs/study/long_range_paper_scale"}
-    assert load_settings(config, "quick", {"out": "elsewhere"})["out"] == "elsewhere"
-    help_text = " ".join(build_parser().format_help().split())
+    assert EXPERIMENT.load(config, "quick", {"out": "elsewhere"}).out == "elsewhere"
+    help_text = " ".join(EXPERIMENT.parser().format_help().split())
     assert all(f"long_range_{p}" in help_text for p in ("quick", "grid", "paper_scale"))
 
 
@@ -350,7 +350,7 @@ def _fake_result(variant, depth, window, ks=(1,)):
 def test_study_figure_keeps_legend_and_receptive_field_label_off_the_curves(panels, tmp_path, monkeypatch):
     """The L·(w−1) label once sat under the curves and the legend over the SA+SWA line: the label now sits above
     each panel's plotting area and one legend below all panels, outside every axis."""
-    import sa_lightning.study.long_range as study
+    import sa_lightning.experiments.long_range as study
     from sa_lightning.utils import atomic
 
     figures = []

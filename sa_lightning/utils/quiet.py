@@ -1,5 +1,5 @@
 """The lines of Lightning and torch a user can do nothing about, silenced by their exact text: for the command line
-(``main``) and for the worker processes a study trains its cells in (``study.grid``)."""
+(``main``) and for the worker processes a study trains its cells in (``experiments.training``)."""
 from __future__ import annotations
 
 

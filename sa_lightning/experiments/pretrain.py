@@ -27,8 +27,6 @@ seed's score, the mean and its interval). A killed run resumes: each finished ce
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -41,11 +39,11 @@ import numpy as np
 from ..attention import get_variant, sigma_seeds, variant_label
 from ..attention.variants import FULL, SWA
 from ..utils import runner, trained
-from ..utils.atomic import check_results_folder, replacing_files, write_text
 from ..utils.report import head, row
 from ..utils.stats import MIN_UNITS
-from ..utils.tables import write_csv
-from . import grid
+from .base import Flag, Report
+from .base import main as run_experiment
+from .training import TrainedExperiment, fit_cell
 
 GRID_KEYS = ("models", "seeds")
 #: what each cell is scored on, in the table's order: the validation blocks' NLL (shown as a perplexity, its
@@ -86,7 +84,7 @@ class PretrainConfig:
         fit_config: the ``cli.py fit`` config every cell trains (its model, seed and window swapped in).
         fit_overrides: ``fit`` arguments for every cell (``trainer.max_steps: 160``).
         limit: documents of each offline task.
-        eval_seeds: σ seeds a model that draws is scored under (``eval_seed``: one, from configs before them).
+        eval_seeds: σ seeds a model that draws is scored under.
         comparisons: ``{a: <model>, b: <model>}`` each, A − B paired by training seed.
         margins: ``{column: δ}``: A − B is called equivalent within ±δ where two one-sided tests say so, and both
             models beat SWA by more than δ (the floor rule).
@@ -101,7 +99,6 @@ class PretrainConfig:
     fit_overrides: dict[str, Any] | None = None
     limit: int | None = None
     eval_seeds: list[int] | None = None
-    eval_seed: int | None = None
     comparisons: list[dict] | None = None
     margins: dict[str, float] | None = None
     preregistered: str | None = None
@@ -121,43 +118,33 @@ def parse_model(name: str) -> tuple[str, int | None]:
     return variant, int(window) if sep else None
 
 
-def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict:
-    settings = grid.load_settings(path, preset, overrides, GRID_KEYS, PretrainConfig)
-    for name in settings["models"]:
+def check(cfg: PretrainConfig, given: dict) -> None:
+    """Every model, seed, comparison and margin, before the first cell trains."""
+    for name in cfg.models:
         parse_model(name)
-    bad = [s for s in settings["seeds"] if not isinstance(s, int) or isinstance(s, bool) or s < 0]
+    bad = [s for s in cfg.seeds if not isinstance(s, int) or isinstance(s, bool) or s < 0]
     if bad:
         raise ValueError(f"seeds must be integers >= 0, got {bad[0]!r}; nothing was trained.")
-    settings["seeds"] = runner.unique_seeds(settings["seeds"], "seeds")
-    settings["eval_seeds"] = runner.unique_seeds(settings.get("eval_seeds") or [settings.get("eval_seed", 0)],
-                                                 "eval_seeds")
-    for c in settings.get("comparisons") or []:
+    cfg.seeds = runner.unique_seeds(cfg.seeds, "seeds")
+    cfg.eval_seeds = runner.unique_seeds(cfg.eval_seeds or [0], "eval_seeds")
+    for c in cfg.comparisons or []:
         if not isinstance(c, dict) or set(c) != {"a", "b"}:
             raise ValueError(f"each comparison is {{a: <model>, b: <model>}}, got {c!r}; nothing was trained.")
         parse_model(c["a"]), parse_model(c["b"])  # a comparison of a model this run leaves out is named, not run
-    margins = settings.get("margins") or {}
+    margins = cfg.margins or {}
     columns = [o.key for o in OUTCOMES]
     if not isinstance(margins, dict) or any(k not in columns or isinstance(v, bool) or not isinstance(v, (int, float))
                                             or not v > 0 for k, v in margins.items()):
         raise ValueError(f"margins maps a column ({', '.join(columns)}) to an equivalence margin > 0 in its unit "
                          f"(nats, points), got {margins!r}; nothing was trained.")
-    return settings
 
 
-def cells(settings: dict) -> list[dict]:
-    return [dict(model=m, seed=int(s)) for m, s in product(settings["models"], settings["seeds"])]
+def cells(cfg: PretrainConfig) -> list[dict]:
+    return [dict(model=m, seed=int(s)) for m, s in product(cfg.models, cfg.seeds)]
 
 
 def cell_id(cell: dict) -> str:
     return f"{cell['model'].replace('@', '_w')}_s{cell['seed']}"
-
-
-def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
-    variant, window = parse_model(cell["model"])
-    swaps = {"model.arch.attention.variant": variant, "seed_everything": cell["seed"]}
-    if window is not None:
-        swaps["model.arch.attention.window"] = window
-    return grid.fit_args(settings.get("fit_config", "configs/tiny.yaml"), swaps, settings, folder)
 
 
 # ---- one cell --------------------------------------------------------------------------------------
@@ -197,7 +184,7 @@ def run_cell(cell: dict, spec: dict) -> dict:
     from ..eval.harness import run_tasks_with_items
     from ..eval.lm import SALM
 
-    cli, trained = grid.fit_cell(spec)
+    cli, trained = fit_cell(spec)
     scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
     by_seed = []
@@ -217,10 +204,9 @@ def run_cell(cell: dict, spec: dict) -> dict:
             "scores": mean, "scores_by_eval_seed": by_seed}
 
 
-def eval_seeds(model: str, settings: dict) -> list[int]:
-    """The evaluation σ seeds a model is scored under: the config's for a model that draws, the first alone else
-    (a config of before, with one ``eval_seed``, gives that one)."""
-    return sigma_seeds(parse_model(model)[0], settings.get("eval_seeds") or [settings.get("eval_seed", 0)])
+def eval_seeds(model: str, cfg: PretrainConfig) -> list[int]:
+    """The evaluation σ seeds a model is scored under: the config's for a model that draws, the first alone else."""
+    return sigma_seeds(parse_model(model)[0], cfg.eval_seeds or [0])
 
 
 # ---- the report: through utils.trained -------------------------------------------------------------
@@ -303,7 +289,7 @@ def eval_seed_counts(results: list[dict]) -> dict[str, int]:
     return out
 
 
-def table(parts: list[trained.Section], settings: dict, results: list[dict]) -> str:
+def table(parts: list[trained.Section], cfg: PretrainConfig, results: list[dict]) -> str:
     """``table.md``: Table 1's layout (a model a row, an outcome a column, mean [95% over training seeds]), then the
     spread of each score over training seeds and over evaluation σ seeds."""
     models = list(dict.fromkeys(r["arm"] for part in parts for r in part.summaries))
@@ -320,8 +306,8 @@ def table(parts: list[trained.Section], settings: dict, results: list[dict]) -> 
         spread.append(row([label(m), *(cell for p in parts for cell in (
             trained.shown_sd(by[(p.outcome.key, m)], p.outcome) if (p.outcome.key, m) in by else "–",
             sd(sigma_sd(results, m, p.outcome.key), p.outcome)))]))
-    seeds = settings.get("eval_seeds") or [0]
-    note = (f"Each score is mean [95% interval] over the training seeds {settings['seeds']}: a t interval over each "
+    seeds = cfg.eval_seeds or [0]
+    note = (f"Each score is mean [95% interval] over the training seeds {cfg.seeds}: a t interval over each "
             f"seed's mean over the items (validation blocks, task documents), since a training seed moves every item "
             f"of its model at once; with fewer than {MIN_UNITS} seeds there is no 95% interval, and the cell shows "
             f"the range of the seeds' scores instead. A model that draws σ (or random keys) is scored under the "
@@ -372,66 +358,63 @@ def csv_rows(parts: list[trained.Section], results: list[dict]) -> list[dict]:
     return out
 
 
-def plot(parts: list[trained.Section], path: Path, settings: dict | None = None) -> None:
+def plot(parts: list[trained.Section], path: Path, cfg: PretrainConfig | None = None) -> None:
     """``table1.png``: one panel per outcome, each model's seeds (dots) and mean with its interval over them
     (``utils.trained.figure``), the run's setting in the title."""
     panels = [p for part in parts for p in trained.panels(part, lambda _, o=part.outcome: o.name)]
     title = ""
-    if settings is not None:
-        steps = (settings.get("fit_overrides") or {}).get("trainer.max_steps", "the fit config's")
-        title = (f"{steps} steps, training seeds {settings['seeds']}, {settings.get('limit') or 'all'} documents per "
+    if cfg is not None:
+        steps = (cfg.fit_overrides or {}).get("trainer.max_steps", "the fit config's")
+        title = (f"{steps} steps, training seeds {cfg.seeds}, {cfg.limit or 'all'} documents per "
                  "task")
     trained.figure(panels, path, style, title)
 
 
-# ---- the command -----------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    parser = grid.parser("pretrain", __doc__.split("\n\n")[0], "configs/study/pretrain.yaml",
-                         "quick: <= 5 min on 2 CPU cores", "outputs/study/pretrain, pretrain_quick")
-    parser.add_argument("--models", nargs="+", help="override the config's models (<variant>@<window> or full)")
-    parser.add_argument("--seeds", nargs="+", type=int, help="override the config's training seeds")
-    parser.add_argument("--limit", type=int, help="override the config's documents per offline task")
-    return parser
+# ---- the experiment -------------------------------------------------------------------------------
+def line(result: dict) -> str:
+    s = result["scores"]
+    return (f"val ppl {math.exp(np.mean(s['val_ppl'])):.2f}, " +
+            (f"NLL on the repeats {np.mean(s['repeat_nll']):.3f}, " if "repeat_nll" in s else "") +
+            ", ".join(f"{task} {np.mean(s[task]):.1f}%" for task in TASK_METRICS))
+
+
+class Pretrain(TrainedExperiment):
+    name = "study pretrain"
+    config = PretrainConfig
+    config_file = "configs/study/pretrain.yaml"
+    presets_note = "quick: <= 5 min on 2 CPU cores"
+    folders = "outputs/study/pretrain, pretrain_quick"
+    flags = (Flag("models", "override the config's models (<variant>@<window> or full)"),
+             Flag("seeds", "override the config's training seeds", int),
+             Flag("limit", "override the config's documents per offline task", int, None))
+    required = GRID_KEYS
+    check = staticmethod(check)
+    cells = staticmethod(cells)
+    cell_id = staticmethod(cell_id)
+    line = staticmethod(line)
+
+    def run(self, cell, spec):
+        return run_cell(cell, spec)
+
+    def fit_swaps(self, cell, cfg):
+        variant, window = parse_model(cell["model"])
+        swaps = {"model.arch.attention.variant": variant, "seed_everything": cell["seed"]}
+        if window is not None:
+            swaps["model.arch.attention.window"] = window
+        return cfg.fit_config, swaps
+
+    def scoring(self, cell, cfg):
+        return {"limit": cfg.limit, "eval_seeds": eval_seeds(cell["model"], cfg)}
+
+    def report(self, cfg, records):
+        parts = sections(records, cfg.comparisons or [], cfg.margins, cfg.models)
+        compared, comparison_rows = compare(parts, records, cfg.comparisons or [], cfg.margins, cfg.preregistered)
+        return Report(table=table(parts, cfg, records), compare=compared, comparisons=comparison_rows,
+                      rows=csv_rows(parts, records), figures={"table1.png": lambda path: plot(parts, path, cfg)})
+
+
+EXPERIMENT = Pretrain()
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    args = build_parser().parse_args(argv)
-    if not Path(args.config).is_file():
-        raise SystemExit(f"error: study config {args.config} not found.")
-    overrides = {"models": args.models, "seeds": args.seeds, "limit": args.limit, "jobs": args.jobs,
-                 "out": None if args.out is None else str(args.out)}
-    settings = load_settings(args.config, args.preset, overrides)
-    grid.add_sets(settings, args.set)
-    out = check_results_folder(settings.get("out", "outputs/study/pretrain"), "study")
-    runner.folder_lock(out, "study")  # one study at a time in this folder, until this process ends
-    todo = cells(settings)
-    print(f"study pretrain{f' (preset {args.preset})' if args.preset else ''}: {len(todo)} cell(s), results in {out}/",
-          flush=True)
-    start = time.perf_counter()
-
-    def line(result: dict) -> str:
-        s = result["scores"]
-        return (f"val ppl {math.exp(np.mean(s['val_ppl'])):.2f}, " +
-                (f"NLL on the repeats {np.mean(s['repeat_nll']):.3f}, " if "repeat_nll" in s else "") +
-                ", ".join(f"{task} {np.mean(s[task]):.1f}%" for task in TASK_METRICS))
-
-    results = grid.run_cells(
-        todo, out, cell_id,
-        spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
-                              "limit": settings.get("limit"), "eval_seeds": eval_seeds(cell["model"], settings)},
-        run=run_cell, line=line, jobs=settings.get("jobs"))
-    parts = sections(results, settings.get("comparisons") or [], settings.get("margins"), settings["models"])
-    compared, comparison_rows = compare(parts, results, settings.get("comparisons") or [], settings.get("margins"),
-                                        settings.get("preregistered"))
-    text = table(parts, settings, results)
-    with replacing_files(out, "study report", overwrite=True) as tmp:  # its own folder (cells/)
-        flat = csv_rows(parts, results)
-        write_csv(tmp / "results.csv", flat, fields=list(dict.fromkeys(k for r in flat for k in r)))
-        write_text(tmp / "table.md", text)
-        write_text(tmp / "compare.md", compared)
-        write_text(tmp / "compare.json", json.dumps({"scheme": "seeds", "comparisons": comparison_rows}, indent=2))
-        plot(parts, tmp / "table1.png", settings)
-    print("\n" + text + "\n" + compared)
-    print(f"wrote {out}/results.csv, table.md, compare.md, compare.json and table1.png "
-          f"({time.perf_counter() - start:.0f} s)")
-    return results
+    return run_experiment(EXPERIMENT, argv)

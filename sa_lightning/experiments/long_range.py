@@ -9,7 +9,7 @@ synthetic recall config (``configs/synthetic/<task>.yaml``, the variant swapped 
 validates it once per ``eval_samples`` K (SA averaged over K permutations), and at K = 1 a model that draws once per
 evaluation σ seed (``eval_seeds``; each answer counts as its mean over them, the seeds' spread shown as σ SD). A
 cell trained before with the same ``fit`` arguments is scored again from its last checkpoint, not trained
-(``study.grid``). Cells train ``--jobs`` at a time
+(``experiments.training``). Cells train ``--jobs`` at a time
 (``auto``: one per core on a CPU, one thread each; ``study.grid``). Each finished cell is written to
 ``<out>/cells/`` at once; a rerun skips it. ``<out>`` is the config's ``out``, one folder per preset
 (``outputs/study/long_range``, ``long_range_quick``, ``long_range_grid``, ``long_range_paper_scale``), so
@@ -31,7 +31,6 @@ ones whole, and the cells already trained stay for the next run.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import time
@@ -44,10 +43,10 @@ from ..analysis.mechanism import PATTERNED
 from ..attention import VARIANTS, get_variant, sigma_seeds, variant_names
 from ..attention.variants import FULL, SWA
 from ..utils import runner, trained
-from ..utils.atomic import check_results_folder, replacing_files, write_text
 from ..utils.report import head, number, ranked_cells, row
-from ..utils.tables import write_csv
-from . import grid
+from .base import Flag, Report
+from .base import main as run_experiment
+from .training import TrainedExperiment, fit_cell
 
 TARGET = 0.9
 GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
@@ -91,69 +90,60 @@ class LongRangeConfig:
     out: str = "outputs/study/long_range"
 
 
-def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict:
-    """The config file's top level, then its ``presets[preset]`` (or a second YAML file), then the command line's
-    flags, checked against ``LongRangeConfig``."""
-    settings = grid.load_settings(path, preset, overrides, GRID_KEYS, LongRangeConfig)
-    if any(k < 1 for k in settings.get("eval_samples", [1])):
+def check(cfg: LongRangeConfig, given: dict) -> None:
+    """Every value of the settings, before the first cell trains (a bad one found after hours of training would
+    waste them); the seeds made distinct, and ``seeds_by_variant`` narrowed by ``--variants`` and ``--seeds``."""
+    from ..attention import AttentionSpec
+
+    cfg.eval_samples = cfg.eval_samples or [1]
+    if any(k < 1 for k in cfg.eval_samples):
         raise ValueError("eval_samples must be >= 1.")
-    seeds = settings.get("eval_seeds", [0])
+    seeds = cfg.eval_seeds if cfg.eval_seeds is not None else [0]
     if not seeds or any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in seeds) \
             or len(set(seeds)) != len(seeds):
         raise ValueError(f"eval_seeds must be distinct integers >= 0, got {seeds!r}; nothing was trained.")
-    settings["seeds"] = runner.unique_seeds(settings["seeds"], "seeds")
-    own = settings.get("seeds_by_variant") or {}
-    if overrides.get("variants"):  # --variants narrows the grid: a preset's seeds for the others no longer apply
-        own = {v: s for v, s in own.items() if v in settings["variants"]}
-    if overrides.get("seeds"):  # and --seeds narrows every variant's seeds, those of seeds_by_variant too
-        own = {v: [s for s in seeds if s in settings["seeds"]] for v, seeds in own.items()}
-    unknown = sorted(set(own) - set(settings["variants"]))
-    if unknown:
-        raise ValueError(f"seeds_by_variant names {', '.join(unknown)}, not among the variants "
-                         f"{settings['variants']!r}; nothing was trained.")
-    settings["seeds_by_variant"] = {v: runner.unique_seeds(seeds, f"seeds_by_variant.{v}") for v, seeds in own.items()}
-    check_grid(settings)
-    return settings
-
-
-def check_grid(settings: dict) -> None:
-    """Every value of the grid, before the first cell trains: a bad one found after hours of training
-    would waste them."""
-    from ..attention import get_variant
-
     for key, low in (("depths", 1), ("windows", 1), ("seeds", 0)):
-        bad = [v for v in settings[key] if not isinstance(v, int) or isinstance(v, bool) or v < low]
+        bad = [v for v in getattr(cfg, key) if not isinstance(v, int) or isinstance(v, bool) or v < low]
         if bad:
-            raise ValueError(f"{key} must be integers >= {low}, got {bad[0]!r} in {settings[key]!r}; nothing was "
-                             "trained.")
-    from ..attention import AttentionSpec
-
-    for variant in settings["variants"]:
-        for window in settings["windows"] if get_variant(variant).windowed else ():
+            raise ValueError(f"{key} must be integers >= {low}, got {bad[0]!r} in {getattr(cfg, key)!r}; nothing "
+                             "was trained.")
+    cfg.seeds = runner.unique_seeds(cfg.seeds, "seeds")
+    own = cfg.seeds_by_variant or {}
+    if given.get("variants"):  # --variants narrows the grid: a preset's seeds for the others no longer apply
+        own = {v: s for v, s in own.items() if v in cfg.variants}
+    if given.get("seeds"):  # and --seeds narrows every variant's seeds, those of seeds_by_variant too
+        own = {v: [s for s in seeds if s in cfg.seeds] for v, seeds in own.items()}
+    unknown = sorted(set(own) - set(cfg.variants))
+    if unknown:
+        raise ValueError(f"seeds_by_variant names {', '.join(unknown)}, not among the variants {cfg.variants!r}; "
+                         "nothing was trained.")
+    cfg.seeds_by_variant = {v: runner.unique_seeds(seeds, f"seeds_by_variant.{v}") for v, seeds in own.items()}
+    for variant in cfg.variants:
+        for window in cfg.windows if get_variant(variant).windowed else ():
             AttentionSpec(variant, window)  # a window below a control's least (3), before any cell trains
-    for c in settings.get("comparisons") or []:
+    for c in cfg.comparisons or []:
         if not isinstance(c, dict) or set(c) != {"a", "b"}:
             raise ValueError(f"each comparison is {{a: <variant>, b: <variant>}}, got {c!r}; nothing was trained.")
         get_variant(c["a"]), get_variant(c["b"])
-    pattern = settings.get("fit_config", "configs/synthetic/{task}.yaml")
-    for task in settings["tasks"]:
-        if not Path(pattern.format(task=task)).is_file():
-            raise ValueError(f"task {task!r} has no fit config {pattern.format(task=task)!r}; nothing was trained.")
+    for task in cfg.tasks:
+        if not Path(cfg.fit_config.format(task=task)).is_file():
+            raise ValueError(f"task {task!r} has no fit config {cfg.fit_config.format(task=task)!r}; nothing was "
+                             "trained.")
 
 
-def eval_seeds(variant: str, settings: dict) -> list[int]:
+def eval_seeds(variant: str, cfg: LongRangeConfig) -> list[int]:
     """The σ seeds a cell is validated under at K = 1: the config's ``eval_seeds`` for a variant that draws, the
     first alone else."""
-    return sigma_seeds(variant, settings.get("eval_seeds") or [0])
+    return sigma_seeds(variant, cfg.eval_seeds or [0])
 
 
-def cells(settings: dict) -> list[dict]:
+def cells(cfg: LongRangeConfig) -> list[dict]:
     """Every (task, variant, depth, window, seed), seed by seed (a run stopped part-way holds whole seeds of every
     arm, which pair); a variant in ``seeds_by_variant`` takes its own seeds."""
-    own = settings.get("seeds_by_variant") or {}
+    own = cfg.seeds_by_variant or {}
     grid_ = [dict(task=t, variant=v, depth=int(d), window=int(w), seed=int(s))
-             for t, v, d, w in product(*(settings[k] for k in GRID_KEYS[:-1]))
-             for s in own.get(v, settings["seeds"])]
+             for t, v, d, w in product(cfg.tasks, cfg.variants, cfg.depths, cfg.windows)
+             for s in own.get(v, cfg.seeds)]
     return sorted(grid_, key=lambda c: c["seed"])  # stable: the grid's order within a seed
 
 
@@ -161,22 +151,9 @@ def cell_id(cell: dict) -> str:
     return f"{cell['task']}_{cell['variant']}_L{cell['depth']}_w{cell['window']}_s{cell['seed']}"
 
 
-def fit_args(cell: dict, settings: dict, folder: Path) -> list[str]:
-    """The ``cli.py fit`` command line of one cell: the task's config, changed only in size and variant."""
-    config = settings.get("fit_config", "configs/synthetic/{task}.yaml").format(task=cell["task"])
-    return grid.fit_args(config, {"model.arch.attention.variant": cell["variant"], "model.arch.n_layer": cell["depth"],
-                                  "model.arch.attention.window": cell["window"], "seed_everything": cell["seed"]},
-                         settings, folder)
-
-
 # ---- one cell -------------------------------------------------------------------------------------
-def run_spec(cell: dict, spec: dict) -> dict:
-    """``run_cell`` from a cell's spec (a module-level function: the worker processes of ``--jobs`` import it)."""
-    return run_cell(cell, spec)
-
-
 def run_cell(cell: dict, spec: dict) -> dict:
-    """Train the cell (``spec["fit_args"]``; ``study.grid.fit_cell``), then validate it once per K in
+    """Train the cell (``spec["fit_args"]``; ``experiments.training.fit_cell``), then validate it once per K in
     ``spec["eval_samples"]`` (once if it draws nothing). At K = 1 a model that draws answers under each σ seed of
     ``spec["eval_seeds"]`` (``LitLM.eval_seed``; the first, 0, is validation's own draws), and an answer counts as
     its mean over them; each seed's answers are kept (``hits_by_eval_seed``). Larger K average K draws of the first
@@ -185,7 +162,7 @@ def run_cell(cell: dict, spec: dict) -> dict:
 
     from ..lit import DistanceAccuracy
 
-    cli, trained = grid.fit_cell(spec)
+    cli, trained = fit_cell(spec)
     scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
     accuracy = DistanceAccuracy(keep_items=True)
@@ -442,6 +419,13 @@ def compare(results: list[dict], comparisons: list[dict], margins: dict | None =
 SETTING = ["task", "L", "w", "K"]
 
 
+def comparison_rows(results: list[dict], comparisons: list[dict], margins: dict) -> list[dict]:
+    """``compare.json``'s rows: each configured comparison over training seeds, per outcome and setting (task, L,
+    w, K), as ``compare.md`` words them."""
+    pairs = [(c["a"], c["b"]) for c in comparisons]
+    return [r for section in sections(results, pairs, margins) for r in section.comparisons]
+
+
 def sections(results: list[dict], pairs: list[tuple[str, str]], margins: dict) -> list[trained.Section]:
     """Per outcome, ``utils.trained.report`` over the settings (task, L, w, K) that two or more training seeds
     trained, with the positive control (full attention, SWA) and, for accuracy, the seeds that learned (90% beyond
@@ -621,59 +605,55 @@ def plot(results: list[dict], path: Path) -> None:
                     xlabel="key–query distance", ylabel="accuracy", ylim=(-0.03, 1.05))
 
 
-# ---- the command ----------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    parser = grid.parser("long-range", __doc__.split("\n\n")[0], "configs/study/long_range.yaml",
-                         "quick: <= 5 min on 2 CPU cores",
-                         "outputs/study/long_range, long_range_quick, long_range_grid, long_range_paper_scale")
-    parser.add_argument("--eval_samples", type=int, nargs="+", help="K permutations averaged at evaluation (SA)")
-    for key in GRID_KEYS:
-        parser.add_argument(f"--{key}", nargs="+", type=str if key in ("tasks", "variants") else int,
-                            help=f"override the config's {key}")
-    return parser
+# ---- the experiment -------------------------------------------------------------------------------
+def line(result: dict) -> str:
+    logps, learned = beyond_logps(result, min(result["scores"])) or [], learned_step(result)
+    return "acc/beyond-RF " + "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%"
+                                        for k, v in sorted(result["scores"].items())) + \
+        (f", log p beyond-RF {sum(logps) / len(logps):.3f}" if logps else "") + \
+        (f", learned at step {learned}" if learned is not None else "")
+
+
+class LongRange(TrainedExperiment):
+    name = "study long-range"
+    config = LongRangeConfig
+    config_file = "configs/study/long_range.yaml"
+    presets_note = "quick: <= 5 min on 2 CPU cores"
+    folders = "outputs/study/long_range, long_range_quick, long_range_grid, long_range_paper_scale"
+    flags = (Flag("eval_samples", "K permutations averaged at evaluation (SA)", int),
+             *(Flag(key, f"override the config's {key}", str if key in ("tasks", "variants") else int)
+               for key in GRID_KEYS))
+    required = GRID_KEYS
+    check = staticmethod(check)
+    cells = staticmethod(cells)
+    cell_id = staticmethod(cell_id)
+    line = staticmethod(line)
+
+    def run(self, cell, spec):
+        return run_cell(cell, spec)
+
+    def fit_swaps(self, cell, cfg):
+        return cfg.fit_config.format(task=cell["task"]), {
+            "model.arch.attention.variant": cell["variant"], "model.arch.n_layer": cell["depth"],
+            "model.arch.attention.window": cell["window"], "seed_everything": cell["seed"]}
+
+    def scoring(self, cell, cfg):
+        return {"eval_samples": sorted(set(cfg.eval_samples)), "eval_seeds": eval_seeds(cell["variant"], cfg)}
+
+    def loaded(self, saved):
+        return {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}}
+
+    def report(self, cfg, records):
+        return Report(table=table(records),
+                      compare=compare(records, cfg.comparisons or [], cfg.margins, cfg.preregistered),
+                      comparisons=comparison_rows(records, cfg.comparisons or [], cfg.margins or {}),
+                      rows=rows(records), views={"reach.md": reach(records)},
+                      figures={"accuracy_vs_distance.png": lambda path: plot(records, path),
+                               "over_seeds.png": lambda path: several_seeds(records) and plot_seeds(records, path)})
+
+
+EXPERIMENT = LongRange()
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    args = build_parser().parse_args(argv)
-    if not Path(args.config).is_file():
-        raise SystemExit(f"error: study config {args.config} not found.")
-    overrides = {"eval_samples": args.eval_samples, "jobs": args.jobs,
-                 "out": None if args.out is None else str(args.out),
-                 **{k: getattr(args, k) for k in GRID_KEYS}}
-    settings = load_settings(args.config, args.preset, overrides)
-    grid.add_sets(settings, args.set)
-    out = check_results_folder(settings.get("out", "outputs/study/long_range"), "study")
-    runner.folder_lock(out, "study")  # one study at a time in this folder, until this process ends
-    todo = cells(settings)
-    eval_samples = sorted(set(settings.get("eval_samples", [1])))
-    print(f"study long-range{f' (preset {args.preset})' if args.preset else ''}: {len(todo)} cell(s), "
-          f"results in {out}/", flush=True)
-    start = time.perf_counter()
-
-    def line(result: dict) -> str:
-        logps, learned = beyond_logps(result, min(result["scores"])) or [], learned_step(result)
-        return "acc/beyond-RF " + "  ".join(f"K={k}: {100 * v['acc']:.1f}%/{100 * beyond(result, k):.1f}%"
-                                            for k, v in sorted(result["scores"].items())) + \
-            (f", log p beyond-RF {sum(logps) / len(logps):.3f}" if logps else "") + \
-            (f", learned at step {learned}" if learned is not None else "")
-
-    results = grid.run_cells(
-        todo, out, cell_id,
-        spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
-                              "eval_samples": eval_samples, "eval_seeds": eval_seeds(cell["variant"], settings)},
-        run=run_spec, line=line, jobs=settings.get("jobs"),
-        loaded=lambda saved: {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}})
-    summary = {"table.md": table(results), "reach.md": reach(results),
-               "compare.md": compare(results, settings.get("comparisons") or [], settings.get("margins"),
-                                     settings.get("preregistered"))}
-    with replacing_files(out, "study report", overwrite=True) as tmp:  # its own folder (cells/)
-        write_csv(tmp / "results.csv", rows(results))
-        for name, text in summary.items():
-            write_text(tmp / name, text)
-        plot(results, tmp / "accuracy_vs_distance.png")
-        seeds_figure = several_seeds(results) and plot_seeds(results, tmp / "over_seeds.png")
-    print("\n" + "\n".join(summary.values()))
-    print(f"wrote {out}/results.csv, table.md, reach.md, compare.md, accuracy_vs_distance.png"
-          f"{' and over_seeds.png' if seeds_figure else ''} "
-          f"({time.perf_counter() - start:.0f} s)")
-    return results
+    return run_experiment(EXPERIMENT, argv)

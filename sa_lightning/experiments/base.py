@@ -1,0 +1,238 @@
+"""The Experiment type and its one entry.
+
+An experiment is one file: a typed config (a dataclass, its presets in the YAML beside it), the grid of cells, the
+cell function, the outcomes it scores and the comparisons, and its views (``Report``). ``main`` runs any of them
+the same way: parse, settings, folder, lock, cells (``utils.runner.run_cells``: a finished cell is reused exactly
+when its spec is equal), report, write. Every experiment writes the same files (``write_report``): ``table.md``,
+``compare.md``, ``compare.json`` (one schema, ``COMPARE_FIELDS``), ``results.json``, ``results.csv``, its
+figures and any further views, beside ``cells/``.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from ..utils import runner
+from ..utils.atomic import check_results_folder, output_folder, replacing_files, write_text
+from ..utils.runner import jobs_arg
+from ..utils.tables import write_csv
+
+#: every row of every ``compare.json``: which setting, A and B, the outcome, A − B (``mean``) with its 95% interval
+#: (``form``: ``interval``, or ``range`` under five units), the unit resampled (``scheme``: seeds, items, ...), how
+#: many (``units``), and the verdict worded from the interval (``utils.stats``); a row may carry more
+COMPARE_FIELDS = ("setting", "a", "b", "outcome", "mean", "lo", "hi", "form", "scheme", "units", "verdict")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A command-line flag that overrides the config's field of the same name (``nargs`` ``+``: a list)."""
+
+    name: str
+    help: str
+    type: Callable[[str], Any] = str
+    nargs: str | None = "+"
+
+
+@dataclass
+class Report:
+    """What an experiment's records make. ``comparisons`` are ``compare.json``'s rows (``COMPARE_FIELDS``);
+    ``rows`` are ``results.csv``'s and ``results.json``'s; ``figures`` draw each PNG into the path given (a figure
+    that returns False had nothing to draw); ``views`` are further markdown files (``reach.md``)."""
+
+    table: str
+    compare: str
+    comparisons: list[dict]
+    rows: list[dict]
+    figures: dict[str, Callable[[Path], object]] = field(default_factory=dict)
+    views: dict[str, str] = field(default_factory=dict)
+
+
+class Experiment:
+    """One experiment: subclass it, set the class attributes, write the methods. ``run`` goes to worker processes
+    (``--jobs``), so an experiment is a module-level class without state of its own."""
+
+    #: the command, as a user types it after ``cli.py`` (``study long-range``)
+    name: str = ""
+    #: what its ``cells/`` hold (a study's folder never takes a sweep's cells)
+    kind: str = "study"
+    #: the typed config: a dataclass; its fields are what the YAML, a preset and the flags may set
+    config: type = object
+    config_file: str = ""
+    #: the presets' note and the default output folders, for ``--help``
+    presets_note: str = ""
+    folders: str = ""
+    flags: tuple[Flag, ...] = ()
+    #: fields that must hold at least one entry
+    required: tuple[str, ...] = ()
+    #: a key every record of this experiment holds (a record without it is damaged and runs again)
+    needs: str | None = None
+    #: a line as each cell starts (cells that take minutes)
+    announce: bool = False
+
+    # ---- what each experiment writes -----------------------------------------------------------------
+    def check(self, cfg, given: dict) -> None:
+        """Refuse a bad config before any cell runs, and normalise it in place; ``given``: the fields the command
+        line set."""
+
+    def cells(self, cfg) -> list:
+        raise NotImplementedError
+
+    def cell_id(self, cell) -> str:
+        raise NotImplementedError
+
+    def spec(self, cell, cfg, out: Path) -> dict:
+        """Every input that makes the cell: a record holding an equal spec stands for it."""
+        raise NotImplementedError
+
+    def run(self, cell, spec: dict) -> dict:
+        raise NotImplementedError
+
+    def line(self, record: dict) -> str:
+        """A finished cell's line after its id."""
+        return ""
+
+    def loaded(self, saved: dict) -> dict:
+        """A record as read back from JSON, turned into what ``run`` returned (integer keys, say)."""
+        return saved
+
+    def given(self, cell, saved: dict, spec: dict) -> dict:
+        """What ``run`` gets: the spec, or more from an earlier record of the cell (a trained checkpoint)."""
+        return spec
+
+    def setup(self) -> None:
+        """Each worker process's start."""
+
+    def report(self, cfg, records: list[dict]) -> Report:
+        raise NotImplementedError
+
+    # ---- the command line and the settings -----------------------------------------------------------
+    def parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog=f"cli.py {self.name}", description=self.description())
+        parser.add_argument("--config", default=self.config_file)
+        parser.add_argument("--preset", help=f"a preset of the config ({self.presets_note}); the default config's: "
+                                             f"{', '.join(preset_names(self.config_file)) or 'none found'}; its "
+                                             "header says each")
+        parser.add_argument("--jobs", type=jobs_arg,
+                            help="cells run at once, each in its own process with cores/jobs threads (default: the "
+                                 "config's jobs, else auto: one per CPU core without a GPU, one with a GPU)")
+        parser.add_argument("--out", type=output_folder,
+                            help=f"output folder (default: the config's out, one per preset so that a quick run "
+                                 f"never overwrites the full one: {self.folders})")
+        for flag in self.flags:
+            parser.add_argument(f"--{flag.name}", nargs=flag.nargs, type=flag.type, help=flag.help)
+        return parser
+
+    def description(self) -> str:
+        import sys
+
+        doc = sys.modules[type(self).__module__].__doc__ or ""
+        return doc.split("\n\n")[0]
+
+    def overrides(self, args: argparse.Namespace) -> dict:
+        """The config fields the command line sets (None: not given)."""
+        return {"jobs": args.jobs, "out": None if args.out is None else str(args.out),
+                **{flag.name: getattr(args, flag.name) for flag in self.flags}}
+
+    def settings(self, args: argparse.Namespace):
+        """The typed config: the YAML's top level, then its preset (or a YAML file of overrides), then the flags."""
+        return self.load(args.config, args.preset, self.overrides(args))
+
+    def load(self, path: str | Path, preset: str | None = None, overrides: dict | None = None):
+        """The typed config from a file, a preset and overrides (``load_config``)."""
+        return load_config(self, path, preset, overrides or {})
+
+
+def preset_names(config: str) -> list[str]:
+    """The presets a config defines, in its order (none where it cannot be read: help must not fail)."""
+    try:
+        return list((yaml.safe_load(Path(config).read_text()) or {}).get("presets") or {})
+    except (OSError, yaml.YAMLError, AttributeError):
+        return []
+
+
+def load_config(experiment: Experiment, path: str | Path, preset: str | None, overrides: dict):
+    """``experiment.config`` from the file's top level, then ``presets[preset]`` (or a second YAML file), then
+    ``overrides`` (those not None): each field checked against its type, no unknown field; each ``required`` field
+    holds an entry; then the experiment's own ``check``."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    presets = raw.pop("presets", {}) or {}
+    values = copy.deepcopy(raw)
+    if preset:
+        values.update(runner.preset_values(presets, preset, str(path)))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    where = str(path) + (f" with preset {preset!r}" if preset else "")
+    kept = runner.typed_settings(experiment.config, values, where)
+    for key in experiment.required:
+        if not kept.get(key):
+            raise ValueError(f"{experiment.name} needs at least one entry in {key!r} ({path}).")
+    cfg = experiment.config(**{k: v for k, v in kept.items() if k in values})
+    if getattr(cfg, "jobs", None) is not None:
+        try:
+            jobs_arg(cfg.jobs)
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(f"jobs {err} ({path}).") from None
+    experiment.check(cfg, {k: v for k, v in overrides.items() if v is not None})
+    return cfg
+
+
+# ---- the one entry -------------------------------------------------------------------------------------
+def main(experiment: Experiment, argv: list[str] | None = None) -> list[dict]:
+    """Run ``experiment`` from its command line: every cell (reused where its spec is equal), then the report."""
+    args = experiment.parser().parse_args(argv)
+    if not Path(args.config).is_file():
+        raise SystemExit(f"error: {experiment.name} config {args.config} not found.")
+    cfg = experiment.settings(args)
+    out = check_results_folder(cfg.out, experiment.kind)
+    runner.folder_lock(out, experiment.kind)  # one run at a time in this folder, until this process ends
+    todo = experiment.cells(cfg)
+    print(f"{experiment.name}{f' (preset {args.preset})' if args.preset else ''}: {len(todo)} cell(s), results in "
+          f"{out}/", flush=True)
+    start = time.perf_counter()
+    records = runner.run_cells(todo, out, experiment.cell_id, lambda cell: experiment.spec(cell, cfg, out),
+                               experiment.run, experiment.line, experiment.loaded, getattr(cfg, "jobs", None),
+                               given=experiment.given, setup=experiment.setup, needs=experiment.needs,
+                               kind=experiment.kind, announce=experiment.announce)
+    report = experiment.report(cfg, records)
+    names = write_report(out, experiment, cfg, report)
+    print("\n" + "\n".join(text for text in (report.table, *report.views.values(), report.compare) if text))
+    print(f"wrote {out}/{', '.join(names)} ({time.perf_counter() - start:.0f} s)")
+    return records
+
+
+def write_report(out: Path, experiment: Experiment, cfg, report: Report) -> list[str]:
+    """The files every experiment writes, moved into place together (``utils.atomic.replacing_files``: a full disk
+    or a figure that fails leaves the previous set whole, and ``cells/`` stays). Returns their names."""
+    names = []
+    with replacing_files(out, f"{experiment.kind} report", overwrite=True) as tmp:  # its own folder (cells/)
+        for name, text in {"table.md": report.table, "compare.md": report.compare, **report.views}.items():
+            write_text(tmp / name, text)
+            names.append(name)
+        write_text(tmp / "compare.json", json.dumps(compare_json(experiment, report.comparisons), indent=2,
+                                                    default=str))
+        write_text(tmp / "results.json", json.dumps({"experiment": experiment.name, "config": config_dict(cfg),
+                                                     "rows": report.rows}, indent=1, default=str))
+        write_csv(tmp / "results.csv", report.rows, fields=list(dict.fromkeys(k for r in report.rows for k in r)))
+        names += ["compare.json", "results.json", "results.csv"]
+        for name, draw in report.figures.items():
+            if draw(tmp / name) is not False:
+                names.append(name)
+    return names
+
+
+def compare_json(experiment: Experiment, rows: list[dict]) -> dict:
+    """``compare.json``: the experiment's name and its comparisons, each with every field of ``COMPARE_FIELDS``
+    (None where a row has no such thing) before its own."""
+    return {"experiment": experiment.name,
+            "comparisons": [{**{k: row.get(k) for k in COMPARE_FIELDS}, **row} for row in rows]}
+
+
+def config_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else dict(vars(cfg))

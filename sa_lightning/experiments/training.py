@@ -1,0 +1,139 @@
+"""What every experiment that trains models shares (``TrainedExperiment``): each cell is a ``cli.py fit`` line, its
+spec names the bytes of every file that line reads, and the loop trains the cells one by one or ``jobs`` at a
+time in worker processes. A cell whose record was made with the same ``fit`` arguments but other scoring settings
+(more σ seeds at evaluation, say) is not trained again: its model comes back from its last checkpoint
+(``trained_checkpoint``) and only the scoring runs."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from ..utils import runner
+from ..utils.quiet import quiet_lightning
+from .base import Experiment
+
+
+class TrainedExperiment(Experiment):
+    """An experiment whose cells train a model each: ``fit_line`` gives a cell's ``cli.py fit`` swaps; the config
+    has ``fit_config`` and ``fit_overrides`` (``--set KEY=VALUE``, repeatable, adds to them)."""
+
+    announce = True
+
+    def parser(self):
+        parser = super().parser()
+        parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
+        return parser
+
+    def settings(self, args):
+        cfg = super().settings(args)
+        for item in args.set:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {item!r}.")
+            cfg.fit_overrides = {**(cfg.fit_overrides or {}), key: value}
+        return cfg
+
+    def fit_swaps(self, cell, cfg) -> tuple[str, dict]:
+        """The ``fit`` config a cell trains and what it swaps in (variant, window, seed, ...)."""
+        raise NotImplementedError
+
+    def fit_args(self, cell, cfg, folder: Path) -> list[str]:
+        config, swaps = self.fit_swaps(cell, cfg)
+        return fit_args(config, swaps, cfg.fit_overrides, folder)
+
+    def scoring(self, cell, cfg) -> dict:
+        """The rest of a cell's spec: what scores the trained model."""
+        return {}
+
+    def spec(self, cell, cfg, out: Path) -> dict:
+        args = self.fit_args(cell, cfg, out / "runs" / self.cell_id(cell))
+        spec = {"fit_args": args, **self.scoring(cell, cfg)}
+        inputs = config_fingerprint(args)
+        return spec if inputs is None else {**spec, "inputs": inputs}
+
+    def given(self, cell, saved: dict, spec: dict) -> dict:
+        trained = trained_checkpoint(saved, spec)
+        if trained is None:
+            return spec
+        print(f"{self.cell_id(cell)}: trained before with the same fit arguments; scored again from its last "
+              "checkpoint, not trained", flush=True)
+        return {**spec, "trained": trained}
+
+    def setup(self) -> None:
+        """A worker's start: the command line's quiet output for ``fit``, and no progress bars (lm-eval's, the
+        datasets'): several workers' bars share the terminal with the runner's lines, which they would cut into."""
+        os.environ["TQDM_DISABLE"] = "1"
+        quiet_lightning("fit")
+
+
+def fit_args(config: str, swaps: dict, overrides: dict | None, folder: Path) -> list[str]:
+    """The ``cli.py fit`` command line of one cell: ``config`` with the cell's ``swaps`` (variant, window, seed,
+    ...), then the experiment's ``fit_overrides``, quiet, under ``folder``."""
+    args = ["fit", "--config", config]
+    for key, value in {**swaps, "trainer.default_root_dir": folder, "trainer.enable_progress_bar": "false",
+                       "trainer.enable_model_summary": "false", **(overrides or {})}.items():
+        args += [f"--{key}", str(value)]
+    return args
+
+
+def trained_checkpoint(saved: dict, spec: dict) -> dict | None:
+    """What a cell's earlier run trained, when this run would train it the same way: the record ``saved`` was made
+    with the same ``fit_args`` and inputs (the bytes of the files they name), and the cell's folder
+    (``--trainer.default_root_dir``) still holds a ``last.ckpt`` at the step the record names.
+    ``{"checkpoint", "steps", "train_seconds"}``, or None (train it)."""
+    import torch
+
+    args = [str(a) for a in spec.get("fit_args") or []]
+    kept = (saved or {}).get("spec") or {}
+    if not args or [str(a) for a in kept.get("fit_args") or []] != args or kept.get("inputs") != spec.get("inputs") \
+            or "--trainer.default_root_dir" not in args[:-1]:
+        return None
+    folder = Path(args[args.index("--trainer.default_root_dir") + 1])
+    found = sorted(folder.glob("tb/version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return None
+    try:
+        # memory-mapped: only the step is read, not a large model's weights and optimizer state
+        step = torch.load(found[-1], map_location="cpu", weights_only=True, mmap=True).get("global_step")
+    except Exception:  # a damaged checkpoint: train again
+        return None
+    if step is None or step != saved.get("steps"):
+        return None
+    return {"checkpoint": str(found[-1]), "steps": int(step), "train_seconds": saved.get("train_seconds")}
+
+
+def fit_cell(spec: dict):
+    """``cli.py fit`` with the spec's ``fit_args`` (a cell's trained model: the CLI, its model and data), and the
+    seconds it trained. With ``spec["trained"]`` (``trained_checkpoint``) the fit resumes from that checkpoint,
+    already at its last step, so nothing trains and the seconds are the earlier run's."""
+    from ..lit.cli import run as run_cli
+
+    start = time.perf_counter()
+    trained = spec.get("trained")
+    args = list(spec["fit_args"]) + (["--ckpt_path", trained["checkpoint"]] if trained else [])
+    if "--trainer.default_root_dir" in args[:-1]:  # a line every 30 s from the quiet fit (not in the spec: no retrain)
+        label = Path(args[args.index("--trainer.default_root_dir") + 1]).name
+        args.append("--trainer.callbacks+=" + json.dumps({"class_path": "sa_lightning.lit.callbacks.Heartbeat",
+                                                           "init_args": {"label": label}}))
+    cli = run_cli(args, run=True)
+    seconds = trained["train_seconds"] if trained and trained.get("train_seconds") is not None \
+        else time.perf_counter() - start
+    return cli, float(seconds)
+
+
+def config_fingerprint(args: list) -> str | None:
+    """The fingerprint of every file a cell's ``fit`` line names: its ``--config``, and any argument whose value is a
+    file (``--model.init_weights FILE``, ``--set model.init_weights=FILE``), each by its bytes: a cell trained from a
+    file since replaced is trained again, not reused because its path is the same. A line whose only file is its
+    config keeps that file's fingerprint alone."""
+    args = [str(a) for a in args]
+    config = args[args.index("--config") + 1] if "--config" in args[:-1] else None
+    named = [a.split("=", 1)[1] if a.startswith("--") and "=" in a else a for a in args]
+    others = sorted({v for v in named if v != config and not v.startswith("--") and Path(v).is_file()})
+    first = runner.fingerprint(config) if config and Path(config).is_file() else None
+    if not others:
+        return first
+    return ";".join([first or "", *(f"{v}={runner.fingerprint(v)}" for v in others)])
