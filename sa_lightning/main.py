@@ -82,7 +82,8 @@ COMMANDS: dict[str, Command | Group] = {
     }, heavy=True),
     "study": Group("a study", "python cli.py study long-range --preset quick",
                    {"long-range": Command("sa_lightning.experiments.long_range"),
-                    "pretrain": Command("sa_lightning.experiments.pretrain")}, heavy=True),
+                    "pretrain": Command("sa_lightning.experiments.pretrain"),
+                    "reach": Command("sa_lightning.experiments.reach")}, heavy=True),
     "doctor": Command("sa_lightning.doctor"),
     "analyze": Command("sa_lightning.analysis.analyze", heavy=True),
 }

@@ -1,0 +1,106 @@
+"""``cli.py study reach``: can each mask carry a key to its query beyond SWA's receptive field, layer over layer?
+
+    python cli.py study reach [--config configs/study/reach.yaml] [--preset quick] [--depths 1 2 4] [--out DIR]
+
+A control stands against SA only if its mask reaches what the task asks. Each cell (variant, depth, window, draw
+seed) stacks ``depth`` layers of the variant's own causal mask over a row of ``n`` tokens and measures, for every
+key-query distance d past SWA's field L·(w−1), the chance that the last query reaches the key d back
+(``analysis.mechanism.reach_by_distance``, over ``trials`` draws of every layer from that seed). Those distances
+are the cell's items; a draw seed stands for the seed of a trained model, which fixes its draws. Fixed patterns
+draw nothing, so their seeds agree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import product
+
+from ..attention import get_variant, variant_label, variant_names
+from ..attention.variants import FULL, SWA
+from ..utils import trained
+from .base import Experiment, Flag, Report
+from .base import main as run_experiment
+
+OUTCOME = trained.Outcome("reach", "reach beyond L·(w−1)", scale=100, spec=".1f", unit="points")
+SETTING = ["L", "w", "n"]
+
+
+@dataclass
+class ReachConfig:
+    """``configs/study/reach.yaml``. variants, depths, windows, seeds: the grid; n: the row's tokens; trials: draws
+    of every layer per seed; comparisons: ``{a, b}`` each, paired by seed; out: the output folder."""
+
+    variants: list[str]
+    depths: list[int]
+    windows: list[int]
+    seeds: list[int]
+    n: int = 256
+    trials: int = 16
+    comparisons: list[dict] = field(default_factory=list)
+    jobs: int | str | None = 1
+    out: str = "outputs/study/reach"
+
+
+class Reach(Experiment):
+    name = "study reach"
+    config = ReachConfig
+    config_file = "configs/study/reach.yaml"
+    presets_note = "quick: seconds"
+    folders = "outputs/study/reach, reach_quick"
+    flags = (Flag("variants", "override the config's variants"), Flag("depths", "override the depths", int),
+             Flag("windows", "override the windows", int), Flag("seeds", "override the draw seeds", int))
+    required = ("variants", "depths", "windows", "seeds")
+    needs = "reach"
+
+    def check(self, cfg, given):
+        for name in [*cfg.variants, *(c[k] for c in cfg.comparisons for k in ("a", "b"))]:
+            get_variant(name)
+
+    def cells(self, cfg):
+        return [dict(variant=v, depth=d, window=w, seed=s, n=cfg.n)
+                for s, v, d, w in product(cfg.seeds, cfg.variants, cfg.depths, cfg.windows)]
+
+    def cell_id(self, cell):
+        return f"{cell['variant']}_L{cell['depth']}_w{cell['window']}_n{cell['n']}_s{cell['seed']}"
+
+    def spec(self, cell, cfg, out):
+        return {**cell, "trials": cfg.trials}
+
+    def run(self, cell, spec):
+        from ..analysis.mechanism import reach_by_distance
+
+        far = cell["depth"] * (cell["window"] - 1) + 1
+        chance = reach_by_distance(cell["variant"], cell["n"], cell["window"], cell["depth"], trials=spec["trials"],
+                                   seed=cell["seed"])
+        return {**cell, "reach": [round(float(x), 6) for x in chance[far:]]}
+
+    def line(self, record):
+        return f"reach beyond L·(w−1) {100 * sum(record['reach']) / max(1, len(record['reach'])):.1f}%"
+
+    def report(self, cfg, records):
+        units: dict[tuple, dict] = {}
+        for r in records:
+            setting = (r["depth"], r["window"], r["n"])
+            units.setdefault(setting, {}).setdefault(r["variant"], {})[r["seed"]] = r["reach"]
+        pairs = [(c["a"], c["b"]) for c in cfg.comparisons]
+        section = trained.report({s: u for s, u in units.items() if all(u.values())}, OUTCOME, pairs,
+                                 control=(FULL.name, SWA.name), order=variant_names())
+        lines = trained.markdown(section, SETTING, label=variant_label)
+        table = "\n".join(trained.summary_table(section.summaries, OUTCOME, SETTING, label=variant_label)) + "\n"
+        note = ("Here a seed is a draw seed (the draws a trained model's seed fixes), and each item one key–query "
+                "distance past L·(w−1). " + trained.NOTE)
+        rows = [{"L": r["setting"][0], "w": r["setting"][1], "n": r["setting"][2], "variant": r["arm"],
+                 "reach": r["mean"], "lo": r.get("lo"), "hi": r.get("hi"), "seeds": r["seeds"]}
+                for r in section.summaries]
+        style = lambda v: (get_variant(v).color, get_variant(v).marker, variant_label(v))  # noqa: E731
+        return Report(table=table, compare="\n".join([*lines[1:], "", note]) + "\n",
+                      comparisons=section.comparisons, rows=rows,
+                      figures={"reach.png": lambda path: trained.figure(trained.panels(
+                          section, lambda s: f"L={s[0]}, w={s[1]}, n={s[2]}"), path, style,
+                          "a seed here: a draw seed of every layer's mask")})
+
+
+EXPERIMENT = Reach()
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    return run_experiment(EXPERIMENT, argv)
