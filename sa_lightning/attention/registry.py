@@ -371,9 +371,10 @@ class Registry(MutableMapping):
         raise KeyError(name)
 
     def __setitem__(self, name: str, variant: Variant) -> None:
-        if name != getattr(variant, "name", None):
-            raise ValueError(f"a variant is registered under its own name, not {name!r}.")
-        self.add(variant)
+        if name in self.built_in and self._load(name) is not variant:
+            raise ValueError(f"{name!r} is a built-in variant (attention/variants/{name}.py); register yours under "
+                             "another name.")
+        self._added[name] = variant
 
     def __delitem__(self, name: str) -> None:
         if name in self.built_in:

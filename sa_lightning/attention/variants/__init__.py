@@ -14,9 +14,9 @@ import importlib
 ORDER = ("full", "swa", "sa",
          "sa_fixed",  # fixed-σ SA
          "sa_swa", "moba", "sa_swa_union",
-         "strided", "strided_swa", "strided_swa_union",  # the controls
+         "strided", "strided_swa_union", "strided_swa",  # the controls
          "strided_local", "strided_local_swa_union", "strided_local_swa",  # the deterministic control that reaches
-         "random", "random_swa", "random_swa_union",
+         "random", "random_swa_union", "random_swa",
          "sa_bucket", "sa_bucket_swa_union", "sa_bucket_swa")  # bucketed SA
 
 __all__ = [name.upper() for name in ORDER]
