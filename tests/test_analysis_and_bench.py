@@ -115,7 +115,8 @@ def test_bench_times_sa_with_sigma_and_its_inverse_precomputed(monkeypatch):
     """The timed call draws and inverts nothing: the kernels take the precomputed sigma^-1."""
     import argparse
 
-    from sa_lightning.attention import functional, permutation
+    from sa_lightning.attention import permutation
+    from sa_lightning.attention.variants import _common, sa
     from sa_lightning.bench.attention import Case
 
     args = argparse.Namespace(window=32, moba_top_k=2, backend="auto", batch=1, heads=2, kv_heads=2, dim=8,
@@ -127,9 +128,10 @@ def test_bench_times_sa_with_sigma_and_its_inverse_precomputed(monkeypatch):
     def no_inversion(perm):
         raise AssertionError("sigma^-1 computed inside the timed region")
 
-    for module in (permutation, functional):
-        monkeypatch.setattr(module, "invert_permutation", no_inversion)
-        monkeypatch.setattr(module, "sample_permutation", no_inversion)
+    # where the SA kernels and the call's draw look them up
+    for module, name in ((permutation, "invert_permutation"), (permutation, "sample_permutation"),
+                         (sa, "invert_permutation"), (_common, "invert_permutation"), (_common, "sample_permutation")):
+        monkeypatch.setattr(module, name, no_inversion)
     for case in cases:
         case()
         case()

@@ -114,16 +114,17 @@ def test_sa_swa_one_pass_matches_oracle(n, w, lens, groups, hkv, steps, monkeypa
     gradients match the oracle, with shared and per-row permutations, GQA and padded rows, whether the
     windows go a few per step (CPU; steps end inside a band's windows) or all in one step with the spare
     windows between bands (other devices). Rows shorter than two windows use the dense path."""
-    from sa_lightning.attention import band_inplace, functional
+    from sa_lightning.attention import band_inplace
     from sa_lightning.attention.functional import sa_swa_attention
+    from sa_lightning.attention.variants import sa_swa as sa_swa_file
 
     if steps == "cpu":
         monkeypatch.setattr(band_inplace, "_STEP_SCORES", 1 << 16)  # a few windows per step at w=256
     else:
         monkeypatch.setattr(band_inplace, "_steps", lambda segments, real, stride, *_: [(0, segments * stride)])
     calls = []
-    real = functional.multi_band_attention
-    monkeypatch.setattr(functional, "multi_band_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = sa_swa_file.multi_band_attention
+    monkeypatch.setattr(sa_swa_file, "multi_band_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     B = 2
     lengths = None if lens is None else torch.tensor(lens)
     q, k, v = _qkv(n, groups, seed=n + w, batch=B, hkv=hkv)

@@ -1,27 +1,35 @@
 """The variant registry: everything the project knows about an attention variant, under its name.
 
-Each variant is one ``Variant`` object in one file of ``attention/variants/``: its paths, its mask builder,
-its kernel (run on each backend it lists) and its kernel with log-sum-exp (which makes sinks generic), its
-capability flags, its key counts, and how reports draw it. Every other module asks the registry
-(``get_variant``, ``variant_names``) instead of naming a variant. Adding a variant is one new file there.
+Each variant is one ``Variant`` object in one file of ``attention/variants/`` (``VARIANT`` there; the file is named
+after the variant): its paths, its mask builder, its kernel (run on each backend it lists) and its kernel with
+log-sum-exp (which makes sinks generic), its capability flags, its key counts, and how reports draw it. Every other
+module asks the registry (``get_variant``, ``variant_names``) instead of naming a variant. Adding a variant is one
+new file there.
 
-A variant returns one tensor per path; the caller gates and sums the paths (see ``GatedPaths``) or,
-training-free, uses the single path as is.
+The registry finds a variant's file by its name and imports that file alone, the first time the variant is asked
+for: importing a variant registers nothing, and listing the names (``variant_names()``, iterating ``VARIANTS``)
+imports no variant at all (``variants.ORDER`` and the folder's file names).
+
+A variant's call (``Variant.__call__``) is its one door: it checks the inputs, draws or checks the layer's draw,
+guards non-finite keys and values and adds sinks, for every variant; the kernels below it only compute. It returns
+one tensor per path; the caller gates and sums the paths (see ``GatedPaths``) or, training-free, uses the single
+path as is.
 """
 from __future__ import annotations
 
 import difflib
+import importlib
+import pkgutil
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
-from . import masks
-from ._checks import BACKENDS, check_nonnegative, check_positive, check_qkv, default_scale
-from ._finite import guard_nonfinite
+from . import masks, sinks
+from ._checks import BACKENDS, check_lengths, check_nonnegative, check_positive, check_qkv, default_scale
+from ._finite import checking_finite, guard_nonfinite, kv_finite
 from .flex import MIN_HEAD_DIM
-
-#: ``auto`` is FlexAttention on CUDA where a variant has it, else the banded (O(n*w)) kernel
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,9 @@ class Call:
     lengths: torch.Tensor | None = None
     inv: torch.Tensor | None = None
     validate: bool = True
+    #: what the kernel would otherwise choose from q and k itself (MoBA's blocks), fixed from the inputs as given
+    #: when their keys or values are non-finite, so that the non-finite guard's runs all read the same choice
+    selection: torch.Tensor | None = None
 
     @property
     def window(self) -> int:
@@ -92,7 +103,8 @@ KeyCount = Callable[[AttentionSpec, int, "torch.Tensor | None"], int]
 KeyCost = Callable[[AttentionSpec, int], float]
 #: draw(spec, n, lengths, generator or [generator per row], device) -> the layer's draw
 Drawer = Callable[..., torch.Tensor]
-#: check_draw(draw, batch, n, device, lengths) -> the draw, checked (values included)
+#: check_draw(draw, batch, n, device, lengths, values=True) -> the draw, checked (values included unless ``values``
+#: is False)
 DrawCheck = Callable[..., torch.Tensor]
 #: slot_order(spec, perm) -> the layer order (``attention.slots.SlotOrder``) of a variant that permutes
 SlotOrderer = Callable[..., "object"]
@@ -126,8 +138,12 @@ class Variant:
     #: control's hash seeds), from one generator for the batch or a list of one per row; None: it draws nothing.
     #: Callers go through ``attention.draws.layer_draws``, never this directly.
     draw: Drawer | None = field(default=None, repr=False)
-    #: check_draw(draw, batch, n, device, lengths) -> a caller's draw, checked once at a model's boundary
+    #: check_draw(draw, batch, n, device, lengths, values=True) -> a caller's draw, checked (its values too unless
+    #: ``values`` is False: a caller whose draw is valid by construction)
     check_draw: DrawCheck | None = field(default=None, repr=False)
+    #: select(call) -> the choice its kernel makes from the data (``Call.selection``), made once from the inputs as
+    #: given where their keys or values are non-finite; None: its kernel reads nothing from the data
+    select: Callable[[Call], torch.Tensor] | None = field(default=None, repr=False)
     #: the dims of one row's draw: 1 for σ (n,), 0 for a hash seed; a batch adds one in front
     draw_ndim: int = 1
     #: its draw is a permutation, and its paths read slots (σ's band)
@@ -218,16 +234,57 @@ class Variant:
 
     def __call__(self, q, k, v, spec: AttentionSpec, perm: torch.Tensor | None = None,
                  lengths: torch.Tensor | None = None, inv: torch.Tensor | None = None, *,
-                 validate: bool = True) -> tuple:
-        """One output per path for q (B, Hq, n, d), k, v (B, Hkv, n, d); ``perm`` etc. as ``Call``'s."""
-        _, _, _, _, d = check_qkv(q, k, v)
-        call = Call(q, k, v, spec, self.resolve_backend(spec.backend, q, spec.sink), default_scale(d, None),
-                    perm, lengths, inv, validate)
-        if spec.sink:
-            from .sinks import attend_with_sinks
+                 validate: bool = True, scale: float | None = None, generator: torch.Generator | None = None,
+                 return_lse: bool = False) -> tuple:
+        """One output per path for q (B, Hq, n, d), k, v (B, Hkv, n, d); ``perm`` etc. as ``Call``'s.
 
-            return (attend_with_sinks(self, call),)
-        return self.kernel(call)
+        The variant's one door: every variant's inputs are checked here (shapes, ``lengths``, and the draw, with
+        their values unless ``validate`` is False), the draw is made from ``generator`` where the caller gave none,
+        non-finite keys and values are kept out of the rows that cannot see them (``_finite``'s debug mode), and
+        ``spec.sink`` sink keys are added. ``scale`` defaults to 1/sqrt(d). ``return_lse`` (a variant that takes
+        sinks): (output, log-sum-exp (B, Hq, n)) of its single path instead."""
+        B, _, _, n, d = check_qkv(q, k, v)
+        lengths = check_lengths(lengths, B, n, q.device, values=validate)
+        perm = self.checked_draw(spec, perm, generator, B, n, q.device, lengths, validate)
+        call = Call(q, k, v, spec, self.resolve_backend(spec.backend, q, spec.sink), default_scale(d, scale),
+                    perm, lengths, inv, validate)
+        if spec.sink or return_lse:
+            if not self.takes_sink:
+                raise ValueError(f"variant {self.name!r} has no kernel with log-sum-exp: it takes no sinks and "
+                                 "returns no log-sum-exp.")
+            out = self._guarded(lambda call: sinks.attend_with_sinks(self, call), call)
+            return out if return_lse else out[:1]
+        return self._guarded(self.kernel, call)
+
+    def checked_draw(self, spec: AttentionSpec, draw, generator, batch: int, n: int, device,
+                     lengths: torch.Tensor | None = None, validate: bool = True):
+        """The layer's draw for a call: the caller's, checked (its values too with ``validate``), or one drawn from
+        ``generator`` (σ: shared by the batch, or one per row that keeps its padding in place with ``lengths``).
+        A variant that draws nothing passes ``draw`` through unread."""
+        if self.draw is None:
+            return draw
+        if draw is None:
+            return self.draw(spec, n, lengths, generator, device)
+        return self.check_draw(draw, batch, n, device, lengths, values=validate)
+
+    def check_inputs(self, draws, lengths, batch: int, n: int, device):
+        """(draws, lengths) checked once at a model's public boundary (values included: host syncs), so that its
+        layers can call the variant with ``validate=False``. ``draws`` holds one draw per layer (None for a layer
+        that draws nothing), each checked by the variant's ``check_draw``; ``draws`` itself may be None."""
+        lengths = check_lengths(lengths, batch, n, device)
+        if draws is not None and self.check_draw is not None:
+            draws = [d if d is None else self.check_draw(d, batch, n, device, lengths) for d in draws]
+        return draws, lengths
+
+    def _guarded(self, run: Callable[[Call], tuple], call: Call):
+        """``run(call)``, its rows kept from the non-finite keys and values they cannot see (``guard_nonfinite``;
+        only in the debug mode, and never inside ``torch.compile``)."""
+        if not checking_finite() or torch.compiler.is_compiling() or kv_finite(call.k, call.v):
+            return run(call)
+        if self.select is not None:  # the guard's runs on cleaned keys must read the blocks the raw ones pick
+            call = replace(call, selection=self.select(call))
+        return guard_nonfinite(lambda q, k, v: run(replace(call, q=q, k=k, v=v)), call.q, call.k, call.v,
+                               finite=False)
 
     def runs_in_slots(self, spec: AttentionSpec, x: torch.Tensor, head_dim: int,
                       lengths: torch.Tensor | None = None) -> bool:
@@ -243,7 +300,7 @@ class Variant:
         _, _, _, _, d = check_qkv(q, k, v)
         call = Call(q, k, v, spec, self.resolve_backend(spec.backend, q), default_scale(d, None), order.pos, lengths,
                     None, False)
-        return guard_nonfinite(lambda q, k, v: self.slot_kernel(replace(call, q=q, k=k, v=v)), q, k, v)
+        return self._guarded(self.slot_kernel, call)
 
     def oracle_masks(self, spec, q, k, perm=None, lengths=None) -> list[torch.Tensor]:
         """The float64 oracle's mask of each path, in path order."""
@@ -260,9 +317,7 @@ class Variant:
     def keys_attended(self, spec: AttentionSpec, n: int, *, perm: torch.Tensor | None = None,
                       lengths: torch.Tensor | None = None, batch: int = 1) -> tuple[int, int]:
         """(keys its mask allows, valid queries) over a (batch, n) input, sinks included (``sinks.keys_attended``)."""
-        from .sinks import keys_attended
-
-        return keys_attended(self, spec, n, perm=perm, lengths=lengths, batch=batch)
+        return sinks.keys_attended(self, spec, n, perm=perm, lengths=lengths, batch=batch)
 
     def keys_computed(self, spec: AttentionSpec, n: int) -> float:
         """Keys per query that the kernel computes at length n, paths summed (what FLOPs count)."""
@@ -272,18 +327,89 @@ class Variant:
         return self.name
 
 
-VARIANTS: dict[str, Variant] = {}
+_VARIANTS_PACKAGE = __name__.rpartition(".")[0] + ".variants"
+
+
+def _built_in_names() -> tuple[str, ...]:
+    """The variants' files in ``attention/variants/``, by name, without importing one: ``variants.ORDER`` first
+    (the order tables list them in), then any other file there (not ``_``-prefixed, a helper) by name."""
+    package = importlib.import_module(_VARIANTS_PACKAGE)  # the folder's index: it imports no variant
+    files = sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
+    return tuple(package.ORDER) + tuple(name for name in files if name not in package.ORDER)
+
+
+class Registry(MutableMapping):
+    """Name -> ``Variant``: the built-in variants (one file each in ``attention/variants/``, imported only when
+    first asked for) and the ones a caller registered (``register_variant``). Listing the names imports nothing."""
+
+    def __init__(self):
+        self._built_in: tuple[str, ...] | None = None
+        self._loaded: dict[str, Variant] = {}
+        self._added: dict[str, Variant] = {}
+
+    @property
+    def built_in(self) -> tuple[str, ...]:
+        if self._built_in is None:
+            self._built_in = _built_in_names()
+        return self._built_in
+
+    def _load(self, name: str) -> Variant:
+        variant = self._loaded.get(name)
+        if variant is None:
+            module = importlib.import_module(f"{_VARIANTS_PACKAGE}.{name}")
+            variant = getattr(module, "VARIANT", None)
+            if not isinstance(variant, Variant) or variant.name != name:
+                raise ValueError(f"attention/variants/{name}.py must define VARIANT, a Variant named {name!r}.")
+            variant = self._loaded.setdefault(name, variant)
+        return variant
+
+    def __getitem__(self, name: str) -> Variant:
+        if name in self._added:
+            return self._added[name]
+        if isinstance(name, str) and name in self.built_in:
+            return self._load(name)
+        raise KeyError(name)
+
+    def __setitem__(self, name: str, variant: Variant) -> None:
+        if name in self.built_in and self._load(name) is not variant:
+            raise ValueError(f"{name!r} is a built-in variant (attention/variants/{name}.py); register yours under "
+                             "another name.")
+        self._added[name] = variant
+
+    def __delitem__(self, name: str) -> None:
+        if name in self.built_in:
+            raise ValueError(f"{name!r} is a built-in variant (attention/variants/{name}.py); it cannot be removed.")
+        del self._added[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.built_in
+        yield from self._added
+
+    def __len__(self) -> int:
+        return len(self.built_in) + len(self._added)
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and (name in self._added or name in self.built_in)
+
+    def add(self, variant: Variant) -> Variant:
+        """``variant`` under its name; a name already taken by another object is refused."""
+        taken = self.get(variant.name)
+        if taken is not None and taken is not variant:
+            raise ValueError(f"variant name {variant.name!r} is taken ({taken.description or taken.label}); "
+                             "register yours under another name.")
+        if variant.name not in self.built_in:
+            self._added[variant.name] = variant
+        return variant
+
+
+VARIANTS = Registry()
 
 
 def register_variant(variant: Variant) -> Variant:
     """Add ``variant`` under its name; a name already taken is refused (a second file registering "sa" would
-    replace SA everywhere without a word)."""
-    taken = VARIANTS.get(variant.name)
-    if taken is not None and taken is not variant:
-        raise ValueError(f"variant name {variant.name!r} is taken ({taken.description or taken.label}); register "
-                         "yours under another name.")
-    VARIANTS[variant.name] = variant
-    return variant
+    replace SA everywhere without a word). The built-in variants need no registering: the registry finds their
+    files by name."""
+    return VARIANTS.add(variant)
 
 
 def get_variant(name: str | Variant) -> Variant:
@@ -298,8 +424,10 @@ def get_variant(name: str | Variant) -> Variant:
 
 
 def variant_names(**flags) -> tuple[str, ...]:
-    """The registered names, in registration order, whose attributes equal ``flags``
-    (``variant_names(gated=False)``: the training-free ones)."""
+    """The registered names, in the tables' order (the built-in ones, then those registered), whose attributes
+    equal ``flags`` (``variant_names(gated=False)``: the training-free ones). Without flags it imports no variant."""
+    if not flags:
+        return tuple(VARIANTS)
     return tuple(name for name, v in VARIANTS.items() if all(getattr(v, k) == want for k, want in flags.items()))
 
 
@@ -332,5 +460,3 @@ def variant_label(name: str, window: int | None = None, block_size: int | None =
         label += f" (c={block_size}, k={top_k})"
     return label
 
-
-from . import variants as _variants  # noqa: E402,F401  (each file there registers its variant)

@@ -13,13 +13,9 @@ Rows follow the kernels' padding convention: row b's valid tokens come first, ``
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from . import masks
-from ._checks import check_lengths
-from ._finite import guard_nonfinite
 from .dense import dense_masked_attention, merge_partials
 
 
@@ -35,27 +31,14 @@ def with_sink(mask: masks.MaskMod, sink: int) -> masks.MaskMod:
 
 
 def attend_with_sinks(variant, call):
-    """``variant``'s single path on ``call`` with the first ``call.spec.sink`` keys of each row added."""
-    q = call.q
-    B, _, n, _ = q.shape
-    if variant.uses_permutation:
-        from .functional import permutation_args
-
-        perm, inv, lengths = permutation_args(call.perm, call.inv, None, call.lengths, B, n, q.device,
-                                                 call.validate)
-    else:
-        perm, inv, lengths = call.perm, None, check_lengths(call.lengths, B, n, q.device, values=call.validate)
-    call = replace(call, perm=perm, inv=inv, lengths=lengths)
-    return guard_nonfinite(lambda q, k, v: _with_sinks(variant, replace(call, q=q, k=k, v=v)), call.q, call.k, call.v)
-
-
-def _with_sinks(variant, call):
+    """(output, log-sum-exp) of ``variant``'s single path on a checked ``call``, with the first ``call.spec.sink``
+    keys of each row added (none: the variant's own). Computes only: ``Variant.__call__`` checks and guards."""
     q, k, v = call.q, call.k, call.v
     B, _, n, _ = q.shape
     y, lse = variant.kernel_with_lse(call)
     s = min(call.spec.sink, n)
     if s == 0:
-        return y
+        return y, lse
     # the sink keys each query does not already read: (B, 1, n, s)
     b = torch.arange(B, device=q.device).view(-1, 1, 1, 1)
     qi = torch.arange(n, device=q.device).view(1, 1, n, 1)
@@ -63,7 +46,7 @@ def _with_sinks(variant, call):
     own = variant.mask(call.spec, n, call.perm, call.lengths)
     extra = (kj <= qi) & ~own(b, 0, qi, kj)
     y_s, lse_s = dense_masked_attention(q, k[:, :, :s], v[:, :, :s], extra, scale=call.scale, return_lse=True)
-    return merge_partials(y, lse, y_s, lse_s)[0]
+    return merge_partials(y, lse, y_s, lse_s)
 
 
 # ---- the budget: keys each query attends ---------------------------------------------------------

@@ -19,7 +19,6 @@ from torch import nn
 
 from ..attention import GatedPaths, get_variant
 from ..attention.draws import layer_draws, stream_seed
-from ..attention.functional import checked_inputs
 from ..attention.slots import from_slots, slot_positions, to_slots
 from .config import ModelConfig
 
@@ -245,7 +244,7 @@ class Transformer(nn.Module):
         if positions is None:
             positions = torch.arange(n, device=idx.device)[None]
         if lengths is not None or perms is not None:  # a caller's: checked here once, never per layer
-            perms, lengths = checked_inputs(self.variant, perms, lengths, idx.shape[0], n, idx.device)
+            perms, lengths = self.variant.check_inputs(perms, lengths, idx.shape[0], n, idx.device)
         if perms is None:  # valid by construction
             perms = [None] * len(self.blocks) if decode is not None else self.draws(n, perm_stream, idx.device, lengths)
         blocks = self._compiled_blocks if compiled and self._compiled_blocks is not None else self.blocks

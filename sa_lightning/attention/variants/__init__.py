@@ -1,29 +1,29 @@
-"""One file per attention variant; importing this package registers each (in this order, which is the order
-tables list them in). A new variant is a new file here and one line below.
+"""One file per attention variant, named after it, each defining ``VARIANT``; ``_``-prefixed files are helpers.
 
-The objects are importable by name (``variants.SWA``) for code that means one variant in particular (the
-paper's comparisons: SA against SWA at equal w); such code writes ``SWA.name``, never the string.
+Importing this package imports no variant, and importing a variant registers nothing: the registry
+(``attention.registry``) finds a variant's file by its name and imports that file alone, the first time the
+variant is asked for. ``ORDER`` is the order tables list the variants in; a file here that it does not name
+follows them, by name. A new variant is a new file here (and its place in ``ORDER``).
+
+The objects are importable by name (``variants.SWA``, the file's ``VARIANT``) for code that means one variant in
+particular (the paper's comparisons: SA against SWA at equal w); such code writes ``SWA.name``, never the string.
+Each such name imports its own file only.
 """
-from .full import FULL
-from .swa import SWA
-from .sa import SA
-from .sa_fixed import SA_FIXED  # fixed-σ SA
-from .sa_swa import SA_SWA
-from .moba import MOBA
-from .sa_swa_union import SA_SWA_UNION
-from .strided import STRIDED  # the controls
-from .strided_swa import STRIDED_SWA
-from .strided_swa_union import STRIDED_SWA_UNION
-from .strided_local import STRIDED_LOCAL  # the deterministic control that reaches
-from .strided_local_swa_union import STRIDED_LOCAL_SWA_UNION
-from .strided_local_swa import STRIDED_LOCAL_SWA
-from .random import RANDOM
-from .random_swa import RANDOM_SWA
-from .random_swa_union import RANDOM_SWA_UNION
-from .sa_bucket import SA_BUCKET  # bucketed SA
-from .sa_bucket_swa_union import SA_BUCKET_SWA_UNION
-from .sa_bucket_swa import SA_BUCKET_SWA
+import importlib
 
-__all__ = ["FULL", "SWA", "SA", "SA_FIXED", "SA_SWA", "MOBA", "SA_SWA_UNION", "STRIDED", "STRIDED_SWA", "STRIDED_SWA_UNION",
-           "STRIDED_LOCAL", "STRIDED_LOCAL_SWA_UNION", "STRIDED_LOCAL_SWA",
-           "RANDOM", "RANDOM_SWA", "RANDOM_SWA_UNION", "SA_BUCKET", "SA_BUCKET_SWA_UNION", "SA_BUCKET_SWA"]
+ORDER = ("full", "swa", "sa",
+         "sa_fixed",  # fixed-σ SA
+         "sa_swa", "moba", "sa_swa_union",
+         "strided", "strided_swa_union", "strided_swa",  # the controls
+         "strided_local", "strided_local_swa_union", "strided_local_swa",  # the deterministic control that reaches
+         "random", "random_swa_union", "random_swa",
+         "sa_bucket", "sa_bucket_swa_union", "sa_bucket_swa")  # bucketed SA
+
+__all__ = [name.upper() for name in ORDER]
+
+
+def __getattr__(attr: str):
+    """``variants.SA``: the ``VARIANT`` of ``variants/sa.py``, that file imported alone."""
+    if attr.isupper() and attr.lower() in ORDER:
+        return importlib.import_module(f"{__name__}.{attr.lower()}").VARIANT
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -1,15 +1,19 @@
-"""What several variant files share: the permutation's slot table, the random keys' checked seeds, the dense path
-of any mask, and the SA ∪ SWA mask with its key count (the training-free union and the gated pair read the same
-keys)."""
+"""What several variant files share: the permutation's slot table and its draw, the dense path of any mask, SWA's
+band with its log-sum-exp, the one factory of every training-free union with SWA (``union_with_swa``), and the
+SA ∪ SWA mask with its key count (the training-free union and the gated pair read the same keys). Kernels here
+compute only, on a call ``Variant.__call__`` has checked."""
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from .. import masks
-from ..dense import dense_masked_attention
+from ..banded import banded_attention
+from ..dense import dense_masked_attention, merge_partials
 from .._checks import check_padded_perm, check_perm
 from ..permutation import invert_permutation, prefix_permutations, sample_permutation
-from ..random_keys import check_keys, dense_is_cheaper, expected_width
+from ..random_keys import dense_is_cheaper, expected_width
 from ..sinks import causal_keys
 
 
@@ -26,16 +30,13 @@ def draw_permutation(spec, n: int, lengths, generator, device=None) -> torch.Ten
     return sample_permutation(n, generator=generator, device=device, lengths=lengths)
 
 
-def check_permutation(perm, batch: int, n: int, device, lengths=None) -> torch.Tensor:
-    """A caller's σ, checked (values included): a permutation that keeps every row's padding last."""
-    perm = check_perm(perm, batch, n, device)
-    check_padded_perm(perm, lengths)
+def check_permutation(perm, batch: int, n: int, device, lengths=None, values: bool = True) -> torch.Tensor:
+    """A caller's σ, checked: a permutation that keeps every row's padding last (its values read only with
+    ``values``; without, its type, shape and device)."""
+    perm = check_perm(perm, batch, n, device, values=values)
+    if values:
+        check_padded_perm(perm, lengths)
     return perm
-
-
-def call_seeds(call) -> torch.Tensor:
-    """The random-keys call's seeds, checked (values too unless the caller vouches for them)."""
-    return check_keys(call.perm, call.q.shape[0], call.q.shape[2], call.q.device, call.lengths, values=call.validate)
 
 
 def dense_for_keys(call) -> bool:
@@ -49,6 +50,42 @@ def dense_with_lse(call, mask_mod: masks.MaskMod):
     B, _, n, _ = call.q.shape
     mask = masks.dense(mask_mod, n, batch=B, device=call.q.device)
     return dense_masked_attention(call.q, call.k, call.v, mask, scale=call.scale, return_lse=True)
+
+
+def dense_output(call, mask_mod: masks.MaskMod) -> torch.Tensor:
+    """The output of ``mask_mod`` through the n x n dense path, with no log-sum-exp to keep."""
+    B, _, n, _ = call.q.shape
+    mask = masks.dense(mask_mod, n, batch=B, device=call.q.device)
+    return dense_masked_attention(call.q, call.k, call.v, mask, scale=call.scale)
+
+
+def swa_with_lse(call):
+    """(output, log-sum-exp) of SWA's window: the O(n*w) band, or the dense path for a row under two windows."""
+    w = call.window
+    if call.q.shape[2] < 2 * w:
+        return dense_with_lse(call, masks.sliding_window(w))
+    return banded_attention(call.q, call.k, call.v, before=w - 1, after=0, scale=call.scale, return_lse=True)
+
+
+def dense_under_two_windows(call) -> bool:
+    """The union's n x n route: asked for, or a row under two windows (where the bands would overlap anyway)."""
+    return call.backend == "dense" or call.q.shape[2] < 2 * call.window
+
+
+def union_with_swa(mask, far: Callable, dense: Callable = dense_under_two_windows) -> Callable:
+    """The kernel with log-sum-exp of a training-free union: one softmax over SWA's window and ``far``'s keys
+    beyond it. ``far(call)`` -> (output, log-sum-exp) over the far path's keys at distance >= w only (its
+    ``skip_recent``), so the two key sets are disjoint and merge by log-sum-exp (no key counts twice, nothing
+    n x n). Where ``dense(call)``, the union's mask (``mask(spec, n, draw, lengths)``) runs through the dense path."""
+
+    def kernel_with_lse(call):
+        if dense(call):
+            return dense_with_lse(call, mask(call.spec, call.q.shape[2], call.perm, call.lengths))
+        y_swa, lse_swa = swa_with_lse(call)
+        y_far, lse_far = far(call)
+        return merge_partials(y_swa, lse_swa, y_far, lse_far)  # half inputs merge in fp32, float64 in float64
+
+    return kernel_with_lse
 
 
 def union_mask(spec, n, perm, lengths=None):

@@ -9,8 +9,8 @@ from .. import masks, oracle
 from ..dense import dense_masked_attention
 from ..flex import keys_flex
 from ..random_keys import budget, check_keys, draw_keys, key_table, random_attention
-from ..registry import Variant, register_variant
-from ._common import call_seeds, dense_for_keys
+from ..registry import Variant
+from ._common import dense_for_keys
 
 
 def mask(spec, n, seeds, lengths=None):
@@ -28,7 +28,7 @@ def _gathered(call, seeds):
 
 
 def kernel_with_lse(call):
-    seeds = call_seeds(call)
+    seeds = call.perm  # the row's hash seeds (``Call.perm``)
     if dense_for_keys(call):
         return dense_masked_attention(call.q, call.k, call.v, _dense_mask(call, seeds), scale=call.scale,
                                       return_lse=True)
@@ -36,7 +36,7 @@ def kernel_with_lse(call):
 
 
 def kernel(call):
-    seeds = call_seeds(call)
+    seeds = call.perm
     if call.backend == "flex":  # CUDA's route: the hash tile by tile, no table and nothing n x n in memory
         return (keys_flex(call.q, call.k, call.v, seeds, call.spec.window, lengths=call.lengths,
                           scale=call.scale),)
@@ -50,7 +50,7 @@ def keys_attended_row(spec, length, row):
     return length + int((key_table(row.view(1), length, spec.window) >= 0).sum())
 
 
-RANDOM = register_variant(Variant(
+VARIANT = RANDOM = Variant(
     name="random", label="Random", color="#16A085", marker="X", paths=("random",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "flex", "dense"), mask=mask,
     cpu_graph=False,  # its flex mask hashes with thresholds the graph computes (untried in Inductor's CPU template)
@@ -60,4 +60,4 @@ RANDOM = register_variant(Variant(
     keys_computed_at=lambda spec, n: min(budget(spec.window) + 1, n),  # about the table's width, plus itself
     draw=draw_keys, check_draw=check_keys, draw_ndim=0, windowed=True, min_window=3,
     description="control: each earlier key independently at SA's connection probability",
-))
+)

@@ -6,13 +6,11 @@ from __future__ import annotations
 import torch
 
 from .. import masks, oracle
-from ..banded import banded_attention
-from ..dense import dense_masked_attention, merge_partials
 from ..flex import keys_flex
 from ..random_keys import budget, check_keys, draw_keys, key_table, random_attention
-from ..registry import Variant, register_variant
+from ..registry import Variant
 from ..sinks import causal_keys
-from ._common import call_seeds, dense_for_keys, dense_with_lse
+from ._common import dense_for_keys, dense_output, union_with_swa
 
 
 def mask(spec, n, seeds, lengths=None):
@@ -25,31 +23,22 @@ def _dense(call) -> bool:
     return call.q.shape[2] < 2 * call.window or dense_for_keys(call)
 
 
-def kernel_with_lse(call):
-    return _with_lse(call, call_seeds(call))
+def far_with_lse(call):
+    """The random keys at distance >= w (``call.perm``: the rows' hash seeds), with their log-sum-exp."""
+    table = key_table(call.perm, call.q.shape[2], call.spec.window, call.lengths)
+    return random_attention(call.q, call.k, call.v, table, scale=call.scale, skip_recent=call.window, validate=False)
 
 
-def _with_lse(call, seeds):
-    q, w = call.q, call.window
-    if _dense(call):
-        return dense_with_lse(call, mask(call.spec, q.shape[2], seeds, call.lengths))
-    table = key_table(seeds, q.shape[2], call.spec.window, call.lengths)
-    y_swa, lse_swa = banded_attention(q, call.k, call.v, before=w - 1, after=0, scale=call.scale, return_lse=True)
-    y_far, lse_far = random_attention(q, call.k, call.v, table, scale=call.scale, skip_recent=w, validate=False)
-    return merge_partials(y_swa, lse_swa, y_far, lse_far)
+kernel_with_lse = union_with_swa(mask, far_with_lse, dense=_dense)
 
 
 def kernel(call):
-    q = call.q
-    seeds = call_seeds(call)
     if call.backend == "flex":  # one FlexAttention call over the union's mask (CUDA's route)
-        return (keys_flex(q, call.k, call.v, seeds, call.spec.window, lengths=call.lengths, scale=call.scale,
+        return (keys_flex(call.q, call.k, call.v, call.perm, call.spec.window, lengths=call.lengths, scale=call.scale,
                           window=call.window),)
     if _dense(call):
-        n = q.shape[2]
-        full = masks.dense(mask(call.spec, n, seeds, call.lengths), n, batch=q.shape[0], device=q.device)
-        return (dense_masked_attention(q, call.k, call.v, full, scale=call.scale),)
-    return (_with_lse(call, seeds)[0],)
+        return (dense_output(call, mask(call.spec, call.q.shape[2], call.perm, call.lengths)),)
+    return (kernel_with_lse(call)[0],)
 
 
 def keys_attended_row(spec, length, row):
@@ -60,7 +49,7 @@ def keys_attended_row(spec, length, row):
     return causal_keys(length, spec.window) + int(far.sum())
 
 
-RANDOM_SWA_UNION = register_variant(Variant(
+VARIANT = RANDOM_SWA_UNION = Variant(
     name="random_swa_union", label="Random+SWA", color="#0E6655", marker="P", paths=("random_swa_union",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "flex", "dense"), mask=mask,
     cpu_graph=False,  # its flex mask hashes with thresholds the graph computes (untried in Inductor's CPU template)
@@ -70,4 +59,4 @@ RANDOM_SWA_UNION = register_variant(Variant(
     keys_computed_at=lambda spec, n: min(spec.window, n) + min(budget(spec.window), n),
     draw=draw_keys, check_draw=check_keys, draw_ndim=0, windowed=True, min_window=3,
     description="control, training-free: the random keys and SWA's window in one softmax",
-))
+)

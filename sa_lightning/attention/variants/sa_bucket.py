@@ -5,13 +5,9 @@ when j <= i and slot(i) // b == slot(j) // b. A pair shares a bucket with SA's c
 many keys as SA, and a bucket needs no mask function: the stock causal kernel runs it (``attention.bucketed``)."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 from .. import masks, oracle
 from ..bucketed import bucket_size, bucket_slots, bucketed_attention, bucketed_attention_lse, bucketed_in_slots
-from .._finite import guard_nonfinite
-from ..functional import permutation_args
-from ..registry import Variant, register_variant
+from ..registry import Variant
 from ._common import check_permutation, dense_with_lse, draw_permutation, slot_of
 
 
@@ -19,33 +15,17 @@ def mask(spec, n, perm, lengths=None):
     return masks.bucketed(slot_of(perm), spec.window, lengths)
 
 
-def checked(call):
-    """The call with its σ checked (drawn where the caller gave none; a padded row's padding kept last)."""
-    B, _, n, _ = call.q.shape
-    perm, inv, lengths = permutation_args(call.perm, call.inv, None, call.lengths, B, n, call.q.device,
-                                           call.validate)
-    return replace(call, perm=perm, inv=inv, lengths=lengths)
-
-
-def _with_lse(call):
+def kernel_with_lse(call):
     if call.backend == "dense":
         return dense_with_lse(call, mask(call.spec, call.q.shape[2], call.perm, call.lengths))
     return bucketed_attention_lse(call.q, call.k, call.v, call.window, call.perm, scale=call.scale)
 
 
-def kernel_with_lse(call):
-    call = checked(call)
-    return guard_nonfinite(lambda q, k, v: _with_lse(replace(call, q=q, k=k, v=v)), call.q, call.k, call.v)
-
-
 def kernel(call):
-    """The buckets through the stock causal kernel; in the debug mode (``check_finite``) a non-finite key or value
-    reaches only the rows that read it."""
-    call = checked(call)
+    """The buckets through the stock causal kernel (``dense``: the n x n mask)."""
     if call.backend == "dense":
         return (kernel_with_lse(call)[0],)
-    return (guard_nonfinite(lambda q, k, v: bucketed_attention(q, k, v, call.window, call.perm, scale=call.scale),
-                            call.q, call.k, call.v),)
+    return (bucketed_attention(call.q, call.k, call.v, call.window, call.perm, scale=call.scale),)
 
 
 def keys_attended_row(spec, length, row=None):
@@ -56,7 +36,7 @@ def keys_attended_row(spec, length, row=None):
     return full * b * (b + 1) // 2 + rest * (rest + 1) // 2
 
 
-SA_BUCKET = register_variant(Variant(
+VARIANT = SA_BUCKET = Variant(
     name="sa_bucket", label="SA-bucket", color="#34495E", marker="<", paths=("sa_bucket",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.sa_bucket_mask(perm, spec.window, q.shape[0], lengths),
@@ -69,4 +49,4 @@ SA_BUCKET = register_variant(Variant(
     slot_backends=("banded",), slot_padding=True,
     description="SA's permutation cut into buckets of its band's size, causal attention inside each",
     title="Bucketed SA",
-))
+)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..registry import register_variant
 from .sa import SA
 
-SA_FIXED = register_variant(dataclasses.replace(
+VARIANT = SA_FIXED = dataclasses.replace(
     SA, name="sa_fixed", label="SA (fixed σ)", color="#F5B041", marker="v", frozen=True, title="SA, fixed σ",
     description="control: SA with one permutation per layer for the whole run (fixed σ)",
-))
+)

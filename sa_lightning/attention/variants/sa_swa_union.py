@@ -2,28 +2,29 @@
 SA's band minus the SWA window are computed apart and merged by log-sum-exp, so no key counts twice."""
 from __future__ import annotations
 
-from .. import oracle
-from ..functional import _sa_swa_union, permutation_args, sa_swa_union_attention
-from ..registry import Variant, register_variant
-from ._common import check_permutation, dense_with_lse, draw_permutation, union_keys, union_mask
+from .. import masks, oracle
+from ..banded import banded_attention
+from ..registry import Variant
+from ._common import check_permutation, dense_output, draw_permutation, union_keys, union_mask, union_with_swa
+
+
+def far_with_lse(call):
+    """SA's band over σ's slots, less the keys SWA's window holds, with its log-sum-exp."""
+    half = masks.sa_half_width(call.window)
+    return banded_attention(call.q, call.k, call.v, before=half, after=half, perm=call.pos, lengths=call.lengths,
+                            scale=call.scale, skip_recent=call.window, return_lse=True, inv=call.inv)
+
+
+kernel_with_lse = union_with_swa(union_mask, far_with_lse)
 
 
 def kernel(call):
-    if call.backend == "dense":
-        B, _, n, _ = call.q.shape
-        perm, _, lengths = permutation_args(call.perm, None, None, call.lengths, B, n, call.q.device,
-                                             call.validate)
-        return (dense_with_lse(call, union_mask(call.spec, n, perm, lengths))[0],)
-    return (sa_swa_union_attention(call.q, call.k, call.v, call.window, call.perm, scale=call.scale,
-                                   lengths=call.lengths, inv=call.inv, validate=call.validate),)
+    if call.backend != "dense" and call.q.shape[2] < 2 * call.window:  # one softmax: no log-sum-exp to keep
+        return (dense_output(call, union_mask(call.spec, call.q.shape[2], call.perm, call.lengths)),)
+    return (kernel_with_lse(call)[0],)
 
 
-def kernel_with_lse(call):
-    return _sa_swa_union(call.q, call.k, call.v, call.window, call.perm, call.inv, call.lengths, call.scale,
-                         return_lse=True)
-
-
-SA_SWA_UNION = register_variant(Variant(
+VARIANT = SA_SWA_UNION = Variant(
     name="sa_swa_union", label="SA+SWA", color="#2ECC71", marker="D", paths=("sa_swa_union",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=union_mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.sa_swa_union_mask(perm, spec.window, q.shape[0], lengths),
@@ -31,4 +32,4 @@ SA_SWA_UNION = register_variant(Variant(
     keys_computed_at=lambda spec, n: 2 * min(spec.window, n),  # two bands
     uses_permutation=True, draw=draw_permutation, check_draw=check_permutation, windowed=True,
     description="training-free SA+SWA: one softmax over both masks",
-))
+)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from .. import masks, oracle
-from ..registry import Variant, register_variant
+from ..registry import Variant
 from ..strided import stride, strided_attention
 from ._common import dense_with_lse
 
@@ -20,7 +20,7 @@ def kernel_with_lse(call):
     if call.backend == "dense":
         return dense_with_lse(call, mask(call.spec, call.q.shape[2], None, call.lengths))
     return strided_attention(call.q, call.k, call.v, call.window, scale=call.scale, lengths=call.lengths,
-                             validate=call.validate)
+                             validate=False)  # checked by the call
 
 
 def kernel(call):
@@ -33,7 +33,7 @@ def keys_attended_row(spec, length, row=None):
     return int((torch.arange(length) // s + 1).sum())
 
 
-STRIDED = register_variant(Variant(
+VARIANT = STRIDED = Variant(
     name="strided", label="Strided", color="#8E44AD", marker="p", paths=("strided",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.strided_mask(q.shape[2], spec.window, q.shape[0], lengths,
@@ -42,4 +42,4 @@ STRIDED = register_variant(Variant(
     keys_computed_at=lambda spec, n: -(-n // stride(n, spec.window)),  # its group's keys, all of them
     windowed=True, min_window=3,
     description="control: every s-th earlier key, s spreading SA's budget evenly over the row",
-))
+)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from .. import masks, oracle
-from ..registry import Variant, register_variant
+from ..registry import Variant
 from ..strided_local import local_stride, local_strided_attention
 from ._common import dense_with_lse
 
@@ -21,7 +21,7 @@ def kernel_with_lse(call):
     if call.backend == "dense":
         return dense_with_lse(call, mask(call.spec, call.q.shape[2], None, call.lengths))
     return local_strided_attention(call.q, call.k, call.v, call.window, scale=call.scale, lengths=call.lengths,
-                                   validate=call.validate)
+                                   validate=False)  # checked by the call
 
 
 def kernel(call):
@@ -40,7 +40,7 @@ def keys_computed_at(spec, n):
     return min(n, h + 1 + -(-n // s))
 
 
-STRIDED_LOCAL = register_variant(Variant(
+VARIANT = STRIDED_LOCAL = Variant(
     name="strided_local", label="Strided+local", color="#6C3483", marker="d", paths=("strided_local",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.strided_local_mask(q.shape[2], spec.window, q.shape[0],
@@ -49,4 +49,4 @@ STRIDED_LOCAL = register_variant(Variant(
     windowed=True, min_window=3,
     description="control: a local band and every s-th earlier key, reaching the whole row in a few layers at SA's "
                 "kernel cost",
-))
+)

@@ -2,13 +2,12 @@
 the deterministic control beside the paper's gated SA+SWA (``strided_local_swa_union`` is its training-free twin)."""
 from __future__ import annotations
 
-from ..registry import register_variant
 from .strided_local import STRIDED_LOCAL
 from .strided_local_swa_union import STRIDED_LOCAL_SWA_UNION
 from .swa import gated_with_swa
 
-STRIDED_LOCAL_SWA = register_variant(gated_with_swa(
+VARIANT = STRIDED_LOCAL_SWA = gated_with_swa(
     STRIDED_LOCAL, STRIDED_LOCAL_SWA_UNION, name="strided_local_swa", label="Strided+local+SWA (gated)",
     color="#AF7AC5", marker="P",
     description="control: the local-band strided pattern and SWA, mixed by learned output gates",
-))
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import masks, oracle
-from ..registry import Variant, register_variant
+from ..registry import Variant
 from ..sinks import causal_keys
 from ..strided_local import local_stride, local_strided_attention
 from ._common import dense_with_lse
@@ -19,7 +19,7 @@ def kernel_with_lse(call):
     if call.backend == "dense":
         return dense_with_lse(call, mask(call.spec, call.q.shape[2], None, call.lengths))
     return local_strided_attention(call.q, call.k, call.v, call.window, scale=call.scale, lengths=call.lengths,
-                                   validate=call.validate, extra_band=call.window)
+                                   validate=False, extra_band=call.window)  # checked by the call
 
 
 def kernel(call):
@@ -35,7 +35,7 @@ def keys_attended_row(spec, length, row=None):
     return causal_keys(length, band) + int(far.sum())
 
 
-STRIDED_LOCAL_SWA_UNION = register_variant(Variant(
+VARIANT = STRIDED_LOCAL_SWA_UNION = Variant(
     name="strided_local_swa_union", label="Strided+local+SWA", color="#4A235A", marker="8",
     paths=("strided_local_swa_union",), kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"),
     mask=mask,
@@ -45,4 +45,4 @@ STRIDED_LOCAL_SWA_UNION = register_variant(Variant(
     keys_computed_at=lambda spec, n: min(n, spec.window + -(-n // local_stride(n, spec.window)[1])),
     windowed=True, min_window=3,
     description="control, training-free: the local-band strided pattern and SWA's window in one softmax",
-))
+)

@@ -6,26 +6,23 @@ from __future__ import annotations
 import torch
 
 from .. import masks, oracle
-from ..banded import banded_attention
-from ..dense import merge_partials
-from ..registry import Variant, register_variant
+from ..registry import Variant
 from ..sinks import causal_keys
 from ..strided import stride, strided_attention
-from ._common import dense_with_lse
+from ._common import union_with_swa
 
 
 def mask(spec, n, perm=None, lengths=None):
     return masks.union(masks.strided(spec.window, n, lengths), masks.sliding_window(spec.window))
 
 
-def kernel_with_lse(call):
-    q, w = call.q, call.window
-    if call.backend == "dense" or q.shape[2] < 2 * w:
-        return dense_with_lse(call, mask(call.spec, q.shape[2], None, call.lengths))
-    y_swa, lse_swa = banded_attention(q, call.k, call.v, before=w - 1, after=0, scale=call.scale, return_lse=True)
-    y_far, lse_far = strided_attention(q, call.k, call.v, w, scale=call.scale, lengths=call.lengths, skip_recent=w,
-                                       validate=call.validate)
-    return merge_partials(y_swa, lse_swa, y_far, lse_far)
+def far_with_lse(call):
+    """The strided keys at distance >= w, with their log-sum-exp."""
+    return strided_attention(call.q, call.k, call.v, call.window, scale=call.scale, lengths=call.lengths,
+                             skip_recent=call.window, validate=False)  # checked by the call
+
+
+kernel_with_lse = union_with_swa(mask, far_with_lse)
 
 
 def kernel(call):
@@ -40,7 +37,7 @@ def keys_attended_row(spec, length, row=None):
     return causal_keys(length, w) + int(far.sum())
 
 
-STRIDED_SWA_UNION = register_variant(Variant(
+VARIANT = STRIDED_SWA_UNION = Variant(
     name="strided_swa_union", label="Strided+SWA", color="#5B2C6F", marker="h", paths=("strided_swa_union",),
     kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.strided_swa_union_mask(q.shape[2], spec.window, q.shape[0],
@@ -49,4 +46,4 @@ STRIDED_SWA_UNION = register_variant(Variant(
     keys_computed_at=lambda spec, n: min(spec.window, n) + -(-n // stride(n, spec.window)),
     windowed=True, min_window=3,
     description="control, training-free: the strided pattern and SWA's window in one softmax",
-))
+)

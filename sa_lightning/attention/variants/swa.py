@@ -3,33 +3,40 @@ from __future__ import annotations
 
 from .. import masks, oracle
 from ..banded import banded_attention
-from ..functional import sliding_window_attention
-from ..registry import Variant, register_variant
+from ..dense import dense_masked_attention
+from ..registry import Variant
 from ..sinks import causal_keys
-from ._common import dense_with_lse
+from ._common import swa_with_lse
+
+
+def attend(call):
+    """SWA's output: the O(n*w) band, FlexAttention, or the n x n mask (``dense``, and rows under two windows)."""
+    q, k, v, window, scale = call.q, call.k, call.v, call.window, call.scale
+    n = q.shape[2]
+    if call.backend == "dense" or (call.backend == "banded" and n < 2 * window):
+        return dense_masked_attention(q, k, v, masks.dense(masks.sliding_window(window), n, device=q.device),
+                                      scale=scale)
+    if call.backend == "flex":
+        from ..flex import swa_flex
+
+        return swa_flex(q, k, v, window, scale=scale)
+    return banded_attention(q, k, v, before=window - 1, after=0, scale=scale)
 
 
 def kernel(call):
-    return (sliding_window_attention(call.q, call.k, call.v, call.window, scale=call.scale, backend=call.backend),)
+    return (attend(call),)
 
 
-def kernel_with_lse(call):
-    w = call.window
-    if call.q.shape[2] < 2 * w:
-        return dense_with_lse(call, masks.sliding_window(w))
-    return banded_attention(call.q, call.k, call.v, before=w - 1, after=0, scale=call.scale, return_lse=True)
-
-
-SWA = register_variant(Variant(
+VARIANT = SWA = Variant(
     name="swa", label="SWA", color="#4A90D9", marker="o", paths=("swa",),
-    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "flex", "dense"),
+    kernel=kernel, kernel_with_lse=swa_with_lse, backends=("banded", "flex", "dense"),
     mask=lambda spec, n, perm=None, lengths=None: masks.sliding_window(spec.window),
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.swa_mask(q.shape[2], spec.window, q.device),
     keys_attended_row=lambda spec, length, row: causal_keys(length, spec.window),
     keys_computed_at=lambda spec, n: min(spec.window, n),
     windowed=True, local_paths=("swa",),
     description="sliding-window attention over the last w keys",
-))
+)
 
 
 def gated_with_swa(far: Variant, union: Variant, **fields) -> Variant:
@@ -46,4 +53,4 @@ def gated_with_swa(far: Variant, union: Variant, **fields) -> Variant:
                    keys_computed_at=lambda spec, n: far.keys_computed_at(spec, n) + min(spec.window, n),
                    draw=far.draw, check_draw=far.check_draw, draw_ndim=far.draw_ndim, windowed=True, gated=True,
                    training_free_twin=union.name, local_paths=(SWA.name,),
-                   cpu_graph=far.cpu_graph and SWA.cpu_graph, min_window=far.min_window, **fields)
+                   cpu_graph=far.cpu_graph and SWA.cpu_graph, min_window=far.min_window, select=far.select, **fields)
