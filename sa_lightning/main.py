@@ -21,6 +21,7 @@
     python cli.py bench profile [--preset cpu|paper]         where each variant's time goes; the bytes its reorders move
     python cli.py study long-range [--preset NAME]            synthetic recall by key-query distance, per variant
     python cli.py study pretrain [--preset NAME]              Table 1 at micro scale: variants, controls, training seeds
+    python cli.py study reach [--preset NAME]                 each mask's reach past SWA's field by depth, over draw seeds
     python cli.py doctor [--tiny] [--out DIR]                 one GPU sitting in one report (under 8 minutes)
 
 A command's own --help lists its options and defaults (a study's, its presets).
