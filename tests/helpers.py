@@ -250,3 +250,21 @@ def no_cache_rename_warning():
         hf_logging.get_logger("transformers").removeHandler(handler)
     said = [r.getMessage() for r in records if "past_key_values" in r.getMessage()]
     assert not said, said
+
+
+def check_result_contract(out, experiment: str, compared: bool = True) -> dict:
+    """What every experiment writes (``utils.report.RESULT_FILES`` and a figure), ``compare.json`` in its one schema
+    (the experiment's name; ``COMPARE_FIELDS`` first in every row, each row with a verdict) and ``results.json``
+    naming the experiment. Returns ``compare.json``."""
+    import json
+
+    from sa_lightning.utils.report import COMPARE_FIELDS, RESULT_FILES
+
+    written = {p.name for p in Path(out).iterdir() if p.is_file()}
+    assert set(RESULT_FILES) <= written, written
+    compare = json.loads((Path(out) / "compare.json").read_text())
+    assert compare["experiment"] == experiment and (bool(compare["comparisons"]) == compared)
+    for row in compare["comparisons"]:
+        assert list(row)[:len(COMPARE_FIELDS)] == list(COMPARE_FIELDS) and row["verdict"], row
+    assert json.loads((Path(out) / "results.json").read_text())["experiment"] == experiment
+    return compare

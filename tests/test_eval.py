@@ -15,7 +15,7 @@ from sa_lightning.eval.harness import OFFLINE, TABLE1, load_tasks, resolve_tasks
 from sa_lightning.eval.lm import SALM
 from sa_lightning.eval.table import markdown_table
 from sa_lightning.models import ModelConfig, Transformer
-from tests.helpers import fit_tiny_checkpoint, no_cache_rename_warning, run_cli_here
+from tests.helpers import check_result_contract, fit_tiny_checkpoint, no_cache_rename_warning, run_cli_here
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ["--config", str(ROOT / "configs/tiny.yaml"), "--config", str(ROOT / "tests/configs/fast.yaml")]
@@ -291,6 +291,8 @@ def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     # the table says how many documents of each task it scored, not only the limit it was given
     assert "documents scored: " + ", ".join(f"{t} 4" for t in offline.TASK_NAMES) + " (the first 4 of each)" in table
     assert json.loads((tmp_path / "results.json").read_text())["tasks"] == list(offline.TASK_NAMES)
+    compared = check_result_contract(tmp_path, "evaluate")["comparisons"]
+    assert compared and {(r["a"], r["b"]) for r in compared} == {("b", "a")} and all(r["outcome"] for r in compared)
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
     # per-item records of every (row, seed), and the table's numbers again with their intervals
     assert sorted("_".join(p.name.split("_")[:2]) for p in (tmp_path / "cells").glob("*.items.jsonl.gz")) == [

@@ -11,6 +11,7 @@ from sa_lightning.inference import compare
 from sa_lightning.inference.plan import SweepConfig
 from sa_lightning.utils.stats import BETTER, TIED, WORSE
 from tests.test_sweep_reuse import two_models  # noqa: F401  (a fixture: the same tiny models)
+from tests.helpers import check_result_contract
 
 VERDICTS = {BETTER, WORSE, TIED}
 
@@ -64,7 +65,7 @@ def test_a_sweep_keeps_paired_items_puts_intervals_in_its_table_and_compares(tin
     assert "shakespeare_lastword:seed_sd" in (out / "results.csv").read_text().splitlines()[0]
 
     # compare.md / compare.json: one row per (comparison, window, task), verdicts from the interval
-    rows = json.loads((out / "compare.json").read_text())["comparisons"]
+    rows = check_result_contract(out, "sweep")["comparisons"]
     assert {(r["a"], r["match"]) for r in rows} == {("full", "equal_w"), ("sa", "equal_w"), ("sa", "equal_keys")}
     equal_w = [r for r in rows if r["a"] == "sa" and r["match"] == "equal_w"]
     assert {(r["a_w_eff"], r["b_w_eff"], r["task"]) for r in equal_w} == {

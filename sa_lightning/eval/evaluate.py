@@ -32,7 +32,8 @@ from ..utils.argtypes import doc_help, non_negative_int, positive_int, seed
 from ..utils.atomic import (check_own_files, check_results_folder, output_folder, read_records, replacing_files,
                             write_text)
 from ..utils.runner import fingerprint, folder_lock, prune_cells, run_cells, spec_digest, unique_seeds
-from ..utils.report import head, row
+from ..utils.report import RESULT_FILES, compare_json, head, row
+from ..utils.tables import write_csv
 from ..utils.stats import (LEVEL, MIN_UNITS, RESAMPLES, Interval, comparison_row, derived_seed, paired_difference,
                            two_level_bootstrap)
 from ..attention import sigma_seeds, variant_label
@@ -154,8 +155,9 @@ def comparisons_of(items: dict[str, list[dict]], columns: tuple[Column, ...], ba
                                      _per_item(col, b[1][:, [ib[i] for i in common]]),
                                      seed=derived_seed(0, label, baseline, col.task))
             nll = col.metric == "perplexity"
-            rows.append(comparison_row(diff, col.lower_is_better, a=label, b=baseline,
-                                       column=f"{col.label}: NLL" if nll else col.label,
+            column = f"{col.label}: NLL" if nll else col.label
+            rows.append(comparison_row(diff, col.lower_is_better, setting=[column], a=label, b=baseline,
+                                       outcome=column, column=column,
                                        unit="nats" if nll else ("points" if col.is_accuracy else "value")))
     return rows
 
@@ -201,7 +203,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     from .harness import load_tasks, resolve_tasks
 
     out = check_results_folder(args.out, "evaluation", overwrite=args.overwrite)  # before any checkpoint loads
-    check_own_files(out, ["results.json", "table.md"], args.overwrite, "evaluation")
+    check_own_files(out, list(RESULT_FILES), args.overwrite, "evaluation")
     loaded = [load_checkpoint(path) for path in args.ckpt]  # a bad checkpoint fails first, in a second
     tasks = resolve_tasks(args.tasks)
     load_tasks(tasks)  # every dataset is at hand before any checkpoint is scored
@@ -254,7 +256,7 @@ def _evaluate(args, out: Path, tasks: list[str], loaded: list, labels: list[str]
     done = run_cells(todo, out, lambda c: cell_id(*c, spec_of(c)), spec_of, run, line=lambda r: "scored",
                      needs="metrics", kind="evaluation")
     by_cell = dict(zip(todo, done))  # in grid order (a reused cell may carry another label of the same file name)
-    report = {"tasks": tasks, "limit": args.limit, "eval_samples": args.eval_samples, "sa_mode": args.sa_mode,
+    report = {"experiment": "evaluate", "tasks": tasks, "limit": args.limit, "eval_samples": args.eval_samples, "sa_mode": args.sa_mode,
               "seeds": seeds, "models": {}}
     means, stds, items = {}, {}, {}
     for label in labels:
@@ -292,17 +294,26 @@ def _evaluate(args, out: Path, tasks: list[str], loaded: list, labels: list[str]
         spread = {label: std for label, std in stds.items() if len(seeds[label]) > 1}
         text += "\nStandard deviation over each row's σ seeds (the rows that draw):\n\n" + \
             markdown_table(spread, columns).replace("**", "").replace("<u>", "").replace("</u>", "")
+    compared = "No comparison: `--baseline LABEL` compares every other row with that one.\n"
     if args.baseline is not None:
         report["comparisons"] = comparisons_of(items, columns, args.baseline)
-        text += (f"\nEach row minus {args.baseline}, paired on the same documents (a paired bootstrap that draws "
-                 f"them once for both sides), with a verdict worded from the interval:\n\n"
-                 f"{comparison_markdown(report['comparisons'])}")
-    with replacing_files(out, "evaluation", overwrite=args.overwrite) as tmp:  # both, or the previous two whole
+        compared = (f"Each row minus {args.baseline}, paired on the same documents (a paired bootstrap that draws "
+                    f"them once for both sides), with a verdict worded from the interval:\n\n"
+                    f"{comparison_markdown(report['comparisons'])}")
+        text += "\n" + compared
+    flat = [{"model": label, "column": column, **ci} for label, model in report["models"].items()
+            for column, ci in model["intervals"].items()]
+    with replacing_files(out, "evaluation", overwrite=args.overwrite) as tmp:  # the whole set, or the previous one
         write_text(tmp / "results.json", json.dumps(report, indent=2))
         write_text(tmp / "table.md", text)
+        write_text(tmp / "compare.md", compared)
+        write_text(tmp / "compare.json", json.dumps(compare_json("evaluate", report.get("comparisons", [])),
+                                                    indent=2))
+        write_csv(tmp / "results.csv", flat, fields=list(dict.fromkeys(k for r in flat for k in r)))
     prune_cells(out, [cell_id(*c, spec_of(c)) for c in todo], "evaluation")
     print(text)
-    print(f"wrote {out / 'results.json'}, {out / 'table.md'}, per-item records in {out / 'cells'} and TensorBoard "
+    print(f"wrote {out}/table.md, compare.md, compare.json, results.json, results.csv, per-item records in "
+          f"{out / 'cells'} and TensorBoard "
           f"logs in {out / 'tb'}")
     return report
 
@@ -342,10 +353,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default=None,
                    help="a row label: add each other row minus it, paired on the same documents, with a verdict")
     p.add_argument("--out", type=output_folder, default="outputs/eval",
-                   help="the evaluation's folder: table.md, results.json, cells/, tb/")
+                   help="the evaluation's folder: table.md, compare.md, compare.json, results.json, results.csv, "
+                        "cells/, tb/")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an --out that holds other files: files with the evaluation's names (cells/, tb/, "
-                        "results.json, table.md) are replaced, yours of those names too; nothing else there is "
+                        "table.md, compare.md, compare.json, results.json, results.csv) are replaced, yours of those names too; nothing else there is "
                         "touched or removed")
     return p
 

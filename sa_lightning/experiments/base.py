@@ -5,7 +5,7 @@ cell function, the outcomes it scores and the comparisons, and its views (``Repo
 the same way: parse, settings, folder, lock, cells (``utils.runner.run_cells``: a finished cell is reused exactly
 when its spec is equal), report, write. Every experiment writes the same files (``write_report``): ``table.md``,
 ``compare.md``, ``compare.json`` (one schema, ``COMPARE_FIELDS``), ``results.json``, ``results.csv``, its
-figures and any further views, beside ``cells/``.
+figures and any further views, beside ``cells/`` (``utils.report.RESULT_FILES``).
 """
 from __future__ import annotations
 
@@ -22,14 +22,9 @@ import yaml
 
 from ..utils import runner
 from ..utils.atomic import check_results_folder, output_folder, replacing_files, write_text
+from ..utils.report import compare_json
 from ..utils.runner import jobs_arg
 from ..utils.tables import write_csv
-
-#: every row of every ``compare.json``: which setting, A and B, the outcome, A − B (``mean``) with its 95% interval
-#: (``form``: ``interval``, or ``range`` under five units), the unit resampled (``scheme``: seeds, items, ...), how
-#: many (``units``), and the verdict worded from the interval (``utils.stats``); a row may carry more
-COMPARE_FIELDS = ("setting", "a", "b", "outcome", "mean", "lo", "hi", "form", "scheme", "units", "verdict")
-
 
 @dataclass(frozen=True)
 class Flag:
@@ -215,7 +210,7 @@ def write_report(out: Path, experiment: Experiment, cfg, report: Report) -> list
         for name, text in {"table.md": report.table, "compare.md": report.compare, **report.views}.items():
             write_text(tmp / name, text)
             names.append(name)
-        write_text(tmp / "compare.json", json.dumps(compare_json(experiment, report.comparisons), indent=2,
+        write_text(tmp / "compare.json", json.dumps(compare_json(experiment.name, report.comparisons), indent=2,
                                                     default=str))
         write_text(tmp / "results.json", json.dumps({"experiment": experiment.name, "config": config_dict(cfg),
                                                      "rows": report.rows}, indent=1, default=str))
@@ -225,13 +220,6 @@ def write_report(out: Path, experiment: Experiment, cfg, report: Report) -> list
             if draw(tmp / name) is not False:
                 names.append(name)
     return names
-
-
-def compare_json(experiment: Experiment, rows: list[dict]) -> dict:
-    """``compare.json``: the experiment's name and its comparisons, each with every field of ``COMPARE_FIELDS``
-    (None where a row has no such thing) before its own."""
-    return {"experiment": experiment.name,
-            "comparisons": [{**{k: row.get(k) for k in COMPARE_FIELDS}, **row} for row in rows]}
 
 
 def config_dict(cfg) -> dict:

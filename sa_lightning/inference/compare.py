@@ -26,7 +26,7 @@ import numpy as np
 from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
-from ..utils.report import head, row
+from ..utils.report import compare_json, head, row
 from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval, block_units,
                            comparison_row, derived_seed, documents_difference, headroom, headroom_label,
                            mean_of_tasks, percentile_interval, replicates, seed_spread)
@@ -246,7 +246,8 @@ def comparison_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
                     at = (task, b[1] or a[1], b[2])
                     if not control and at not in controls:
                         controls[at] = headroom_at(loaded, *at)
-                    rows.append({"a": comp.a, "b": comp.b, "match": comp.match, "task": task, "a_sink": a[2],
+                    rows.append({"setting": [task, a[1], a[2]], "a": comp.a, "b": comp.b, "outcome": task,
+                                 "match": comp.match, "task": task, "a_sink": a[2],
                                  "b_sink": b[2], "a_w_eff": a[1], "b_w_eff": b[1], "a_kpq": sa.kpq, "b_kpq": sb.kpq,
                                  "unit": "nats/token" if lower_is_better(task) else "points",
                                  **comparison_row(diff, lower_is_better(task)),
@@ -450,7 +451,7 @@ def write(cfg: SweepConfig, out: Path, folder: Path, loaded: Loaded) -> Compared
     lacking = lacking_sentence(out, loaded.lacking)
     text = markdown(cfg, rows, deltas, lacking, regime)
     write_text(folder / "compare.md", text)
-    write_text(folder / "compare.json", json.dumps(
-        {"resamples": RESAMPLES, "level": LEVEL, "comparisons": rows, "delta_nll": deltas, "regime": regime,
-         "lacking_items": loaded.lacking}, indent=2))
+    write_text(folder / "compare.json", json.dumps(compare_json(
+        "sweep", rows, resamples=RESAMPLES, level=LEVEL, delta_nll=deltas, regime=regime,
+        lacking_items=loaded.lacking), indent=2))
     return Compared(text, rows, deltas, regime, summary(rows, lacking))

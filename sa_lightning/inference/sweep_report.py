@@ -346,7 +346,8 @@ def report(cfg: SweepConfig, out: Path) -> dict:
     cols = [*cfg.tasks, "avg"]
     with replacing_files(out, "sweep report", overwrite=True) as tmp:  # its own folder (cells/)
         write_text(tmp / "config.json", json.dumps(asdict(cfg), indent=2))
-        write_text(tmp / "results.json", json.dumps({"config": asdict(cfg), "rows": table}, indent=2))
+        write_text(tmp / "results.json", json.dumps({"experiment": "sweep", "config": asdict(cfg), "rows": table},
+                                                    indent=2))
         write_csv(tmp / "results.csv", table,
                   fields=["mode", "w_eff", "sink", *cols, "kpq", *(f"kpq:{t}" for t in cfg.tasks),
                           *(f"{c}:{name}" for c in cols for name in INTERVAL_FIELDS)])

@@ -119,3 +119,19 @@ def head(names, align: str | list[str] = "---") -> list[str]:
     names = list(names)
     rules = [align] * len(names) if isinstance(align, str) else align
     return [row(names), "|" + "".join(f"{r}|" for r in rules)]
+
+
+# ---- the result contract: what every experiment writes --------------------------------------------------
+#: every row of every ``compare.json``: which setting, A and B, the outcome, A − B (``mean``) with its 95% interval
+#: (``form``: ``interval``, or ``range`` under five units), the unit resampled (``scheme``: seeds, items, ...), how
+#: many (``units``), and the verdict worded from the interval (``utils.stats``); a row may carry more
+COMPARE_FIELDS = ("setting", "a", "b", "outcome", "mean", "lo", "hi", "form", "scheme", "units", "verdict")
+#: the files every experiment writes beside ``cells/`` (and its figures)
+RESULT_FILES = ("table.md", "compare.md", "compare.json", "results.json", "results.csv")
+
+
+def compare_json(experiment: str, rows: list[dict], **extra) -> dict:
+    """``compare.json``: the experiment's name and its comparisons, each with every field of ``COMPARE_FIELDS``
+    (None where a row has no such thing) before its own, then the experiment's further tables (``extra``)."""
+    return {"experiment": experiment,
+            "comparisons": [{**{k: row.get(k) for k in COMPARE_FIELDS}, **row} for row in rows], **extra}
