@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..attention import get_variant, variant_names
@@ -236,33 +236,23 @@ def made_by(cfg: "SweepConfig", cell: Cell, weights: str | None = None) -> dict:
 
 
 def is_done(path: Path, cell: Cell, made: dict | None = None) -> bool:
-    """A cell file counts as done only if it was run with this cell's exact spec (a file from before a
-    change of spec, such as sa_mode, is run again rather than mixed into the table), given ``made``
-    (``made_by``), by the same model, tokenizer, limit, ... (a difference there is refused in one sentence), and
-    it has its per-item records beside it (a cell from before sweeps kept them is run again, so that its
-    intervals and comparisons exist)."""
+    """A cell file counts as done exactly when it was run with this cell's spec and, given ``made`` (``made_by``),
+    by the same model (its weights' bytes), tokenizer, limit, ..., and its per-item records read back whole. A
+    record whose ``made_by`` names other fields (an older record's) runs again; one made with other values of the
+    same fields is refused in one sentence, since its folder holds another run's cells."""
     from ..utils.runner import read_cell
 
     record = read_cell(path, "items", quiet=True) if path.exists() else {}
-    if not record:
-        return False
-    stored = record.get("spec")
-    # a field added to PatchSpec later (sink) reads as its default in cells written before it existed
-    defaults = {f.name: f.default for f in fields(PatchSpec)}
-    if not (isinstance(stored, dict) and {**defaults, **stored} == asdict(cell.spec)):
+    if not record or record.get("spec") != asdict(cell.spec):
         return False
     then = record.get("made_by")
-    if made is not None and isinstance(then, dict) and "weights" not in then and made.get("weights") is not None \
-            and {**then, "weights": made["weights"]} == made:
-        return False  # a cell from before weights were fingerprinted: run again, since its model cannot be checked
-    if made is not None and then is not None:
-        then = {**{k: None for k in made}, **then}  # a field added since (weights, for a Hub model) reads as None
+    if made is not None and (not isinstance(then, dict) or set(then) != set(made)):
+        return False
     if made is not None and then != made:
-        differ = ("it records no model, tokenizer or limit (written before sweeps kept them)" if then is None else
-                  ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in made.items() if then.get(k) != v))
+        differ = ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in made.items() if then.get(k) != v)
         raise ValueError(f"{path} was made with other settings: {differ}; pass another --out (or remove that "
                          "folder's cells/) so that no cell of another run is counted as this one's.")
-    return "items" in record and items_path(path.parent.parent, cell).exists()
+    return items_path(path.parent.parent, cell).exists()
 
 
 def context_of(task: str) -> int | None:
