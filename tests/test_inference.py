@@ -225,7 +225,7 @@ def local_model(tmp_path_factory):
 
 
 def test_sweep_writes_every_cell_resumes_and_draws(local_model, tmp_path, capsys):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     args = ["--model", str(local_model), "--dtype", "float32", "--tasks", "[shakespeare_lastword]",
             "--modes", "[full, swa, sa, sa_swa_union, moba]", "--windows", "[8, 32]", "--moba_block_sizes", "[4, 16]",
@@ -252,7 +252,7 @@ def test_sweep_writes_every_cell_resumes_and_draws(local_model, tmp_path, capsys
     (["--tasks", "[hellaswg]"], "unknown task 'hellaswg'"),
 ])
 def test_bad_sweep_configs_fail_before_any_cell(args, message, tmp_path):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     with pytest.raises(ValueError, match=message):
         main(["--model", "nowhere", "--out", str(tmp_path), *args])
@@ -260,7 +260,7 @@ def test_bad_sweep_configs_fail_before_any_cell(args, message, tmp_path):
 
 
 def test_sweep_names_a_model_it_cannot_load(tmp_path):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     with pytest.raises(ValueError, match="model '/no/such/model' cannot be loaded"):
         main(["--model", "/no/such/model", "--tasks", "[shakespeare_lastword]", "--modes", "[full]",
@@ -271,7 +271,7 @@ def test_paper_sweep_configs_run_with_a_local_stand_in(local_model, tmp_path):
     """configs/sweep/qwen3_*.yaml with the hub model replaced by a local folder and the tasks by an offline one."""
     from pathlib import Path
 
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     root = Path(__file__).resolve().parents[1]
     for name in ("qwen3_8b", "qwen3_30b_a3b"):
@@ -286,12 +286,12 @@ def test_paper_sweep_configs_run_with_a_local_stand_in(local_model, tmp_path):
 
 
 def test_moba_wider_than_the_model_fails_before_the_first_cell(local_model, tmp_path):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     with pytest.raises(ValueError, match=r"block_size \* top_k = \[1024\] does not fit"):
         main(["--model", str(local_model), "--tasks", "[shakespeare_lastword]", "--modes", "[full, moba]",
               "--moba_block_sizes", "[8, 512]", "--out", str(tmp_path)])
-    assert not list((tmp_path / "cells").iterdir())
+    assert not list((tmp_path / "cells").glob("*"))  # refused before any cell file (or the folder) is written
 
 
 @pytest.mark.parametrize("mode", ["swa", "sa", "sa_swa_union", "moba"])
@@ -317,7 +317,7 @@ def test_patched_prefill_never_builds_an_n_by_n_tensor(mode):
 
 @pytest.mark.parametrize("name", ["qwen3_8b", "qwen3_30b_a3b"])
 def test_paper_sweep_configs_run_all_seven_tasks_and_opt_in_to_code_execution_in_the_file(name, tmp_path):
-    from sa_lightning.inference.sweep import load_config, main
+    from sa_lightning.experiments.sweep import load_config, main
 
     config = str(ROOT / f"configs/sweep/{name}.yaml")
     cfg = load_config(["--config", config])

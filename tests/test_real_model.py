@@ -177,7 +177,7 @@ def test_the_patchers_budget_counts_every_layers_mask(llama):
 
 
 def test_a_negative_sink_is_refused_before_the_model_loads(tmp_path):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     with pytest.raises(ValueError, match=r"sink must be an integer >= 0"):
         main(["--model", "/no/such/model.gguf", "--sinks", "[0, -1]", "--out", str(tmp_path)])
@@ -186,7 +186,7 @@ def test_a_negative_sink_is_refused_before_the_model_loads(tmp_path):
 
 
 def test_a_task_longer_than_the_model_is_refused_before_its_weights_load(llama_folder, tmp_path, monkeypatch):
-    from sa_lightning.inference import sweep
+    from sa_lightning.experiments import sweep
 
     monkeypatch.setattr(sweep, "load_model", lambda *a, **k: pytest.fail("the weights were loaded"))
     config = json.loads((llama_folder / "config.json").read_text())
@@ -203,7 +203,7 @@ def test_a_task_longer_than_the_model_is_refused_before_its_weights_load(llama_f
 
 # ---- the shipped SmolLM2 config, changed only in size, on a tiny Llama ---------------------------------
 def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, capsys):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     out = tmp_path / "sweep"
     args = ["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "quick", "--model",
@@ -245,7 +245,7 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
 
 def test_an_unknown_preset_names_the_ones_there_are(tmp_path):
     from sa_lightning.inference.plan import cells
-    from sa_lightning.inference.sweep import load_config
+    from sa_lightning.inference.plan import load_config
 
     with pytest.raises(ValueError, match="unknown preset 'fast'; this config has full, quick"):
         load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "fast"])

@@ -30,7 +30,7 @@ def _items(path):
 def test_a_sweep_keeps_paired_items_puts_intervals_in_its_table_and_compares(tiny_model, tmp_path, capsys,
                                                                              monkeypatch):
     from sa_lightning.inference import sweep_report
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     monkeypatch.setattr(sweep_report, "plots", lambda *args: [])  # the figures have tests of their own
     out = tmp_path / "sweep"
@@ -175,7 +175,7 @@ def test_lm_eval_samples_become_compact_records_keyed_for_pairing():
     (["--compare"], "holds none of this config's"),
 ])
 def test_bad_comparisons_fail_in_one_sentence_before_any_cell(args, message, tmp_path):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     with pytest.raises(ValueError, match=message):
         main(["--model", "nowhere", "--tasks", "[shakespeare_lastword]", "--modes", "[full, swa, sa]",
@@ -186,7 +186,7 @@ def test_bad_comparisons_fail_in_one_sentence_before_any_cell(args, message, tmp
 def test_the_regime_sweep_puts_every_mode_against_w_over_n(tiny_model, tmp_path):
     """Issue 35 item 3 with the shipped regime config, changed only in size: ΔNLL against full and the paired
     comparisons at every (n, w_eff), in compare.md's regime table, compare.json and regime.png."""
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     out = tmp_path / "regime"
     result = main(["--config", "configs/sweep/smollm2_regime.yaml", "--model", str(tiny_model),
@@ -212,7 +212,7 @@ def test_the_regime_sweep_puts_every_mode_against_w_over_n(tiny_model, tmp_path)
 def test_the_short_prompt_sweep_puts_sa_against_swa_at_equal_keys_with_and_without_sinks(tiny_model, tmp_path):
     """Issue 49 item 4 with the shipped short-prompt config, changed only in size: the last-word task, SA against
     SWA at equal w and at equal keys and against Random, each window with and without sinks."""
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     out = tmp_path / "short"
     result = main(["--config", "configs/sweep/smollm2_short.yaml", "--model", str(tiny_model), "--windows", "[8]",
@@ -284,7 +284,7 @@ def test_two_array_tasks_run_side_by_side_in_one_folder_and_the_report_joins_the
     assert {p.name for p in (out / "cells").glob("*.json")} == {"sa_w8_s0_shakespeare_lastword.json",
                                                                  "swa_w8_s0_shakespeare_lastword.json"}
     assert not (out / "table.md").exists()  # the tables are the report's
-    from sa_lightning.inference.sweep import main  # the report job, in this process (one interpreter start fewer)
+    from sa_lightning.experiments.sweep import main  # the report job, in this process (one interpreter start fewer)
 
     main([*base[3:], "--modes", "[sa, swa]", "--compare"])
     assert "| SA | SWA | equal w | LW |" in (out / "compare.md").read_text()

@@ -32,7 +32,7 @@ def _cells(out):
 
 
 def test_an_sa_cell_scores_the_same_alone_in_a_grid_and_at_any_batch_size(tiny_model, tmp_path):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     common = ["--model", str(tiny_model), "--dtype", "float32", "--device_map", "cpu",
               "--tasks", "[shakespeare_choice]", "--limit", "6"]

@@ -28,7 +28,7 @@ def two_models(tmp_path_factory):
 
 
 def test_a_cell_of_another_model_or_limit_is_refused_not_reused(two_models, tmp_path, capsys):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     def args(model, limit):
         return ["--model", str(model), "--dtype", "float32", "--tasks", "[shakespeare_lastword]", "--modes", "[full]",
@@ -36,7 +36,7 @@ def test_a_cell_of_another_model_or_limit_is_refused_not_reused(two_models, tmp_
 
     main(args(two_models[0], 2))
     cell = tmp_path / "cells" / "full_wall_s0_shakespeare_lastword.json"
-    assert json.loads(cell.read_text())["made_by"]["limit"] == 2.0
+    assert json.loads(cell.read_text())["spec"]["made_by"]["limit"] == 2.0
     capsys.readouterr()
     main(args(two_models[0], 2))
     assert "1 cells, 1 already done, 0 to run" in capsys.readouterr().out
@@ -45,7 +45,7 @@ def test_a_cell_of_another_model_or_limit_is_refused_not_reused(two_models, tmp_
         with pytest.raises(ValueError, match="was made with other settings: " + differs.replace("(", r"\(")
                            .replace(")", r"\)")):
             main(other)
-    assert json.loads(cell.read_text())["made_by"]["limit"] == 2.0  # the old cell is untouched
+    assert json.loads(cell.read_text())["spec"]["made_by"]["limit"] == 2.0  # the old cell is untouched
 
 
 def test_a_model_exported_again_in_place_is_not_the_same_model(two_models, tmp_path, capsys):
@@ -53,7 +53,7 @@ def test_a_model_exported_again_in_place_is_not_the_same_model(two_models, tmp_p
     with the old model's numbers, since only the path was compared. The weights' fingerprint is in each cell."""
     import shutil
 
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     model = tmp_path / "model"
     shutil.copytree(two_models[0], model)
@@ -67,7 +67,7 @@ def test_a_model_exported_again_in_place_is_not_the_same_model(two_models, tmp_p
 
 
 def test_a_seed_named_twice_runs_and_counts_once(two_models, tmp_path, capsys):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     main(["--model", str(two_models[0]), "--dtype", "float32", "--tasks", "[shakespeare_lastword]",
           "--modes", "[sa]", "--windows", "[8]", "--seeds", "[0, 0]", "--limit", "2", "--out", str(tmp_path)])
@@ -95,7 +95,7 @@ def test_two_sweeps_into_one_folder_at_once_are_refused(two_models, tmp_path):
     (out / "cells").mkdir()
     held = runner.RunLock(out, runner.LOCK_NAME, what="sweep")
     held.acquire()  # what another process's sweep holds; in this process, taken over only by the same lock
-    code = "import sys; from sa_lightning.inference.sweep import main; main(sys.argv[1:])"
+    code = "import sys; from sa_lightning.experiments.sweep import main; main(sys.argv[1:])"
     res = subprocess.run([sys.executable, "-c", code, "--model", str(two_models[0]), "--dtype", "float32",
                           "--tasks", "[shakespeare_lastword]", "--modes", "[full]", "--limit", "2", "--out", str(out)],
                          capture_output=True, text=True)
@@ -107,7 +107,7 @@ def test_two_sweeps_into_one_folder_at_once_are_refused(two_models, tmp_path):
 def test_items_cut_short_are_named_by_compare_and_run_again_by_a_rerun(two_models, tmp_path, capsys):
     """Issue 48: a cut-short ``cells/*.items.jsonl.gz`` gave a 38-line EOFError traceback on ``--compare`` and on a
     plain rerun, which did not rerun the damaged cell."""
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     args = ["--model", str(two_models[0]), "--dtype", "float32", "--tasks", "[shakespeare_lastword]",
             "--modes", "[full, swa]", "--windows", "[8]", "--limit", "5", "--out", str(tmp_path)]
@@ -126,16 +126,16 @@ def test_items_cut_short_are_named_by_compare_and_run_again_by_a_rerun(two_model
 
 def test_a_cell_from_before_weights_were_fingerprinted_runs_again_instead_of_being_refused(two_models, tmp_path,
                                                                                            capsys):
-    from sa_lightning.inference.sweep import main
+    from sa_lightning.experiments.sweep import main
 
     args = ["--model", str(two_models[0]), "--dtype", "float32", "--tasks", "[shakespeare_lastword]", "--modes",
             "[full]", "--limit", "2", "--out", str(tmp_path)]
     main(args)
     cell = tmp_path / "cells" / "full_wall_s0_shakespeare_lastword.json"
     record = json.loads(cell.read_text())
-    del record["made_by"]["weights"]
+    del record["spec"]["made_by"]["weights"]  # a record of before: its spec names no weights
     cell.write_text(json.dumps(record))
     capsys.readouterr()
     main(args)
     assert "1 cells, 0 already done, 1 to run" in capsys.readouterr().out
-    assert json.loads(cell.read_text())["made_by"]["weights"]
+    assert json.loads(cell.read_text())["spec"]["made_by"]["weights"]

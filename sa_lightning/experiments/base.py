@@ -48,6 +48,16 @@ class Report:
     rows: list[dict]
     figures: dict[str, Callable[[Path], object]] = field(default_factory=dict)
     views: dict[str, str] = field(default_factory=dict)
+    #: more of ``compare.json`` than its rows (a sweep's ΔNLL by position)
+    compare_extra: dict = field(default_factory=dict)
+    #: figures drawn together into the folder given, returning their names (a sweep's)
+    draw: Callable[[Path], list[str]] | None = None
+    #: what the command prints at the end instead of ``compare`` (a sweep's verdicts counted)
+    summary: str | None = None
+    #: what ``main`` returns instead of the records
+    returned: Any = None
+    #: ``results.csv``'s columns in their order (default: as the rows first name them)
+    csv_fields: list[str] | None = None
 
 
 class Experiment:
@@ -105,8 +115,45 @@ class Experiment:
     def setup(self) -> None:
         """Each worker process's start."""
 
-    def report(self, cfg, records: list[dict]) -> Report:
+    def report(self, cfg, records: list[dict], out: Path) -> Report:
         raise NotImplementedError
+
+    # ---- how a run goes (the defaults suit most) -------------------------------------------------------
+    #: the flag that names the output folder, in refusals
+    out_flag = "--out"
+
+    def parse(self, argv: list[str] | None):
+        """The typed config and the preset's name, from the command line."""
+        args = self.parser().parse_args(argv)
+        if not Path(args.config).is_file():
+            raise SystemExit(f"error: {self.name} config {args.config} not found.")
+        return self.settings(args), args.preset
+
+    def lock(self, cfg, out: Path, todo: list):
+        """The run's hold on its folder: the folder's lock (one run at a time)."""
+        return runner.folder_lock(out, self.kind)
+
+    def before(self, cfg, out: Path, todo: list) -> None:
+        """What a run does once its folder is held, before the cells."""
+
+    def runs_cells(self, cfg) -> bool:
+        return True
+
+    def reports(self, cfg) -> bool:
+        return True
+
+    def reuse(self, saved: dict, spec: dict) -> bool:
+        """The one reuse rule (``utils.runner.same_spec``): a record stands for its cell exactly when its spec is
+        equal."""
+        return runner.same_spec(saved, spec)
+
+    def jobs(self, cfg):
+        """Cells run at once (``--jobs``; None: auto)."""
+        return getattr(cfg, "jobs", None)
+
+    def header(self, cfg, preset: str | None, out: Path, todo: list) -> str:
+        """The run's first line."""
+        return f"{self.name}{f' (preset {preset})' if preset else ''}: {len(todo)} cell(s), results in {out}/"
 
     # ---- the command line and the settings -----------------------------------------------------------
     def parser(self) -> argparse.ArgumentParser:
@@ -179,27 +226,29 @@ def load_config(experiment: Experiment, path: str | Path, preset: str | None, ov
 
 
 # ---- the one entry -------------------------------------------------------------------------------------
-def main(experiment: Experiment, argv: list[str] | None = None) -> list[dict]:
-    """Run ``experiment`` from its command line: every cell (reused where its spec is equal), then the report."""
-    args = experiment.parser().parse_args(argv)
-    if not Path(args.config).is_file():
-        raise SystemExit(f"error: {experiment.name} config {args.config} not found.")
-    cfg = experiment.settings(args)
-    out = check_results_folder(cfg.out, experiment.kind)
-    runner.folder_lock(out, experiment.kind)  # one run at a time in this folder, until this process ends
+def main(experiment: Experiment, argv: list[str] | None = None):
+    """Run ``experiment`` from its command line: every cell (reused where its spec is equal), then the report.
+    Returns the records (a sweep: what its report returned)."""
+    cfg, preset = experiment.parse(argv)
+    out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag)
     todo = experiment.cells(cfg)
-    print(f"{experiment.name}{f' (preset {args.preset})' if args.preset else ''}: {len(todo)} cell(s), results in "
-          f"{out}/", flush=True)
-    start = time.perf_counter()
-    records = runner.run_cells(todo, out, experiment.cell_id, lambda cell: experiment.spec(cell, cfg, out),
-                               experiment.run, experiment.line, experiment.loaded, getattr(cfg, "jobs", None),
-                               given=experiment.given, setup=experiment.setup, needs=experiment.needs,
-                               kind=experiment.kind, announce=experiment.announce)
-    report = experiment.report(cfg, records)
-    names = write_report(out, experiment, cfg, report)
-    print("\n" + "\n".join(text for text in (report.table, *report.views.values(), report.compare) if text))
+    with experiment.lock(cfg, out, todo):  # one run at a time in this folder (an array's task: in its own cells)
+        print(experiment.header(cfg, preset, out, todo), flush=True)
+        start = time.perf_counter()
+        experiment.before(cfg, out, todo)
+        records = runner.run_cells(todo, out, experiment.cell_id, lambda cell: experiment.spec(cell, cfg, out),
+                                   experiment.run, experiment.line, experiment.loaded, experiment.jobs(cfg),
+                                   given=experiment.given, setup=experiment.setup, needs=experiment.needs,
+                                   kind=experiment.kind, announce=experiment.announce, reuse=experiment.reuse) \
+            if experiment.runs_cells(cfg) else []
+        if not experiment.reports(cfg):
+            return records
+        report = experiment.report(cfg, records, out)
+        names = write_report(out, experiment, cfg, report)
+    views = [text for name, text in report.views.items() if name.endswith(".md")]
+    print("\n" + "\n".join(text for text in (report.table, *views, report.summary or report.compare) if text))
     print(f"wrote {out}/{', '.join(names)} ({time.perf_counter() - start:.0f} s)")
-    return records
+    return report.returned if report.returned is not None else records
 
 
 def write_report(out: Path, experiment: Experiment, cfg, report: Report) -> list[str]:
@@ -210,15 +259,18 @@ def write_report(out: Path, experiment: Experiment, cfg, report: Report) -> list
         for name, text in {"table.md": report.table, "compare.md": report.compare, **report.views}.items():
             write_text(tmp / name, text)
             names.append(name)
-        write_text(tmp / "compare.json", json.dumps(compare_json(experiment.name, report.comparisons), indent=2,
-                                                    default=str))
+        write_text(tmp / "compare.json", json.dumps(compare_json(experiment.name, report.comparisons,
+                                                                 **report.compare_extra), indent=2, default=str))
         write_text(tmp / "results.json", json.dumps({"experiment": experiment.name, "config": config_dict(cfg),
                                                      "rows": report.rows}, indent=1, default=str))
-        write_csv(tmp / "results.csv", report.rows, fields=list(dict.fromkeys(k for r in report.rows for k in r)))
+        write_csv(tmp / "results.csv", report.rows,
+                  fields=report.csv_fields or list(dict.fromkeys(k for r in report.rows for k in r)))
         names += ["compare.json", "results.json", "results.csv"]
         for name, draw in report.figures.items():
             if draw(tmp / name) is not False:
                 names.append(name)
+        if report.draw is not None:
+            names += report.draw(tmp)
     return names
 
 

@@ -643,7 +643,7 @@ class LongRange(TrainedExperiment):
     def loaded(self, saved):
         return {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}}
 
-    def report(self, cfg, records):
+    def report(self, cfg, records, out):
         return Report(table=table(records),
                       compare=compare(records, cfg.comparisons or [], cfg.margins, cfg.preregistered),
                       comparisons=comparison_rows(records, cfg.comparisons or [], cfg.margins or {}),

@@ -406,7 +406,7 @@ class Pretrain(TrainedExperiment):
     def scoring(self, cell, cfg):
         return {"limit": cfg.limit, "eval_seeds": eval_seeds(cell["model"], cfg)}
 
-    def report(self, cfg, records):
+    def report(self, cfg, records, out):
         parts = sections(records, cfg.comparisons or [], cfg.margins, cfg.models)
         compared, comparison_rows = compare(parts, records, cfg.comparisons or [], cfg.margins, cfg.preregistered)
         return Report(table=table(parts, cfg, records), compare=compared, comparisons=comparison_rows,

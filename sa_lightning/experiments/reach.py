@@ -76,7 +76,7 @@ class Reach(Experiment):
     def line(self, record):
         return f"reach beyond L·(w−1) {100 * sum(record['reach']) / max(1, len(record['reach'])):.1f}%"
 
-    def report(self, cfg, records):
+    def report(self, cfg, records, out):
         units: dict[tuple, dict] = {}
         for r in records:
             setting = (r["depth"], r["window"], r["n"])

@@ -11,7 +11,7 @@ each ``position_ppl_*`` document's per-token NLL. From them, for each setting (m
 - ``regime_rows``: for a sweep over several prompt lengths n, those ΔNLLs and the windowed comparisons against
   w_eff / n (``regime.png``): does a deficit shrink as the window covers more of the prompt?
 
-``write`` puts the last two in ``compare.md`` and ``compare.json``, inside the report's set of files. A cell on disk
+``build`` makes the last two, for ``compare.md`` and ``compare.json`` in the report's set of files. A cell on disk
 without per-item records (written before sweeps kept them) is left out of all of it and named in one sentence.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
-from ..utils.report import compare_json, head, row
+from ..utils.report import head, row
 from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval, block_units,
                            comparison_row, derived_seed, documents_difference, headroom, headroom_label,
                            mean_of_tasks, percentile_interval, replicates, seed_spread)
@@ -424,6 +424,7 @@ class Compared:
     deltas: list[dict]
     regime: list[dict]  # regime_rows: empty unless the sweep has several prompt lengths
     summary: str  # what the sweep prints: the verdicts counted per comparison
+    extra: dict  # compare.json beside its rows
 
 
 def summary(rows: list[dict], lacking: str | None) -> str:
@@ -442,16 +443,12 @@ def summary(rows: list[dict], lacking: str | None) -> str:
     return "\n".join(lines + ([lacking] if lacking else [])) or "compare: no comparison configured"
 
 
-def write(cfg: SweepConfig, out: Path, folder: Path, loaded: Loaded) -> Compared:
-    """``compare.md`` and ``compare.json`` into ``folder`` (the report's hidden set)."""
-    from ..utils.atomic import write_text
-
+def build(cfg: SweepConfig, out: Path, loaded: Loaded) -> Compared:
+    """``compare.md``'s text, ``compare.json``'s rows and its further tables (ΔNLL by position, the regime)."""
     rows, deltas = comparison_rows(cfg, loaded), delta_nll_rows(cfg, loaded)
     regime = regime_rows(deltas, rows)
     lacking = lacking_sentence(out, loaded.lacking)
     text = markdown(cfg, rows, deltas, lacking, regime)
-    write_text(folder / "compare.md", text)
-    write_text(folder / "compare.json", json.dumps(compare_json(
-        "sweep", rows, resamples=RESAMPLES, level=LEVEL, delta_nll=deltas, regime=regime,
-        lacking_items=loaded.lacking), indent=2))
-    return Compared(text, rows, deltas, regime, summary(rows, lacking))
+    return Compared(text, rows, deltas, regime, summary(rows, lacking),
+                    {"resamples": RESAMPLES, "level": LEVEL, "delta_nll": deltas, "regime": regime,
+                     "lacking_items": loaded.lacking})

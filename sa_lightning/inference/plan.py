@@ -1,6 +1,7 @@
 """The plan of a training-free sweep (``cli.py sweep``): its config, its cells and their file names, and
 what can be refused before a model loads. ``cluster.py`` splits a sweep into SLURM array tasks from this
-module alone; ``sweep.py`` runs the cells and ``sweep_report.py`` turns them into tables and plots.
+module alone; ``experiments.sweep`` runs the cells (``sweep.py``: one cell) and ``sweep_report.py`` turns them
+into tables and plots.
 """
 from __future__ import annotations
 
@@ -235,24 +236,25 @@ def made_by(cfg: "SweepConfig", cell: Cell, weights: str | None = None) -> dict:
             "num_fewshot": cfg.num_fewshot}
 
 
-def is_done(path: Path, cell: Cell, made: dict | None = None) -> bool:
-    """A cell file counts as done exactly when it was run with this cell's spec and, given ``made`` (``made_by``),
-    by the same model (its weights' bytes), tokenizer, limit, ..., and its per-item records read back whole. A
-    record whose ``made_by`` names other fields (an older record's) runs again; one made with other values of the
-    same fields is refused in one sentence, since its folder holds another run's cells."""
+def cell_spec(cell: Cell, made: dict) -> dict:
+    """Every input that made a cell: its patch (mode, window, sink, seed, sa_mode) and ``made_by`` (the model by its
+    weights' bytes, the tokenizer, the limit, ...). A record holding an equal spec stands for the cell."""
+    return {**asdict(cell.spec), "made_by": made}
+
+
+def check_made(path: Path, cell: Cell, made: dict) -> None:
+    """Refuse a folder whose record of this cell (the same patch) was made by another model, tokenizer, limit, ...,
+    in one sentence: its cells are another run's, and running over them would mix two runs in one folder."""
     from ..utils.runner import read_cell
 
-    record = read_cell(path, "items", quiet=True) if path.exists() else {}
-    if not record or record.get("spec") != asdict(cell.spec):
-        return False
-    then = record.get("made_by")
-    if made is not None and (not isinstance(then, dict) or set(then) != set(made)):
-        return False
-    if made is not None and then != made:
+    spec = (read_cell(path, quiet=True) if path.exists() else {}).get("spec")
+    if not isinstance(spec, dict) or {k: v for k, v in spec.items() if k != "made_by"} != asdict(cell.spec):
+        return
+    then = spec.get("made_by")
+    if isinstance(then, dict) and set(then) == set(made) and then != made:
         differ = ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in made.items() if then.get(k) != v)
         raise ValueError(f"{path} was made with other settings: {differ}; pass another --out (or remove that "
                          "folder's cells/) so that no cell of another run is counted as this one's.")
-    return items_path(path.parent.parent, cell).exists()
 
 
 def context_of(task: str) -> int | None:

@@ -7,25 +7,20 @@ comparisons and the ΔNLL against full attention, ``compare.py``), and the plots
 ``tasks.png`` (Figures 5-8), ``budget.png`` (score against keys per query), ``position.png`` (perplexity by
 position) and, for a sweep over several prompt lengths, ``regime.png`` (ΔNLL against w_eff / n).
 
-The set (with ``config.json``) is written beside ``cells/`` in a hidden folder and moved into place only when
-all of it is written (``utils.atomic.replacing_files``): a full disk or a plot that fails leaves the previous
-report whole, and the cells already run stay for the next run.
+``report`` makes them; the sweep experiment (``experiments.sweep``) writes them, with ``config.json``, as every
+experiment writes its set (``experiments.base.write_report``): all at once, the previous set whole on a failure.
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
-from dataclasses import asdict
 from pathlib import Path
 
 from ..eval.position import is_position_task
-from ..utils.atomic import replacing_files, write_text
 from ..attention import get_variant, variant_label
 from ..attention.variants import FULL
 from ..utils.report import head, number, pyplot, ranked_cells, row, save_figure, score
 from ..utils.stats import Interval
-from ..utils.tables import write_csv
 from . import compare
 from .plan import SweepConfig, cell_path, cells, column_label, lower_is_better, metric_of
 
@@ -339,25 +334,19 @@ def _draw_buckets(ax, by_bucket: dict[str, float], dodge: float = 1.0, **style) 
 
 
 def report(cfg: SweepConfig, out: Path) -> dict:
+    """What the sweep's report holds, from the cells in ``out``: ``table`` (table.md), ``rows`` and ``csv_fields``
+    (results.csv, results.json), ``compared`` (``compare.Compared``) and ``draw`` (the figures, drawn into a folder,
+    their names returned)."""
     loaded = compare.load(cfg, out)
     table = collect(cfg, out, loaded)
-    lacking = compare.lacking_sentence(out, loaded.lacking)
-    text = markdown(cfg, table, lacking)
+    text = markdown(cfg, table, compare.lacking_sentence(out, loaded.lacking))
     cols = [*cfg.tasks, "avg"]
-    with replacing_files(out, "sweep report", overwrite=True) as tmp:  # its own folder (cells/)
-        write_text(tmp / "config.json", json.dumps(asdict(cfg), indent=2))
-        write_text(tmp / "results.json", json.dumps({"experiment": "sweep", "config": asdict(cfg), "rows": table},
-                                                    indent=2))
-        write_csv(tmp / "results.csv", table,
-                  fields=["mode", "w_eff", "sink", *cols, "kpq", *(f"kpq:{t}" for t in cfg.tasks),
-                          *(f"{c}:{name}" for c in cols for name in INTERVAL_FIELDS)])
-        write_text(tmp / "table.md", text)
-        compared = compare.write(cfg, out, tmp, loaded)
-        figures = plots(cfg, table, tmp)
-        figures += [p for p in [regime_plot(cfg, compared.regime, tmp)] if p]
-    print(text)
-    print(compared.summary)
-    print(f"wrote {out / 'results.json'}, results.csv, table.md, compare.md, compare.json, "
-          f"{', '.join(p.name for p in figures)}")
-    return {"rows": table, "table": text, "compare": compared.text, "comparisons": compared.rows,
-            "delta_nll": compared.deltas}
+    compared = compare.build(cfg, out, loaded)
+
+    def draw(folder: Path) -> list[str]:
+        figures = plots(cfg, table, folder) + [p for p in [regime_plot(cfg, compared.regime, folder)] if p]
+        return [p.name for p in figures]
+
+    return {"table": text, "rows": table, "compared": compared, "draw": draw,
+            "csv_fields": ["mode", "w_eff", "sink", *cols, "kpq", *(f"kpq:{t}" for t in cfg.tasks),
+                           *(f"{c}:{name}" for c in cols for name in INTERVAL_FIELDS)]}

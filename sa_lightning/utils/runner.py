@@ -267,6 +267,16 @@ def prune_cells(out: Path, keep: list[str], kind: str) -> None:
                 p.unlink()
 
 
+def same_spec(saved: dict, spec: dict) -> bool:
+    """The one reuse rule: a finished cell's record stands for a cell exactly when its spec is equal."""
+    return saved.get("spec") == spec
+
+
+def stands_for(saved: dict, spec: dict, reuse: Callable[[dict, dict], bool] = same_spec) -> bool:
+    """Whether a record read back whole (``read_cell``) stands for the cell of ``spec``."""
+    return bool(saved) and reuse(saved, spec)
+
+
 # ---- the loop ---------------------------------------------------------------------------------------
 def jobs_arg(text) -> int | str:
     """``--jobs``: a count >= 1, or ``auto``."""
@@ -329,7 +339,7 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
               loaded: Callable[[dict], dict] = lambda saved: saved, jobs: int | str | None = 1,
               given: Callable[[object, dict, dict], dict] | None = None, setup: Callable[[], None] | None = None,
               needs: str | None = None, kind: str | None = None,
-              reuse: Callable[[dict, dict], bool] = lambda saved, spec: saved.get("spec") == spec,
+              reuse: Callable[[dict, dict], bool] = same_spec,
               announce: bool = False) -> list[dict]:
     """Every cell's record, in grid order: the one on disk when its ``spec`` is this run's (``loaded`` turns it
     back from JSON), else ``run(cell, spec)``'s, written as soon as it finishes (``write_cell``). ``given(cell,
@@ -368,7 +378,7 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
     for i, cell in enumerate(cells, 1):
         path, spec = out / "cells" / f"{cell_id(cell)}.json", spec_of(cell)
         saved = read_cell(path, needs)
-        if saved and reuse(saved, spec):  # allowed across machines, and said: a seed's value may differ there
+        if stands_for(saved, spec, reuse):  # allowed across machines, and said: a seed's value may differ there
             elsewhere = saved.get("machine") and not host.same_machine(saved["machine"], here)
             finish(i, cell, loaded(saved),
                    f"done before on another machine: {host.describe(saved['machine'])}" if elsewhere else "done before")

@@ -1,0 +1,151 @@
+"""``cli.py sweep``: the paper's training-free window sweeps (§4.2, Tables 4-5, Figures 4-8).
+
+    python cli.py sweep --config configs/sweep/qwen3_8b.yaml [--limit 200] [--out outputs/sweep/qwen3_8b]
+
+One model is loaded once; every cell (mode, window, sink, seed, task) patches its prefill and runs one task: an
+lm-eval task, or ``position_ppl_<n>`` (perplexity by token position, ``eval.position``). Each finished cell is
+written at once to ``<out>/cells/`` with its per-item records (each document's scores and log-likelihoods, or each
+``position_ppl_*`` document's per-token NLL), and a rerun reuses every cell whose spec is equal (its patch, and the
+model by its weights' bytes, the tokenizer, the limit, ...), so a killed sweep resumes where it stopped. At the end,
+written together: ``table.md`` (rows w_eff x mode, columns the tasks and their average, each with its 95%
+interval; best in bold and second underlined within each w_eff), ``compare.md``/``compare.json`` (the configured
+paired comparisons and the ΔNLL against full attention), ``results.json``, ``results.csv``, ``config.json`` and the
+plots ``average.png`` (Figure 4), ``tasks.png`` (Figures 5-8), ``budget.png`` (score against the keys each query
+attended, counted by the patcher) and ``position.png``. ``--compare`` runs no cell: it writes the report from the
+cells already there; ``--cells_only`` runs cells and no report (a SLURM array's task, beside the array's others).
+
+``inference.plan`` holds the config, the cells and the refusals made before a model loads, ``inference.sweep`` the
+model and one cell's run, ``inference.sweep_report`` the tables and plots.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ..eval.position import is_position_task
+from ..inference.plan import (Cell, SweepConfig, cell_path, cell_spec, cells, check_before_loading, check_made,
+                              load_config, made_by)
+from ..inference.sweep import line, load_model, run_cell, weights_of
+from ..utils import runner
+from .base import Experiment, Report
+from .base import main as run_experiment
+
+
+class Sweep(Experiment):
+    name = "sweep"
+    kind = "sweep"
+    config = SweepConfig
+    out_flag = "out"
+    needs = "items"
+
+    def parse(self, argv):
+        from ..eval.harness import resolve_tasks
+        from ..models.sources import resolve
+
+        cfg = load_config(argv, description=__doc__.splitlines()[0])
+        if cfg.compare and cfg.cells_only:
+            raise ValueError("--cells_only runs cells without the tables and --compare writes the tables without "
+                             "running cells: pass one of them.")
+        self.source = resolve(cfg.model)  # a missing or unpatchable GGUF fails here, in one sentence
+        # lm-eval names (task sets such as table1 expand); position_ppl_* is ours and stays as it is
+        cfg.tasks = [name for t in cfg.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
+        cfg.seeds = runner.unique_seeds(cfg.seeds, "sweep seeds")
+        self.weights, self.lm = weights_of(self.source), None
+        return cfg, None
+
+    def cells(self, cfg):
+        return cells(cfg)
+
+    def cell_id(self, cell: Cell) -> str:
+        return cell.key
+
+    def spec(self, cell: Cell, cfg, out):
+        return cell_spec(cell, made_by(cfg, cell, self.weights))
+
+    def jobs(self, cfg):
+        return 1  # one model, loaded once
+
+    def lock(self, cfg, out, todo):
+        if cfg.cells_only:  # an array's task: beside the array's other tasks, on cells of its own
+            return runner.cells_lock(out, [c.key for c in todo], "sweep")
+        return runner.folder_lock(out, "sweep")
+
+    def header(self, cfg, preset, out, todo):
+        for c in todo:
+            check_made(cell_path(out, c), c, made_by(cfg, c, self.weights))
+        pending = [c for c in todo if not runner.stands_for(runner.read_cell(cell_path(out, c), "items", quiet=True),
+                                                            self.spec(c, cfg, out))]
+        if cfg.compare:
+            if not any(cell_path(out, c).exists() for c in todo):
+                raise ValueError(f"--compare reports the cells of a sweep, and {out / 'cells'} holds none of this "
+                                 "config's; run the sweep first (without --compare), or pass its --out.")
+            return f"sweep --compare: {len(todo) - len(pending)} of {len(todo)} cells done; reporting them, running none"
+        if pending:  # every refusal before a cell file is written
+            check_before_loading(cfg, self.source, cfg.tasks)
+        again = sum(cell_path(out, c).exists() for c in pending)
+        return (f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run" +
+                (f" ({again} of them again: written with another spec, without per-item records, or damaged)"
+                 if again else ""))
+
+    def runs_cells(self, cfg):
+        return not cfg.compare
+
+    def reports(self, cfg):
+        if cfg.cells_only:
+            print(f"sweep --cells_only: {len(cells(cfg))} cells in {Path(cfg.out) / 'cells'}; the tables come from "
+                  "the report job (or `sweep --compare` with the whole config)", flush=True)
+        return not cfg.cells_only
+
+    def run(self, cell: Cell, spec: dict) -> dict:
+        from ..models.patcher import patch
+
+        if self.lm is None:
+            self.lm, self.metadata = self._load(self.cfg_of_run)
+        start = time.perf_counter()
+        patch(self.lm.model, cell.spec)
+        metrics, budget, items = run_cell(self.lm, cell, self.cfg_of_run, self.metadata)
+        return {"mode": cell.mode, "w_eff": cell.w_eff, "sink": cell.sink, "seed": cell.seed, "task": cell.task,
+                "metrics": metrics, "keys_per_query": budget,
+                "seconds": time.perf_counter() - start, "items": items}
+
+    def before(self, cfg, out, todo):
+        self.cfg_of_run = cfg
+
+    def _load(self, cfg):
+        """The model, once, when the first cell runs: every dataset first (the refusals came in ``header``)."""
+        from ..eval.harness import load_tasks
+        from ..inference.lm import PatchedHFLM
+        from ..models.sources import loadable
+
+        # the pass-key tasks size their prompts in the tokens of this tokenizer (lm-eval hands it to their loader)
+        tokens = loadable(self.source)  # a cached GGUF's converted folder: no second parse
+        metadata = {"tokenizer": cfg.tokenizer or tokens.path, **({} if cfg.tokenizer else tokens.kwargs)}
+        lm_tasks = sorted({t for t in cfg.tasks if not is_position_task(t)})
+        if lm_tasks:
+            load_tasks(lm_tasks, metadata=metadata)  # unreachable datasets fail before the model loads
+        model, tokenizer = load_model(cfg, self.source)
+        return PatchedHFLM(model, tokenizer=tokenizer, batch_size=cfg.batch_size, max_length=cfg.max_length,
+                           device=str(model.device)), metadata
+
+    def line(self, record):
+        return line(record)
+
+    def report(self, cfg, records, out):
+        from ..inference.sweep_report import report
+
+        made = report(cfg, out)
+        compared = made["compared"]
+        return Report(table=made["table"], compare=compared.text, comparisons=compared.rows, rows=made["rows"],
+                      csv_fields=made["csv_fields"], draw=made["draw"], compare_extra=compared.extra,
+                      views={"config.json": json.dumps(asdict(cfg), indent=2)}, summary=compared.summary,
+                      returned={"rows": made["rows"], "table": made["table"], "compare": compared.text,
+                                "comparisons": compared.rows, "delta_nll": compared.deltas})
+
+
+EXPERIMENT = Sweep()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return run_experiment(EXPERIMENT, argv)
