@@ -66,7 +66,7 @@ class Group:
 COMMANDS: dict[str, Command | Group] = {
     **{name: Command("sa_lightning.lit.cli", "run", heavy=True, whole_argv=True) for name in LIGHTNING_COMMANDS},
     "prepare": Command("sa_lightning.data.prepare"),
-    "evaluate": Command("sa_lightning.eval.evaluate", heavy=True),
+    "evaluate": Command("sa_lightning.experiments.evaluate", heavy=True),
     "sweep": Command("sa_lightning.experiments.sweep", heavy=True),
     "export": Command("sa_lightning.models.export", heavy=True),
     "generate": Command("sa_lightning.inference.generate", heavy=True),

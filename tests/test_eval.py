@@ -262,7 +262,8 @@ def test_table_marks_best_bold_and_second_underlined():
 
 
 def test_evaluate_scores_a_model_that_draws_under_five_sigma_seeds_and_one_that_draws_nothing_once():
-    from sa_lightning.eval.evaluate import parser, seeds_of
+    from sa_lightning.eval.evaluate import seeds_of
+    from sa_lightning.experiments.evaluate import parser
 
     def info(variant):
         return {"arch": {"attention": {"variant": variant, "window": 8}}}
@@ -278,7 +279,7 @@ def test_evaluate_scores_a_model_that_draws_under_five_sigma_seeds_and_one_that_
 
 @pytest.mark.slow
 def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
-    from sa_lightning.eval.evaluate import main
+    from sa_lightning.experiments.evaluate import main
 
     from sa_lightning.utils.atomic import read_records
 
@@ -414,7 +415,7 @@ def test_network_only_task_offline_points_to_the_offline_tasks():
     ("foreign", "not an sa_lightning checkpoint"),
 ])
 def test_bad_checkpoints_fail_in_one_sentence(content, message, tmp_path):
-    from sa_lightning.eval.evaluate import main
+    from sa_lightning.experiments.evaluate import main
 
     path = tmp_path / "model.ckpt"
     if content == "foreign":
@@ -581,7 +582,8 @@ def test_evaluate_never_writes_over_a_users_files_and_a_stop_keeps_the_previous_
     previous run's per-item records half replaced."""
     import signal
 
-    import sa_lightning.eval.evaluate as evaluate
+    import sa_lightning.eval.harness as harness
+    import sa_lightning.experiments.evaluate as evaluate
     from sa_lightning.utils.runner import Stopped
 
     mine = tmp_path / "mine"
@@ -600,7 +602,7 @@ def test_evaluate_never_writes_over_a_users_files_and_a_stop_keeps_the_previous_
     before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")
               and "tb" not in p.parts}
     calls = []
-    real = evaluate.run_tasks_with_items
+    real = harness.run_tasks_with_items
 
     def interrupted(*a, **k):  # a Ctrl-C while the second cell of a new run is scored
         calls.append(1)
@@ -608,7 +610,7 @@ def test_evaluate_never_writes_over_a_users_files_and_a_stop_keeps_the_previous_
             os.kill(os.getpid(), signal.SIGINT)
         return real(*a, **k)
 
-    monkeypatch.setattr(evaluate, "run_tasks_with_items", interrupted)
+    monkeypatch.setattr(harness, "run_tasks_with_items", interrupted)
     # as a terminal starts it: a suite run as a background job inherits SIGINT ignored, which the runner keeps
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

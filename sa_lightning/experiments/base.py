@@ -58,6 +58,8 @@ class Report:
     returned: Any = None
     #: ``results.csv``'s columns in their order (default: as the rows first name them)
     csv_fields: list[str] | None = None
+    #: ``results.json`` beside the experiment's name (default: its config and ``rows``)
+    results: dict | None = None
 
 
 class Experiment:
@@ -121,6 +123,8 @@ class Experiment:
     # ---- how a run goes (the defaults suit most) -------------------------------------------------------
     #: the flag that names the output folder, in refusals
     out_flag = "--out"
+    #: whether it takes ``--overwrite`` (write into a folder of other files, replacing only its own names)
+    takes_overwrite = False
 
     def parse(self, argv: list[str] | None):
         """The typed config and the preset's name, from the command line."""
@@ -146,6 +150,13 @@ class Experiment:
         """The one reuse rule (``utils.runner.same_spec``): a record stands for its cell exactly when its spec is
         equal."""
         return runner.same_spec(saved, spec)
+
+    def overwrite(self, cfg) -> bool:
+        """Whether the report may replace a file of one of its names that a user put in its folder."""
+        return True
+
+    def after(self, cfg, out: Path, todo: list) -> None:
+        """What a run does once its report is written (an evaluation prunes the cells of earlier settings)."""
 
     def jobs(self, cfg):
         """Cells run at once (``--jobs``; None: auto)."""
@@ -230,7 +241,8 @@ def main(experiment: Experiment, argv: list[str] | None = None):
     """Run ``experiment`` from its command line: every cell (reused where its spec is equal), then the report.
     Returns the records (a sweep: what its report returned)."""
     cfg, preset = experiment.parse(argv)
-    out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag)
+    out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag,
+                               overwrite=experiment.overwrite(cfg) if experiment.takes_overwrite else None)
     todo = experiment.cells(cfg)
     with experiment.lock(cfg, out, todo):  # one run at a time in this folder (an array's task: in its own cells)
         print(experiment.header(cfg, preset, out, todo), flush=True)
@@ -245,6 +257,7 @@ def main(experiment: Experiment, argv: list[str] | None = None):
             return records
         report = experiment.report(cfg, records, out)
         names = write_report(out, experiment, cfg, report)
+        experiment.after(cfg, out, todo)
     views = [text for name, text in report.views.items() if name.endswith(".md")]
     print("\n" + "\n".join(text for text in (report.table, *views, report.summary or report.compare) if text))
     print(f"wrote {out}/{', '.join(names)} ({time.perf_counter() - start:.0f} s)")
@@ -255,14 +268,16 @@ def write_report(out: Path, experiment: Experiment, cfg, report: Report) -> list
     """The files every experiment writes, moved into place together (``utils.atomic.replacing_files``: a full disk
     or a figure that fails leaves the previous set whole, and ``cells/`` stays). Returns their names."""
     names = []
-    with replacing_files(out, f"{experiment.kind} report", overwrite=True) as tmp:  # its own folder (cells/)
+    # in its own folder (cells/); a user's file of one of these names only with --overwrite where it takes one
+    with replacing_files(out, f"{experiment.kind} report", overwrite=experiment.overwrite(cfg)) as tmp:
         for name, text in {"table.md": report.table, "compare.md": report.compare, **report.views}.items():
             write_text(tmp / name, text)
             names.append(name)
         write_text(tmp / "compare.json", json.dumps(compare_json(experiment.name, report.comparisons,
                                                                  **report.compare_extra), indent=2, default=str))
-        write_text(tmp / "results.json", json.dumps({"experiment": experiment.name, "config": config_dict(cfg),
-                                                     "rows": report.rows}, indent=1, default=str))
+        results = report.results if report.results is not None else {"config": config_dict(cfg), "rows": report.rows}
+        write_text(tmp / "results.json", json.dumps({"experiment": experiment.name, **results}, indent=1,
+                                                    default=str))
         write_csv(tmp / "results.csv", report.rows,
                   fields=report.csv_fields or list(dict.fromkeys(k for r in report.rows for k in r)))
         names += ["compare.json", "results.json", "results.csv"]

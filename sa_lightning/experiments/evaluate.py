@@ -1,0 +1,234 @@
+"""``cli.py evaluate``: zero-shot results for one or more checkpoints, as JSON, a markdown table in the
+paper's layout with a 95% interval on every number, and TensorBoard scalars.
+
+    python cli.py evaluate --ckpt runs/tiny/tb/version_0/checkpoints/last.ckpt --tasks offline
+    python cli.py evaluate --ckpt full.ckpt swa.ckpt sa.ckpt sa_swa.ckpt --tasks table1 \
+        --label Full SWA SA SA+SWA --baseline SWA   # Table 1, each row against SWA
+    python cli.py evaluate --ckpt sa.ckpt --seeds 0 1 2 3 4 --eval_samples 4   # permutation variance
+
+Every (checkpoint, σ seed) is a cell: ``cells/<label>_s<k>_<digest>.json`` and its per-item records beside it
+(``.items.jsonl.gz``: each document's scores and log-likelihoods, as the sweeps keep them), so any two rows can be
+compared item by item; a rerun reuses a cell whose inputs are the same. The
+intervals are a percentile bootstrap over the documents, two-level (documents, then seeds within each
+document) for a checkpoint scored under several σ seeds: one whose attention draws (SA, the random keys and their
+gated pairs) is scored under ``--seeds``, five by default, and one that draws nothing once. ``--baseline`` adds
+each other row minus that one, paired on the same documents, with a verdict worded from its interval.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+from ..eval.evaluate import (DEFAULT_SEEDS, _by_task, _limit_words, _seed_counts, _unique, comparison_markdown,
+                             comparisons_of, interval_markdown, intervals_of, label_of, log_tensorboard, seeds_of,
+                             slug, summarize, task_limit)
+from ..eval.evaluate import cell_id as cell_name
+from ..utils.argtypes import doc_help, non_negative_int, positive_int, seed
+from ..utils.atomic import check_own_files, check_results_folder, output_folder, read_records
+from ..utils.report import RESULT_FILES
+from ..utils.runner import fingerprint, prune_cells, unique_seeds
+from ..utils.stats import LEVEL, MIN_UNITS, RESAMPLES
+from .base import Experiment, Report
+from .base import main as run_experiment
+
+
+@dataclass
+class EvaluateConfig:
+    """The command line's settings (``--help`` says each)."""
+
+    ckpt: list[str]
+    label: list[str] | None = None
+    tasks: list[str] | None = None
+    limit: int | float | None = None
+    batch_size: int = 32
+    eval_samples: int = 1
+    sa_mode: str = "stochastic"
+    seeds: list[int] | None = None
+    tokenizer: str | None = None
+    device: str | None = None
+    bootstrap_iters: int = 0
+    baseline: str | None = None
+    out: str = "outputs/eval"
+    overwrite: bool = False
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cli.py evaluate", **doc_help(__doc__))
+    p.add_argument("--ckpt", nargs="+", required=True, help="checkpoints written by `cli.py fit`")
+    p.add_argument("--label", nargs="+", help="row names, one per checkpoint (default: variant and window)")
+    p.add_argument("--tasks", nargs="+", default=["offline"],
+                   help="task names, or the sets `table1` (the paper's) and `offline` (shipped; the default)")
+    p.add_argument("--limit", type=task_limit, default=None, help="documents per task (an int, or a fraction < 1)")
+    p.add_argument("--batch_size", type=positive_int, default=32, help="documents scored per forward pass")
+    p.add_argument("--eval_samples", type=positive_int, default=1, help="permutation draws averaged per score (SA)")
+    p.add_argument("--sa_mode", choices=("stochastic", "deterministic"), default="stochastic",
+                   help="stochastic: each document draws its own σ (the paper's); deterministic: one σ per layer "
+                        "and length for every document")
+    p.add_argument("--seeds", type=seed, nargs="+", default=None,
+                   help=f"σ seeds of a checkpoint whose attention draws (SA, the random keys, their gated pairs; "
+                        f"default {' '.join(map(str, DEFAULT_SEEDS))}); >1 also reports the std. A checkpoint that "
+                        f"draws nothing is scored once, under the first")
+    p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer")
+    p.add_argument("--device", default=None, help="where to score (cuda, cuda:1, cpu); default: the CPU, where a checkpoint loads")
+    p.add_argument("--bootstrap_iters", type=non_negative_int, default=0,
+                   help="lm-eval's stderr bootstrap (0: off, fast); the table's intervals are computed either way")
+    p.add_argument("--baseline", default=None,
+                   help="a row label: add each other row minus it, paired on the same documents, with a verdict")
+    p.add_argument("--out", type=output_folder, default="outputs/eval",
+                   help="the evaluation's folder: table.md, compare.md, compare.json, results.json, results.csv, "
+                        "cells/, tb/")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write into an --out that holds other files: files with the evaluation's names (cells/, tb/, "
+                        "table.md, compare.md, compare.json, results.json, results.csv) are replaced, yours of those names too; nothing else there is "
+                        "touched or removed")
+    return p
+
+
+
+
+class Evaluate(Experiment):
+    name = "evaluate"
+    kind = "evaluation"
+    config = EvaluateConfig
+    takes_overwrite = True
+    needs = "metrics"
+
+    def parse(self, argv):
+        from ..eval.harness import load_tasks, resolve_tasks
+        from ..models.checkpoint import load_checkpoint
+
+        cfg = EvaluateConfig(**vars(parser().parse_args(argv)))
+        if cfg.device is not None:
+            from ..utils.device import check_device
+
+            check_device(cfg.device)
+        out = check_results_folder(cfg.out, self.kind, overwrite=cfg.overwrite)  # before any checkpoint loads
+        check_own_files(out, list(RESULT_FILES), cfg.overwrite, "evaluation")
+        loaded = [load_checkpoint(path) for path in cfg.ckpt]  # a bad checkpoint fails first, in a second
+        cfg.tasks = resolve_tasks(cfg.tasks or ["offline"])
+        load_tasks(cfg.tasks)  # every dataset is at hand before any checkpoint is scored
+        labels = _unique(cfg.label or [label_of(info) for _, info in loaded])
+        if len(labels) != len(loaded):
+            raise ValueError(f"--label got {len(labels)} names for {len(loaded)} checkpoints; give one per --ckpt.")
+        if len({slug(label) for label in labels}) != len(labels):
+            raise ValueError(f"--label names {', '.join(labels)} share a file name once their characters other than "
+                             "letters, digits and ._+=@- (spaces, slashes) are replaced by _; give labels that differ "
+                             "in letters or digits.")
+        if cfg.baseline is not None and cfg.baseline not in labels:
+            raise ValueError(f"--baseline {cfg.baseline!r} is none of the rows: {', '.join(labels)}.")
+        if cfg.baseline is not None and len(labels) == 1:
+            raise ValueError(f"--baseline {cfg.baseline!r} is the only row, so there is nothing to compare with it; "
+                             "give another --ckpt to compare, or leave --baseline out.")
+        given = unique_seeds(cfg.seeds, "--seeds") if cfg.seeds else None
+        self.labels = labels
+        self.models = {label: (model, info) for (model, info), label in zip(loaded, labels)}
+        self.seeds = {label: seeds_of(info, given) for label, (_, info) in self.models.items()}
+        self.weights = {label: fingerprint(info["path"]) for label, (_, info) in self.models.items()}
+        self.cfg = cfg
+        return cfg, None
+
+    def overwrite(self, cfg):
+        return cfg.overwrite
+
+    def jobs(self, cfg):
+        return 1  # the checkpoints are loaded in this process
+
+    def cells(self, cfg):
+        return [(label, s) for label in self.labels for s in self.seeds[label]]
+
+    def cell_id(self, cell):
+        return cell_name(*cell, self.spec(cell, self.cfg, None))
+
+    def spec(self, cell, cfg, out):
+        label, sigma_seed = cell
+        return {"checkpoint": self.weights[label], "tasks": cfg.tasks, "limit": cfg.limit,
+                "eval_samples": cfg.eval_samples, "sa_mode": cfg.sa_mode, "seed": sigma_seed,
+                "tokenizer": cfg.tokenizer, "bootstrap_iters": cfg.bootstrap_iters}
+
+    def header(self, cfg, preset, out, todo):
+        return (f"evaluate: {len(self.labels)} checkpoint(s), tasks {', '.join(cfg.tasks)}, "
+                f"{_limit_words(cfg.limit, 'every')} document(s) of each, σ seeds {_seed_counts(self.seeds)} (a "
+                f"model that draws nothing is scored once): {len(todo)} cell(s), results in {out}/")
+
+    def run(self, cell, spec):
+        from ..eval.harness import run_tasks_with_items
+        from ..eval.lm import SALM
+
+        label, sigma_seed = cell
+        model, info = self.models[label]
+        cfg, start = self.cfg, time.perf_counter()
+        lm = SALM(model, tokenizer=cfg.tokenizer or info["tokenizer"], batch_size=cfg.batch_size, device=cfg.device,
+                  eval_samples=cfg.eval_samples, sa_mode=cfg.sa_mode, seed=sigma_seed)
+        metrics, records = run_tasks_with_items(lm, cfg.tasks, limit=cfg.limit, bootstrap_iters=cfg.bootstrap_iters,
+                                                seed=sigma_seed)
+        return {"label": label, "seed": sigma_seed, "metrics": metrics, "seconds": time.perf_counter() - start,
+                "items": [{"task": task, **r} for task, task_records in records.items() for r in task_records]}
+
+    def line(self, record):
+        return "scored"
+
+    def report(self, cfg, records, out):
+        from ..eval.harness import layout_for
+        from ..eval.table import markdown_table
+
+        labels, seeds = self.labels, self.seeds
+        by_cell = dict(zip(self.cells(cfg), records))  # in grid order (a reused cell may carry another label)
+        report = {"tasks": cfg.tasks, "limit": cfg.limit, "eval_samples": cfg.eval_samples, "sa_mode": cfg.sa_mode,
+                  "seeds": seeds, "models": {}}
+        means, stds, items = {}, {}, {}
+        for label in labels:
+            _, info = self.models[label]
+            cells_ = [by_cell[(label, s)] for s in seeds[label]]
+            per_seed = [c["metrics"] for c in cells_]
+            items[label] = [_by_task(read_records(out / "cells" / c["items"]["file"])) for c in cells_]
+            means[label], stds[label] = summarize(per_seed)
+            report["models"][label] = {"checkpoint": info["path"], "weights": self.weights[label],
+                                       "step": info["step"], "arch": info["arch"], "per_seed": per_seed,
+                                       "mean": means[label], "std": stds[label],
+                                       "items": [f"cells/{c['items']['file']}" for c in cells_]}
+            log_tensorboard(out / "tb" / slug(label), means[label], step=info["step"] or 0)
+        columns = layout_for(next(iter(means.values())))
+        intervals = {label: intervals_of(items[label], columns, label) for label in labels}
+        for label in labels:
+            report["models"][label]["intervals"] = {k: ci.as_dict() for k, ci in intervals[label].items()}
+        most = max(len(s) for s in seeds.values())
+        method = (f"{LEVEL:.0%} intervals: a percentile bootstrap ({RESAMPLES} resamples) over the documents, widened "
+                  f"by the small-sample factor"
+                  + (f", each document counted as its mean over a row's σ seeds ({_seed_counts(seeds)}; σ is drawn "
+                     "per input)" if most > 1 else "")
+                  + f"; with fewer than {MIN_UNITS} documents, the range of their values instead"
+                  + "; a perplexity column's is exp of its mean NLL's over documents and seeds (the table above "
+                  "averages each seed's perplexity); \"–\": not a mean over documents (a rolling perplexity). "
+                  f"Per-item records: {out / 'cells'}.")
+        scored = items[labels[0]][0]  # the documents each task scored (the same for every row and seed)
+        documents = ", ".join(f"{task} {len(scored.get(task, []))}" for task in cfg.tasks)
+        text = (f"Zero-shot, tasks: {', '.join(cfg.tasks)}; documents scored: {documents} "
+                f"({_limit_words(cfg.limit)} of each); eval_samples={cfg.eval_samples}; sa_mode={cfg.sa_mode}; "
+                f"σ seeds: {_seed_counts(seeds)}\n\n{markdown_table(means, columns)}\n"
+                f"With intervals ({method})\n\n{interval_markdown(intervals, columns)}")
+        if most > 1:
+            spread = {label: std for label, std in stds.items() if len(seeds[label]) > 1}
+            text += "\nStandard deviation over each row's σ seeds (the rows that draw):\n\n" + \
+                markdown_table(spread, columns).replace("**", "").replace("<u>", "").replace("</u>", "")
+        compared, rows = "No comparison: `--baseline LABEL` compares every other row with that one.\n", []
+        if cfg.baseline is not None:
+            rows = report["comparisons"] = comparisons_of(items, columns, cfg.baseline)
+            compared = (f"Each row minus {cfg.baseline}, paired on the same documents (a paired bootstrap that "
+                        f"draws them once for both sides), with a verdict worded from the interval:\n\n"
+                        f"{comparison_markdown(rows)}")
+            text += "\n" + compared
+        flat = [{"model": label, "column": column, **ci} for label, model in report["models"].items()
+                for column, ci in model["intervals"].items()]
+        return Report(table=text, compare=compared, comparisons=rows, rows=flat, results=report, returned=report,
+                      summary=f"per-item records in {out / 'cells'}, TensorBoard logs in {out / 'tb'}")
+
+    def after(self, cfg, out, todo):
+        prune_cells(out, [self.cell_id(c) for c in todo], self.kind)
+
+
+EXPERIMENT = Evaluate()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return run_experiment(EXPERIMENT, argv)
