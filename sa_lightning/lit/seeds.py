@@ -1,0 +1,220 @@
+"""Many training seeds of one cell in one process: K ``LitLM`` members, equal but for their seed, trained as one
+member-stacked model (``models.stacked``), each exactly as it would train alone under ``cli.py fit``.
+
+What each member keeps of its own, as alone:
+- its initialisation and data order: each member is built by the CLI under its own ``seed_everything`` and reads
+  its own DataModule's batches (the seed is linked into the data's and the model's);
+- its attention draws: each step's σ permutations or hash seeds come from the member's own model
+  (``Transformer.draws`` with its seed and the step's stream), one per row of its batch;
+- its gradient: the members' losses are summed, and no number of one member reaches another's loss;
+- its clipping: the global norm of its own gradients, as ``torch.nn.utils.clip_grad_norm_`` takes it alone;
+- its optimizer: AdamW is elementwise, so one AdamW over the stacked parameters is K AdamWs (every member is at the
+  same step, so their bias corrections and schedule positions are one).
+
+Lightning's loop is not used for the stacked model (its automatic optimization would clip the ensemble's global
+norm); each member's validation runs through Lightning's ``Trainer.validate`` on the member's own ``LitLM``, its
+weights copied out of the stack (``SeedEnsemble.unstack``).
+
+Exactness. The stacked model's forward is bit-identical to each member's alone (tested), and its gradients equal
+the member's alone to float32 rounding (about 1e-7 relative: autograd and the batched matmuls sum some terms in
+another order). AdamW's first steps divide each gradient element by its own magnitude, so an element near zero
+turns a rounding difference into a step of up to the learning rate, and the trajectories then drift apart slowly,
+as a run on other hardware would. What is tested (``tests/test_ensemble.py``, K = 1, 3 and 8, float32, the five
+trained variants, clipping active): over the first four steps each member's training loss lies within
+``LOSS_RTOL`` relative of the seed's alone, its validation loss too, each answer's log-probability within
+``LOGP_ATOL`` nats, and every answer is right or wrong as alone. Bit-exactness over a whole run is not claimed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from ..models.stacked import fold_draws, stack_members
+from .module import LitLM
+from .schedule import steps_for_tokens, warmup_cosine
+
+#: how far (relative) a member's training losses and validation loss may lie from the same seed's alone, in
+#: float32 after the tested steps (tests/test_ensemble.py)
+LOSS_RTOL = 1e-3
+#: how far a member's per-answer validation log-probability may lie from the seed's alone (nats), same steps
+LOGP_ATOL = 2e-2
+
+
+@dataclass
+class TrainSettings:
+    """What the ensemble reads of a member's ``Trainer``: the same for every member."""
+
+    max_steps: int
+    gradient_clip_val: float | None = None
+    val_every: int | None = None
+    log_every: int = 50
+
+    @classmethod
+    def of(cls, trainer, batches_per_epoch: int) -> "TrainSettings":
+        """The settings of a member's (unfitted) Lightning ``trainer``; one sentence for what the ensemble cannot
+        do as a fit would."""
+        if trainer.max_steps is None or trainer.max_steps < 1:
+            raise ValueError("an ensemble of seeds trains for trainer.max_steps optimizer steps; set it (>= 1).")
+        if trainer.accumulate_grad_batches != 1 or trainer.world_size != 1:
+            raise ValueError("an ensemble of seeds trains on one device without gradient accumulation "
+                             f"(got {trainer.world_size} processes, accumulate_grad_batches="
+                             f"{trainer.accumulate_grad_batches}).")
+        if str(trainer.precision) != "32-true":
+            raise ValueError(f"an ensemble of seeds trains in float32 (trainer.precision 32-true), not "
+                             f"{trainer.precision}.")
+        if trainer.gradient_clip_algorithm not in (None, "norm"):
+            raise ValueError(f"an ensemble of seeds clips each member's gradient norm; gradient_clip_algorithm "
+                             f"{trainer.gradient_clip_algorithm!r} is not supported.")
+        interval = trainer.val_check_interval
+        val_every = int(interval) if isinstance(interval, int) else max(1, int(batches_per_epoch * float(interval)))
+        if trainer.limit_val_batches == 0:
+            val_every = None
+        return cls(int(trainer.max_steps), trainer.gradient_clip_val, val_every, int(trainer.log_every_n_steps))
+
+
+@dataclass
+class SeedEnsemble:
+    """K ``LitLM`` members as one stacked model with one AdamW and one schedule (the members share the config).
+    ``losses[k]``: member k's training loss at each step so far."""
+
+    members: list
+    settings: TrainSettings
+    tokens_per_step: int
+    losses: list = field(default_factory=list)
+
+    def __post_init__(self):
+        check_members(self.members)
+        first = self.members[0]
+        self.net = stack_members([m.net for m in self.members])
+        self.optimizer, self.scheduler = self._optimizer(first.hparams)
+        self.losses = [[] for _ in self.members]
+        self.step = 0
+
+    def _optimizer(self, hp):
+        # the groups of ``LitLM.configure_optimizers``: decay for each member's matrices, none for its vectors
+        params = list(self.net.parameters())
+        decay, no_decay = [p for p in params if p.dim() >= 3], [p for p in params if p.dim() < 3]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps)
+        total = self.settings.max_steps
+        warmup = hp.warmup_steps
+        if hp.warmup_tokens is not None:
+            warmup = steps_for_tokens(hp.warmup_tokens, self.tokens_per_step)
+        warmup = min(int(warmup or 0), max(total - 1, 0))
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(warmup, total, hp.min_lr / hp.lr))
+        return optimizer, schedule
+
+    def training_step(self, batches: Sequence) -> torch.Tensor:
+        """One optimizer step of every member on its own batch (``batches[k]``); the members' losses (K,)."""
+        if len(batches) != len(self.members):
+            raise ValueError(f"an ensemble of {len(self.members)} members got {len(batches)} batches.")
+        inputs = [LitLM.targets_of(b)[0] for b in batches]
+        rows, n = inputs[0].shape
+        if any(x.shape != inputs[0].shape for x in inputs):
+            raise ValueError("the members' batches must have one shape (the members share their data config).")
+        stream = self.step  # LitLM.training_step's stream on one device: micro_step * world_size + rank
+        draws = [m.net.draws(n, stream, inputs[0].device) for m in self.members]
+        perms = fold_draws(draws, rows, self.members[0].net.variant.draw_ndim)
+        scores = self.net(torch.cat(inputs), perms=perms).view(len(self.members), rows, n, -1)
+        losses = torch.stack([LitLM.loss_of_scores(scores[k], b) for k, b in enumerate(batches)])
+        losses.sum().backward()
+        self._clip()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.step += 1
+        for k, m in enumerate(self.members):
+            m.micro_step += 1
+            m.tokens_seen += inputs[k].numel()
+            self.losses[k].append(float(losses[k].detach()))
+        return losses.detach()
+
+    def _clip(self) -> None:
+        """Each member's gradients scaled as ``clip_grad_norm_`` scales a model's alone: by its own global norm."""
+        clip = self.settings.gradient_clip_val
+        if not clip:
+            return
+        grads = [p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
+        for k in range(len(self.members)):
+            mine = [g[k] for g in grads]
+            torch.nn.utils.clip_grads_with_norm_(mine, clip, torch.nn.utils.get_total_norm(mine))
+
+    @torch.no_grad()
+    def unstack(self) -> None:
+        """Copy each member's trained weights out of the stack into its own ``LitLM`` (for validation, scoring,
+        checkpoints)."""
+        stacked = dict(self.net.named_parameters(remove_duplicate=False))
+        for k, m in enumerate(self.members):
+            for name, p in m.net.named_parameters():
+                p.copy_(stacked[name][k])
+
+
+def check_members(members: Sequence) -> None:
+    """One sentence unless the members are ``LitLM`` s of one config that differ only in their seed."""
+    if not members:
+        raise ValueError("an ensemble of seeds needs at least one member.")
+    if not all(isinstance(m, LitLM) for m in members):
+        raise ValueError("an ensemble of seeds trains LitLM models only.")
+
+    def config(m):
+        arch = {**m.arch.to_dict(), "seed": None}
+        return arch, {k: v for k, v in dict(m.hparams).items() if k != "arch" and not k.startswith("_")}
+
+    first = config(members[0])
+    for m in members[1:]:
+        if config(m) != first:
+            raise ValueError("the members of an ensemble must share every model setting but the seed.")
+    if any(m.hparams.get("compile") for m in members):
+        raise ValueError("an ensemble of seeds runs eagerly: model.compile must be false.")
+    if any(m.hparams.get("init_weights") for m in members):
+        raise ValueError("an ensemble of seeds starts from each seed's own initialisation, not model.init_weights.")
+    if len({m.arch.seed for m in members}) != len(members):
+        raise ValueError("the members of an ensemble must have distinct seeds.")
+
+
+def _epochs(loader):
+    """The loader's batches epoch after epoch, its sampler told each epoch as Lightning tells it."""
+    epoch = 0
+    while True:
+        for sampler in {id(s): s for s in (getattr(loader, "sampler", None),
+                                           getattr(getattr(loader, "batch_sampler", None), "sampler", None))}.values():
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def train_seeds(members: Sequence[LitLM], datamodules: Sequence, settings: TrainSettings, *,
+                validate: Callable[[int, int], None] | None = None,
+                log: Callable[[int, int, float], None] | None = None) -> SeedEnsemble:
+    """Train ``members`` (``LitLM`` s equal but for their seed), each on its own DataModule's training batches, for
+    ``settings.max_steps`` steps as one ``SeedEnsemble``. Every ``settings.val_every`` steps the weights are copied
+    back into the members and ``validate(k, step)`` runs for each; every ``settings.log_every`` steps
+    ``log(k, step, loss)``. At the end every member holds its trained weights."""
+    check_members(members)
+    if len(datamodules) != len(members):
+        raise ValueError(f"an ensemble of {len(members)} members needs as many DataModules, got {len(datamodules)}.")
+    for dm in datamodules:
+        dm.prepare_data()
+        dm.setup("fit")
+    loaders = [dm.train_dataloader() for dm in datamodules]
+    dm = datamodules[0]
+    tokens = getattr(dm, "batch_size", 1) * getattr(dm, "seq_len", 1)
+    ensemble = SeedEnsemble(list(members), settings, tokens)
+    for m in members:
+        m.train()
+    streams = [_epochs(loader) for loader in loaders]
+    for step in range(1, settings.max_steps + 1):
+        losses = ensemble.training_step([next(s) for s in streams])
+        if log is not None and step % settings.log_every == 0:
+            for k, loss in enumerate(losses.tolist()):
+                log(k, step, loss)
+        if validate is not None and settings.val_every and step % settings.val_every == 0:
+            ensemble.unstack()
+            for k in range(len(members)):
+                validate(k, step)
+    ensemble.unstack()
+    return ensemble

@@ -1,0 +1,144 @@
+"""An ensemble of training seeds (``lit/seeds.py``, ``models/stacked.py``): each member trains as the same seed does
+alone under ``cli.py fit`` (its loss at every step, its validation loss, answers and accuracy), to the tolerance
+``LOSS_RTOL`` states, for K = 1, 3 and 8 and the five trained variants; the members do not couple."""
+from __future__ import annotations
+
+import functools
+import tempfile
+
+import lightning as L
+import pytest
+import torch
+
+from sa_lightning.lit import DistanceAccuracy
+from sa_lightning.lit.cli import run as run_cli
+from sa_lightning.lit.seeds import LOGP_ATOL, LOSS_RTOL, TrainSettings, train_seeds
+from sa_lightning.models import ModelConfig, build_model
+from sa_lightning.models.stacked import fold_draws, member_state, stack_members
+
+VARIANTS = ("sa", "random", "swa", "sa_swa", "full")
+STEPS = 4
+# clipping at 0.05 is active from the first step (these tiny models' gradient norms are above it), so a norm taken
+# over the whole ensemble instead of each member's would move every member's loss
+TINY = {"model.arch.n_layer": 2, "model.arch.d_model": 32, "model.arch.d_ff": 64, "model.arch.max_seq_len": 32,
+        "model.arch.attention.window": 8, "model.warmup_steps": 2, "data.init_args.seq_len": 32,
+        "data.init_args.batch_size": 4, "data.init_args.val_examples": 16, "trainer.max_steps": STEPS,
+        "trainer.val_check_interval": 2, "trainer.gradient_clip_val": 0.05, "trainer.logger": "false",
+        "trainer.enable_checkpointing": "false", "trainer.callbacks": "[]", "trainer.enable_progress_bar": "false",
+        "trainer.enable_model_summary": "false", "trainer.num_sanity_val_steps": 0}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on a shared 2-core machine: one thread is faster (no OpenMP spinning) and changes no number."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def member_cli(variant: str, seed: int):
+    args = ["--config", "configs/synthetic/passkey.yaml", "--seed_everything", str(seed),
+            "--model.arch.attention.variant", variant, "--trainer.default_root_dir", tempfile.mkdtemp()]
+    for key, value in TINY.items():
+        args += [f"--{key}", str(value)]
+    return run_cli(args, run=False)
+
+
+def validated(cli) -> dict:
+    accuracy = DistanceAccuracy(keep_items=True)
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[accuracy])
+    metrics = trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)[0]
+    return {"loss": metrics["val/loss"], "acc": metrics["val/acc"], "logps": list(accuracy.logps),
+            "hits": [hit for _, hit in accuracy.items]}
+
+
+class _Losses(L.Callback):
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(float(outputs["loss"]))
+
+
+@functools.lru_cache(maxsize=None)
+def alone(variant: str, seed: int) -> tuple[list[float], dict]:
+    """The seed trained alone, as ``cli.py fit`` trains it (the CLI's trainer, model and data)."""
+    cli = member_cli(variant, seed)
+    losses = _Losses()
+    cli.trainer.callbacks.append(losses)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return losses.losses, validated(cli)
+
+
+def ensemble(variant: str, seeds: list[int]) -> list[tuple[list[float], dict]]:
+    clis = [member_cli(variant, s) for s in seeds]
+    steps_validated = []
+    trained = train_seeds([c.model for c in clis], [c.datamodule for c in clis],
+                          TrainSettings.of(clis[0].trainer, 100),
+                          validate=lambda k, step: steps_validated.append((k, step)))
+    assert steps_validated == [(k, s) for s in (2, 4) for k in range(len(seeds))]
+    return [(trained.losses[k], validated(c)) for k, c in enumerate(clis)]
+
+
+def assert_as_alone(variant: str, seeds: list[int]) -> None:
+    for seed, (losses, val) in zip(seeds, ensemble(variant, seeds)):
+        ref_losses, ref_val = alone(variant, seed)
+        assert len(losses) == len(ref_losses) == STEPS
+        assert losses[0] == ref_losses[0], "the first step's forward is the same computation, bit for bit"
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=LOSS_RTOL, atol=0)
+        torch.testing.assert_close(val["loss"], ref_val["loss"], rtol=LOSS_RTOL, atol=0)
+        torch.testing.assert_close(torch.tensor(val["logps"]), torch.tensor(ref_val["logps"]), rtol=0,
+                                   atol=LOGP_ATOL)
+        assert val["hits"] == ref_val["hits"] and val["acc"] == ref_val["acc"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_one_and_three_members_train_as_alone(variant):
+    assert_as_alone(variant, [0])
+    assert_as_alone(variant, [0, 1, 2])
+
+
+def test_eight_members_train_as_alone():
+    assert_as_alone("sa", list(range(8)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "sa"])
+def test_eight_members_train_as_alone_every_variant(variant):
+    assert_as_alone(variant, list(range(8)))
+
+
+def test_a_member_does_not_depend_on_its_companions():
+    """Seed 0 beside seeds 1, 2 and beside 5, 6 (other data, draws and weights next to it): the same losses."""
+    first = ensemble("sa", [0, 1, 2])[0][0]
+    second = ensemble("sa", [0, 5, 6])[0][0]
+    torch.testing.assert_close(torch.tensor(first), torch.tensor(second), rtol=LOSS_RTOL, atol=0)
+
+
+def test_the_stacked_forward_is_each_members_bit_for_bit():
+    for variant in VARIANTS:
+        nets = []
+        for seed in range(3):
+            torch.manual_seed(seed)
+            nets.append(build_model(ModelConfig.from_dict(
+                {"n_layer": 2, "n_head": 2, "n_kv_head": 2, "d_model": 32, "d_ff": 64, "max_seq_len": 32,
+                 "vocab_size": 40, "seed": seed, "attention": {"variant": variant, "window": 8}})))
+        stacked = stack_members(nets)
+        idx = torch.randint(0, 40, (3, 2, 32))
+        draws = fold_draws([n.draws(32, 7, None) for n in nets], 2, nets[0].variant.draw_ndim)
+        with torch.no_grad():
+            out = stacked(idx.reshape(6, 32), perms=draws).view(3, 2, 32, 40)
+            for k, net in enumerate(nets):
+                assert torch.equal(out[k], net(idx[k], perm_stream=7)), variant
+                assert all(torch.equal(p, dict(net.named_parameters(remove_duplicate=False))[n]) for n, p in
+                           member_state(stacked, k).items())
+
+
+def test_members_must_differ_only_in_seed():
+    with pytest.raises(ValueError, match="distinct seeds"):
+        train_seeds([member_cli("sa", 0).model, member_cli("sa", 0).model], [], TrainSettings(1))
+    other = member_cli("swa", 1)
+    with pytest.raises(ValueError, match="every model setting but the seed"):
+        train_seeds([member_cli("sa", 0).model, other.model], [], TrainSettings(1))
