@@ -26,12 +26,16 @@ trained variants, clipping active): over the first four steps each member's trai
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import lightning as L
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from ..models.stacked import fold_draws, stack_members
+from .accuracy import DistanceAccuracy
 from .module import LitLM
 from .schedule import steps_for_tokens, warmup_cosine
 
@@ -189,11 +193,12 @@ def _epochs(loader):
 
 def train_seeds(members: Sequence[LitLM], datamodules: Sequence, settings: TrainSettings, *,
                 validate: Callable[[int, int], None] | None = None,
-                log: Callable[[int, int, float], None] | None = None) -> SeedEnsemble:
+                log: Callable[[int, int, float], None] | None = None, device=None) -> SeedEnsemble:
     """Train ``members`` (``LitLM`` s equal but for their seed), each on its own DataModule's training batches, for
     ``settings.max_steps`` steps as one ``SeedEnsemble``. Every ``settings.val_every`` steps the weights are copied
     back into the members and ``validate(k, step)`` runs for each; every ``settings.log_every`` steps
-    ``log(k, step, loss)``. At the end every member holds its trained weights."""
+    ``log(k, step, loss)``. ``device``: where the stack trains (default: where the members are). At the end every
+    member holds its trained weights."""
     check_members(members)
     if len(datamodules) != len(members):
         raise ValueError(f"an ensemble of {len(members)} members needs as many DataModules, got {len(datamodules)}.")
@@ -203,12 +208,13 @@ def train_seeds(members: Sequence[LitLM], datamodules: Sequence, settings: Train
     loaders = [dm.train_dataloader() for dm in datamodules]
     dm = datamodules[0]
     tokens = getattr(dm, "batch_size", 1) * getattr(dm, "seq_len", 1)
-    ensemble = SeedEnsemble(list(members), settings, tokens)
+    ensemble = SeedEnsemble([m.to(device) if device is not None else m for m in members], settings, tokens)
     for m in members:
         m.train()
     streams = [_epochs(loader) for loader in loaders]
+    here = next(ensemble.net.parameters()).device
     for step in range(1, settings.max_steps + 1):
-        losses = ensemble.training_step([next(s) for s in streams])
+        losses = ensemble.training_step([move_data_to_device(next(s), here) for s in streams])
         if log is not None and step % settings.log_every == 0:
             for k, loss in enumerate(losses.tolist()):
                 log(k, step, loss)
@@ -218,3 +224,40 @@ def train_seeds(members: Sequence[LitLM], datamodules: Sequence, settings: Train
                 validate(k, step)
     ensemble.unstack()
     return ensemble
+
+
+def fit_clis(clis: Sequence, say: Callable[[str], None] | None = None) -> float:
+    """Train the members that ``lit.cli.run(args, run=False)`` built, one CLI per seed of one ``cli.py fit`` line,
+    as one ensemble (``train_seeds``), in the place of each one's ``trainer.fit``: every ``val_check_interval``
+    steps each member is validated with its config's ``DistanceAccuracy`` and the metrics go to its own logger
+    (its TensorBoard folder, where a study reads its learning curve), as its fit would log them; its training
+    loss every ``log_every_n_steps``. ``say`` gets a line per validation. The seconds the ensemble trained."""
+    start = time.perf_counter()
+    trainer = clis[0].trainer
+    interval = trainer.val_check_interval
+    batches = 1 if isinstance(interval, int) else len(clis[0].datamodule.train_dataloader())
+    settings = TrainSettings.of(trainer, batches)
+
+    def validate(k: int, step: int) -> None:
+        cli = clis[k]
+        callbacks = [DistanceAccuracy() for c in cli.trainer.callbacks if isinstance(c, DistanceAccuracy)]
+        checker = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, callbacks=callbacks)
+        metrics = checker.validate(cli.model, datamodule=cli.datamodule, verbose=False)[0]
+        if cli.trainer.logger is not None:  # at the step a fit logs them: the batch index, from 0
+            cli.trainer.logger.log_metrics(metrics, step - 1)
+        if say is not None:
+            say(f"member {k + 1}/{len(clis)} (seed {cli.model.arch.seed}) at step {step}/{settings.max_steps}: "
+                + ", ".join(f"{name} {metrics[name]:.3f}" for name in ("val/loss", "val/acc") if name in metrics))
+
+    def log(k: int, step: int, loss: float) -> None:
+        if clis[k].trainer.logger is not None:
+            clis[k].trainer.logger.log_metrics({"train/loss": loss}, step - 1)
+
+    device = trainer.strategy.root_device
+    train_seeds([c.model for c in clis], [c.datamodule for c in clis], settings, validate=validate, log=log,
+                device=device)
+    for cli in clis:
+        if cli.trainer.logger is not None:
+            cli.trainer.logger.finalize("success")
+    return time.perf_counter() - start

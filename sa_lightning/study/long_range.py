@@ -63,6 +63,8 @@ class LongRangeConfig:
         variants, depths, windows, seeds: the grid; every (task, variant, depth, window, seed) is one cell.
         eval_samples: K draws averaged at validation. eval_seeds: σ seeds at K = 1 for a model that draws.
         jobs: cells trained at once (a count, or ``auto``). fit_overrides: ``fit`` arguments for every cell.
+        ensemble: K > 1 trains the cells that differ only in their seed K at a time as one ensemble in this process
+            (``study.ensemble``; jobs is then 1); 1 (the default) trains each seed alone.
         comparisons: ``{a: <variant>, b: <variant>}`` each, paired on the same answers and pooled over seeds.
         seeds_by_variant: training seeds for some variants instead of ``seeds`` (the references need fewer seeds
             than the comparisons that decide: ``{full: [0, 1, 2], swa: [0, 1, 2]}``).
@@ -89,6 +91,7 @@ class LongRangeConfig:
     margins: dict[str, float] | None = None
     preregistered: str | None = None
     out: str = "outputs/study/long_range"
+    ensemble: int | None = None
 
 
 def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict:
@@ -181,11 +184,17 @@ def run_cell(cell: dict, spec: dict) -> dict:
     ``spec["eval_seeds"]`` (``LitLM.eval_seed``; the first, 0, is validation's own draws), and an answer counts as
     its mean over them; each seed's answers are kept (``hits_by_eval_seed``). Larger K average K draws of the first
     seed. Returns what goes in ``cells/<id>.json``."""
+    cli, trained = grid.fit_cell(spec)
+    return score_cell(cell, spec, cli, trained, int(cli.trainer.global_step))
+
+
+def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
+    """``run_cell``'s record from a trained cell (``cli``: its model and data, trained for ``steps`` steps in
+    ``trained`` seconds, by its own fit or as a member of an ensemble of seeds, ``study.ensemble``)."""
     import lightning as L
 
     from ..lit import DistanceAccuracy
 
-    cli, trained = grid.fit_cell(spec)
     scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
     accuracy = DistanceAccuracy(keep_items=True)
@@ -212,9 +221,23 @@ def run_cell(cell: dict, spec: dict) -> dict:
     curve = learning_curve(Path(spec["fit_args"][spec["fit_args"].index("--trainer.default_root_dir") + 1]) / "tb",
                            [name for name in dm.bucket_names if _bucket_bounds(name)[0] > receptive_field])
     return {**cell, "seq_len": dm.seq_len, "receptive_field": receptive_field,
-            "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
+            "steps": steps, "train_seconds": round(trained, 1),
             "seconds": round(trained + time.perf_counter() - scoring, 1), "edges": dm.task.edges,
             "eval_seeds": seeds if draws else seeds[:1], "scores": scores, "curve": curve}
+
+
+def in_ensembles(todo: list[dict], out: Path, spec_of, settings: dict) -> tuple:
+    """The runner's cell function and jobs: ``run_spec`` and the config's jobs, or with ``ensemble`` K > 1 the cells
+    of one setting K seeds at a time (``study.ensemble``) in this process."""
+    size = settings.get("ensemble") or 1
+    if size < 1:
+        raise ValueError(f"ensemble must be >= 1, got {size}; nothing was trained.")
+    if size == 1:
+        return run_spec, settings.get("jobs")
+    from .ensemble import EnsembleRun
+
+    print(f"ensembles of up to {size} training seeds per setting, one ensemble at a time in this process", flush=True)
+    return EnsembleRun(todo, out, cell_id, spec_of, size, score_cell, run_cell), 1
 
 
 def learning_curve(log_dir: Path, far_buckets: list[str]) -> list[list[float]]:
@@ -627,6 +650,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "quick: <= 5 min on 2 CPU cores",
                          "outputs/study/long_range, long_range_quick, long_range_grid, long_range_paper_scale")
     parser.add_argument("--eval_samples", type=int, nargs="+", help="K permutations averaged at evaluation (SA)")
+    parser.add_argument("--ensemble", type=int, metavar="K",
+                        help="train the cells that differ only in their seed K at a time as one batched model in one "
+                             "process, each member as its seed alone (default: the config's, else 1: each alone)")
     for key in GRID_KEYS:
         parser.add_argument(f"--{key}", nargs="+", type=str if key in ("tasks", "variants") else int,
                             help=f"override the config's {key}")
@@ -637,7 +663,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
     if not Path(args.config).is_file():
         raise SystemExit(f"error: study config {args.config} not found.")
-    overrides = {"eval_samples": args.eval_samples, "jobs": args.jobs,
+    overrides = {"eval_samples": args.eval_samples, "jobs": args.jobs, "ensemble": args.ensemble,
                  "out": None if args.out is None else str(args.out),
                  **{k: getattr(args, k) for k in GRID_KEYS}}
     settings = load_settings(args.config, args.preset, overrides)
@@ -657,11 +683,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
             (f", log p beyond-RF {sum(logps) / len(logps):.3f}" if logps else "") + \
             (f", learned at step {learned}" if learned is not None else "")
 
+    def spec_of(cell: dict) -> dict:
+        return {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
+                "eval_samples": eval_samples, "eval_seeds": eval_seeds(cell["variant"], settings)}
+
+    run, jobs = in_ensembles(todo, out, spec_of, settings)
     results = grid.run_cells(
-        todo, out, cell_id,
-        spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
-                              "eval_samples": eval_samples, "eval_seeds": eval_seeds(cell["variant"], settings)},
-        run=run_spec, line=line, jobs=settings.get("jobs"),
+        todo, out, cell_id, spec_of=spec_of, run=run, line=line, jobs=jobs,
         loaded=lambda saved: {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}})
     summary = {"table.md": table(results), "reach.md": reach(results),
                "compare.md": compare(results, settings.get("comparisons") or [], settings.get("margins"),
