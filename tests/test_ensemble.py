@@ -142,3 +142,61 @@ def test_members_must_differ_only_in_seed():
     other = member_cli("swa", 1)
     with pytest.raises(ValueError, match="every model setting but the seed"):
         train_seeds([member_cli("sa", 0).model, other.model], [], TrainSettings(1))
+
+
+def test_a_study_groups_the_seeds_still_to_train(tmp_path):
+    """``--ensemble 3`` over 2 settings x 5 seeds, seed 1 of SA already recorded: SA trains {0, 2, 3} then {4}
+    alone, SWA {0, 1, 2} then {3, 4}; each member's record comes back when the runner reaches its cell."""
+    from sa_lightning.study.ensemble import EnsembleRun
+    from sa_lightning.utils import runner
+
+    cells = [{"variant": v, "seed": s} for s in range(5) for v in ("sa", "swa")]  # the runner's seed-major order
+    cell_id = lambda c: f"{c['variant']}_s{c['seed']}"  # noqa: E731
+    spec_of = lambda c: {"fit_args": [], "what": cell_id(c)}  # noqa: E731
+    runner.write_cell(tmp_path / "cells" / "sa_s1.json", {"scores": {}, "spec": spec_of(cells[2])})
+    trained, alone = [], []
+
+    def train(self, group, specs):
+        trained.append([cell_id(c) for c in group])
+        assert all(specs[cell_id(c)] == spec_of(c) for c in group)
+        return {cell_id(c): {"trained_with": [cell_id(g) for g in group]} for c in group}
+
+    run = EnsembleRun(cells, tmp_path, cell_id, spec_of, 3, score=None,
+                      alone=lambda cell, spec: alone.append(cell_id(cell)) or {"alone": True}, say=lambda line: None)
+    run.train = train.__get__(run)
+    records = {cell_id(c): run(c, spec_of(c)) for c in cells if cell_id(c) != "sa_s1"}
+    assert trained == [["sa_s0", "sa_s2", "sa_s3"], ["swa_s0", "swa_s1", "swa_s2"], ["swa_s3", "swa_s4"]]
+    assert alone == ["sa_s4"] and records["sa_s4"] == {"alone": True}
+    assert records["sa_s3"] == {"trained_with": ["sa_s0", "sa_s2", "sa_s3"]} and not run.ready
+    assert run({"variant": "sa", "seed": 9}, {**spec_of(cells[0]), "trained": {"checkpoint": "x"}}) == {"alone": True}
+
+
+@pytest.mark.slow
+def test_a_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
+    """``study long-range --ensemble 3``: every member's ``cells/<id>.json`` as its seed's alone run writes it (the
+    same keys, spec, answers, learning-curve steps), its scores within the tolerance."""
+    import json
+    import subprocess
+    import sys
+
+    common = ["cli.py", "study", "long-range", "--preset", "quick", "--variants", "sa", "--depths", "1", "--windows",
+              "8", "--eval_samples", "1", "--seeds", "0", "1", "2", "--set", "trainer.max_steps=4", "--set",
+              "trainer.val_check_interval=2", "--set", "data.init_args.seq_len=32", "--set",
+              "model.arch.max_seq_len=32", "--set", "data.init_args.val_examples=16", "--set",
+              "data.init_args.batch_size=4", "--set", "trainer.gradient_clip_val=0.05"]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "3"])):
+        res = subprocess.run([sys.executable, *common, "--out", str(tmp_path / name), *extra], capture_output=True,
+                             text=True, env=env)
+        assert res.returncode == 0, res.stderr[-2000:]
+    assert "ensemble of 3: passkey_sa_L1_w8_s0, passkey_sa_L1_w8_s1, passkey_sa_L1_w8_s2: training together" \
+        in res.stdout
+    for seed in range(3):
+        alone_, member = (json.loads((tmp_path / name / "cells" / f"passkey_sa_L1_w8_s{seed}.json").read_text())
+                          for name in ("alone", "ensemble"))
+        assert sorted(member) == sorted(alone_) and member["steps"] == alone_["steps"] == 4
+        assert json.dumps(member["spec"]).replace("ensemble", "alone") == json.dumps(alone_["spec"])
+        assert [s for s, _ in member["curve"]] == [s for s, _ in alone_["curve"]] == [1, 3]
+        for k in member["scores"]:
+            assert member["scores"][k]["items"] == alone_["scores"][k]["items"]
+            torch.testing.assert_close(member["scores"][k]["loss"], alone_["scores"][k]["loss"], rtol=LOSS_RTOL, atol=0)

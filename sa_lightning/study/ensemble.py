@@ -41,16 +41,19 @@ class EnsembleRun:
         self.cells, self.out, self.cell_id, self.spec_of = cells, out, cell_id, spec_of
         self.size, self.score, self.alone, self.say = size, score, alone, say
         self.ready: dict[str, dict] = {}  # records of members trained in an earlier cell's ensemble
+        self.handled: set[str] = set()  # every cell this run has trained or handed on, in a group or alone
 
     def __call__(self, cell: dict, spec: dict) -> dict:
         key = self.cell_id(cell)
         if key in self.ready:
             return self.ready.pop(key)
+        self.handled.add(key)
         if spec.get("trained"):
             return self.alone(cell, spec)
         group = self.group(cell)
         if len(group) == 1:
             return self.alone(cell, spec)
+        self.handled.update(self.cell_id(c) for c in group)
         records = self.train(group, {self.cell_id(c): (spec if self.cell_id(c) == key else self.spec_of(c))
                                      for c in group})
         self.ready.update({k: r for k, r in records.items() if k != key})
@@ -60,7 +63,7 @@ class EnsembleRun:
         """``cell`` and the next cells of its setting still to train (no record of this spec, none to rescore, not
         trained already in this run), at most K in all, in seed order."""
         same = [c for c in self.cells if setting(c) == setting(cell) and c["seed"] != cell["seed"]
-                and self.cell_id(c) not in self.ready and self.to_train(c)]
+                and self.cell_id(c) not in self.handled and self.to_train(c)]
         return [cell] + sorted(same, key=lambda c: c["seed"])[:self.size - 1]
 
     def to_train(self, cell: dict) -> bool:
