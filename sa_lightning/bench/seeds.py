@@ -4,8 +4,9 @@ loop) against K seeds as one ensemble (``lit.seeds``), side by side on this mach
 The cell is the pass-key task's (``configs/synthetic/passkey.yaml`` with the long-range study's powered cell:
 n = 128, L = 2, w = 16, 600 steps; ``--set`` changes any fit argument). Each case trains its members from their
 real ``fit`` lines (``lit.cli.run(..., run=False)``: the CLI's model and data for each seed) for ``--warmup``
-untimed steps, then ``--steps`` timed ones; the cases take turns within each of ``--repeats`` rounds, so their ratios
-share the machine's state (a shared machine's load moves them all), and each case's best round is reported. Seeds
+untimed steps, then ``--steps`` timed ones; the cases take turns within each of ``--repeats`` rounds, and each case's
+ratio to alone is taken within a round, so that a shared machine's drifting load moves both sides of it; the table
+gives the medians over the rounds. Seeds
 per hour = 3600 · K / (seconds per step · the cell's steps): training only, the same validation and scoring
 excluded from both. ``alone`` runs ``trainer.fit`` with ``--threads`` threads, in the place of one ``--jobs``
 worker; ``--jobs N`` of them on N cores would train at most N times its rate. ``K = k`` is one process training k
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from datetime import date
@@ -34,9 +36,9 @@ from .machine import apply_preset, describe, positive_int, sync
 CELL = {"model.arch.attention.variant": "sa", "model.arch.n_layer": 2, "model.arch.attention.window": 16,
         "data.init_args.seq_len": 128, "model.arch.max_seq_len": 128, "trainer.max_steps": 600}
 PRESETS = {
-    "cpu": dict(ks=[1, 2, 4, 8, 16], steps=5, warmup=2, repeats=2, device="cpu"),
+    "cpu": dict(ks=[1, 2, 4, 8, 16], steps=3, warmup=1, repeats=5, device="cpu"),
     # the GPU study preset's cell (configs/study/long_range.yaml, preset gpu: n = 512) at K up to 256
-    "gpu": dict(ks=[1, 8, 32, 64, 128, 256], steps=10, warmup=3, repeats=2, device="cuda",
+    "gpu": dict(ks=[1, 8, 32, 64, 128, 256], steps=10, warmup=3, repeats=3, device="cuda",
                 sets=["data.init_args.seq_len=512", "model.arch.max_seq_len=512", "trainer.accelerator=gpu"]),
 }
 
@@ -82,43 +84,56 @@ def time_alone(config: str, sets: dict, warmup: int, steps: int, device) -> floa
     return clock.seconds / steps
 
 
-def time_ensemble(config: str, sets: dict, k: int, warmup: int, steps: int, device) -> float:
-    """Seconds per step of k seeds as one ensemble (``lit.seeds.SeedEnsemble``), each on its own batches."""
-    from lightning.fabric.utilities.apply_func import move_data_to_device
+class Ensemble:
+    """k seeds as one ensemble (``lit.seeds.SeedEnsemble``), each on its own batches, kept across rounds."""
 
-    from ..lit.seeds import SeedEnsemble, TrainSettings
+    def __init__(self, config: str, sets: dict, k: int, device):
+        from ..lit.seeds import SeedEnsemble, TrainSettings
 
-    clis = members(config, sets, k)
-    dms = [c.datamodule for c in clis]
-    ensemble = SeedEnsemble([c.model.to(device) for c in clis], TrainSettings(int(clis[0].trainer.max_steps), 1.0),
-                            dms[0].batch_size * dms[0].seq_len)
-    loaders = [iter(dm.train_dataloader()) for dm in dms]
-    for i in range(warmup + steps):
-        if i == warmup:
-            sync(device)
-            start = time.perf_counter()
-        ensemble.training_step([move_data_to_device(next(it), device) for it in loaders])
-    sync(device)
-    return (time.perf_counter() - start) / steps
+        clis = members(config, sets, k)
+        dms = [c.datamodule for c in clis]
+        self.ensemble = SeedEnsemble([c.model.to(device) for c in clis],
+                                     TrainSettings(int(clis[0].trainer.max_steps), 1.0), dms[0].batch_size * dms[0].seq_len)
+        self.loaders, self.device = [iter(dm.train_dataloader()) for dm in dms], device
+
+    def seconds_per_step(self, warmup: int, steps: int) -> float:
+        from lightning.fabric.utilities.apply_func import move_data_to_device
+
+        for i in range(warmup + steps):
+            if i == warmup:
+                sync(self.device)
+                start = time.perf_counter()
+            self.ensemble.training_step([move_data_to_device(next(it), self.device) for it in self.loaders])
+        sync(self.device)
+        return (time.perf_counter() - start) / steps
 
 
 def run(args) -> list[dict]:
+    """Every case's seconds a step in each round (alone first), and per case the medians over the rounds: of its
+    seconds a step, and of its seeds a second over alone's in the same round (the ratio a shared machine's drifting
+    load moves least)."""
     device = torch.device(args.device)
     sets = {**CELL, **dict(s.split("=", 1) for s in args.sets)}
     cell_steps = int(sets["trainer.max_steps"])
-    timed_sets = {**sets, "trainer.max_steps": cell_steps}
-    cases = [("alone", 1)] + [(f"K = {k}", k) for k in args.ks]
-    best: dict[str, float] = {}
-    for _ in range(args.repeats):
-        for name, k in cases:
-            seconds = time_alone(args.config, timed_sets, args.warmup, args.steps, device) if name == "alone" else \
-                time_ensemble(args.config, timed_sets, k, args.warmup, args.steps, device)
-            best[name] = min(best.get(name, float("inf")), seconds)
-            print(f"{name}: {seconds * 1000:.0f} ms a step ({k} seed(s))", flush=True)
-    base = best["alone"]
-    return [{"case": name, "seeds": k, "ms_per_step": 1000 * best[name],
-             "seeds_per_hour": 3600 * k / (best[name] * cell_steps),
-             "vs_alone": (k / best[name]) / (1 / base)} for name, k in cases]
+    ensembles = {k: Ensemble(args.config, sets, k, device) for k in args.ks}
+    rounds: list[dict] = []
+    for r in range(args.repeats):
+        warmup = args.warmup if r == 0 else 0  # the ensembles' first steps; alone is a new fit each round
+        seconds = {"alone": time_alone(args.config, sets, args.warmup, args.steps, device)}
+        for k, ensemble in ensembles.items():
+            seconds[k] = ensemble.seconds_per_step(warmup, args.steps)
+        rounds.append(seconds)
+        print(f"round {r + 1}/{args.repeats}: " + ", ".join(
+            f"{'alone' if k == 'alone' else f'K = {k}'} {1000 * s:.0f} ms" for k, s in seconds.items()), flush=True)
+    out = []
+    for key, k in [("alone", 1)] + [(k, k) for k in args.ks]:
+        per_step = statistics.median(r[key] for r in rounds)
+        out.append({"case": "alone" if key == "alone" else f"K = {k}", "seeds": k, "ms_per_step": 1000 * per_step,
+                     "seeds_per_hour": 3600 * k / (per_step * cell_steps),
+                     "vs_alone": statistics.median(k * r["alone"] / r[key] for r in rounds),
+                     "vs_alone_range": (min(k * r["alone"] / r[key] for r in rounds),
+                                        max(k * r["alone"] / r[key] for r in rounds))})
+    return out
 
 
 def markdown(rows: list[dict], args, loads: tuple) -> str:
@@ -127,12 +142,15 @@ def markdown(rows: list[dict], args, loads: tuple) -> str:
              f"Machine: {describe(args.device)}; load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the "
              f"end (`os.getloadavg`, 1 min). Cell: `{args.config}` with "
              + ", ".join(f"`{k}={v}`" for k, v in sets.items())
-             + f". {args.steps} timed steps after {args.warmup} untimed, best of {args.repeats} interleaved rounds.",
-             "", *head(["case", "seeds", "ms a step", "seeds per hour (training)", "× alone"],
+             + f". {args.repeats} rounds, each timing every case for {args.steps} steps in turn (after {args.warmup} "
+               "untimed steps); the medians over the rounds, and × alone: the case's seeds a second over alone's in "
+               "the same round (median, and its range over the rounds).",
+             "", *head(["case", "seeds", "ms a step (median)", "seeds per hour (training)", "× alone [range]"],
                        ["---", "---:", "---:", "---:", "---:"])]
     for r in rows:
+        lo, hi = r["vs_alone_range"]
         lines.append(row([r["case"], r["seeds"], f"{r['ms_per_step']:.0f}", f"{r['seeds_per_hour']:.1f}",
-                          f"{r['vs_alone']:.2f}"]))
+                          f"{r['vs_alone']:.2f} [{lo:.2f}, {hi:.2f}]"]))
     return "\n".join(lines) + "\n"
 
 
