@@ -37,10 +37,14 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def member_cli(variant: str, seed: int):
+#: the GPU's case: head dim 32, so that SA and the random control take their FlexAttention kernels
+ON_GPU = {"trainer.accelerator": "gpu", "model.arch.d_model": 64, "model.arch.d_ff": 128}
+
+
+def member_cli(variant: str, seed: int, gpu: bool = False):
     args = ["--config", "configs/synthetic/passkey.yaml", "--seed_everything", str(seed),
             "--model.arch.attention.variant", variant, "--trainer.default_root_dir", tempfile.mkdtemp()]
-    for key, value in TINY.items():
+    for key, value in {**TINY, **(ON_GPU if gpu else {})}.items():
         args += [f"--{key}", str(value)]
     return run_cli(args, run=False)
 
@@ -63,28 +67,29 @@ class _Losses(L.Callback):
 
 
 @functools.lru_cache(maxsize=None)
-def alone(variant: str, seed: int) -> tuple[list[float], dict]:
+def alone(variant: str, seed: int, gpu: bool = False) -> tuple[list[float], dict]:
     """The seed trained alone, as ``cli.py fit`` trains it (the CLI's trainer, model and data)."""
-    cli = member_cli(variant, seed)
+    cli = member_cli(variant, seed, gpu)
     losses = _Losses()
     cli.trainer.callbacks.append(losses)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return losses.losses, validated(cli)
 
 
-def ensemble(variant: str, seeds: list[int]) -> list[tuple[list[float], dict]]:
-    clis = [member_cli(variant, s) for s in seeds]
+def ensemble(variant: str, seeds: list[int], gpu: bool = False) -> list[tuple[list[float], dict]]:
+    clis = [member_cli(variant, s, gpu) for s in seeds]
     steps_validated = []
     trained = train_seeds([c.model for c in clis], [c.datamodule for c in clis],
                           TrainSettings.of(clis[0].trainer, 100),
-                          validate=lambda k, step: steps_validated.append((k, step)))
+                          validate=lambda k, step: steps_validated.append((k, step)),
+                          device=clis[0].trainer.strategy.root_device)
     assert steps_validated == [(k, s) for s in (2, 4) for k in range(len(seeds))]
     return [(trained.losses[k], validated(c)) for k, c in enumerate(clis)]
 
 
-def assert_as_alone(variant: str, seeds: list[int]) -> None:
-    for seed, (losses, val) in zip(seeds, ensemble(variant, seeds)):
-        ref_losses, ref_val = alone(variant, seed)
+def assert_as_alone(variant: str, seeds: list[int], gpu: bool = False) -> None:
+    for seed, (losses, val) in zip(seeds, ensemble(variant, seeds, gpu)):
+        ref_losses, ref_val = alone(variant, seed, gpu)
         assert len(losses) == len(ref_losses) == STEPS
         assert losses[0] == ref_losses[0], "the first step's forward is the same computation, bit for bit"
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=LOSS_RTOL, atol=0)
@@ -108,6 +113,14 @@ def test_eight_members_train_as_alone():
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "sa"])
 def test_eight_members_train_as_alone_every_variant(variant):
     assert_as_alone(variant, list(range(8)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_members_train_as_alone_on_a_gpu(variant):
+    """The same on CUDA (float32), with SA's and Random's FlexAttention kernels, at K = 3 and 8."""
+    assert_as_alone(variant, [0, 1, 2], gpu=True)
+    assert_as_alone(variant, list(range(8)), gpu=True)
 
 
 def test_a_member_does_not_depend_on_its_companions():

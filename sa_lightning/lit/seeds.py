@@ -42,6 +42,8 @@ from .schedule import steps_for_tokens, warmup_cosine
 #: how far (relative) a member's training losses and validation loss may lie from the same seed's alone, in
 #: float32 after the tested steps (tests/test_ensemble.py)
 LOSS_RTOL = 1e-3
+#: the trainer precisions an ensemble trains with (Lightning's, as its fit would): float32, or bf16 autocast
+PRECISIONS = ("32-true", "bf16-mixed")
 #: how far a member's per-answer validation log-probability may lie from the seed's alone (nats), same steps
 LOGP_ATOL = 2e-2
 
@@ -54,6 +56,7 @@ class TrainSettings:
     gradient_clip_val: float | None = None
     val_every: int | None = None
     log_every: int = 50
+    precision: str = "32-true"
 
     @classmethod
     def of(cls, trainer, batches_per_epoch: int) -> "TrainSettings":
@@ -65,8 +68,8 @@ class TrainSettings:
             raise ValueError("an ensemble of seeds trains on one device without gradient accumulation "
                              f"(got {trainer.world_size} processes, accumulate_grad_batches="
                              f"{trainer.accumulate_grad_batches}).")
-        if str(trainer.precision) != "32-true":
-            raise ValueError(f"an ensemble of seeds trains in float32 (trainer.precision 32-true), not "
+        if str(trainer.precision) not in PRECISIONS:
+            raise ValueError(f"an ensemble of seeds trains with trainer.precision {' or '.join(PRECISIONS)}, not "
                              f"{trainer.precision}.")
         if trainer.gradient_clip_algorithm not in (None, "norm"):
             raise ValueError(f"an ensemble of seeds clips each member's gradient norm; gradient_clip_algorithm "
@@ -75,7 +78,8 @@ class TrainSettings:
         val_every = int(interval) if isinstance(interval, int) else max(1, int(batches_per_epoch * float(interval)))
         if trainer.limit_val_batches == 0:
             val_every = None
-        return cls(int(trainer.max_steps), trainer.gradient_clip_val, val_every, int(trainer.log_every_n_steps))
+        return cls(int(trainer.max_steps), trainer.gradient_clip_val, val_every, int(trainer.log_every_n_steps),
+                   str(trainer.precision))
 
 
 @dataclass
@@ -122,8 +126,11 @@ class SeedEnsemble:
         stream = self.step  # LitLM.training_step's stream on one device: micro_step * world_size + rank
         draws = [m.net.draws(n, stream, inputs[0].device) for m in self.members]
         perms = fold_draws(draws, rows, self.members[0].net.variant.draw_ndim)
-        scores = self.net(torch.cat(inputs), perms=perms).view(len(self.members), rows, n, -1)
-        losses = torch.stack([LitLM.loss_of_scores(scores[k], b) for k, b in enumerate(batches)])
+        # bf16-mixed as Lightning's precision plugin runs a training step: forward and loss under autocast
+        with torch.autocast(inputs[0].device.type, dtype=torch.bfloat16,
+                            enabled=self.settings.precision == "bf16-mixed"):
+            scores = self.net(torch.cat(inputs), perms=perms).view(len(self.members), rows, n, -1)
+            losses = torch.stack([LitLM.loss_of_scores(scores[k], b) for k, b in enumerate(batches)])
         losses.sum().backward()
         self._clip()
         self.optimizer.step()
