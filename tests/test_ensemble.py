@@ -241,3 +241,11 @@ def test_a_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
             == json.dumps(alone_["spec"])
         assert [s for s, _ in member["curve"]] == [s for s, _ in alone_["curve"]] == [1, 3]
         assert member["scores"] == alone_["scores"] and member["curve"] == alone_["curve"]  # bit for bit
+
+
+def test_an_ensemble_below_one_is_refused_before_anything_trains():
+    from sa_lightning.study.long_range import load_settings
+
+    with pytest.raises(ValueError, match="ensemble must be >= 1"):
+        load_settings("configs/study/long_range.yaml", "quick", {"ensemble": 0})
+    assert load_settings("configs/study/long_range.yaml", "gpu-ensemble", {})["ensemble"] == 16

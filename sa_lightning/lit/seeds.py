@@ -200,11 +200,12 @@ def _epochs(loader):
 
 def train_seeds(members: Sequence[LitLM], datamodules: Sequence, settings: TrainSettings, *,
                 validate: Callable[[int, int], None] | None = None,
-                log: Callable[[int, int, float], None] | None = None, device=None) -> SeedEnsemble:
+                log: Callable[[int, int, float], None] | None = None, device=None,
+                each_step: Callable[[int], None] | None = None) -> SeedEnsemble:
     """Train ``members`` (``LitLM`` s equal but for their seed), each on its own DataModule's training batches, for
     ``settings.max_steps`` steps as one ``SeedEnsemble``. Every ``settings.val_every`` steps the weights are copied
     back into the members and ``validate(k, step)`` runs for each; every ``settings.log_every`` steps
-    ``log(k, step, loss)``. ``device``: where the stack trains (default: where the members are). At the end every
+    ``log(k, step, loss)``; ``each_step(step)`` after every step. ``device``: where the stack trains (default: where the members are). At the end every
     member holds its trained weights."""
     check_members(members)
     if len(datamodules) != len(members):
@@ -222,6 +223,8 @@ def train_seeds(members: Sequence[LitLM], datamodules: Sequence, settings: Train
     here = next(ensemble.net.parameters()).device
     for step in range(1, settings.max_steps + 1):
         losses = ensemble.training_step([move_data_to_device(next(s), here) for s in streams])
+        if each_step is not None:
+            each_step(step)
         if log is not None and step % settings.log_every == 0:
             for k, loss in enumerate(losses.tolist()):
                 log(k, step, loss)
@@ -261,9 +264,17 @@ def fit_clis(clis: Sequence, say: Callable[[str], None] | None = None) -> float:
         if clis[k].trainer.logger is not None:
             clis[k].trainer.logger.log_metrics({"train/loss": loss}, step - 1)
 
+    last = [start]
+
+    def heartbeat(step: int) -> None:  # a line at least every 30 s, as a quiet fit's Heartbeat prints
+        now = time.perf_counter()
+        if say is not None and now - last[0] >= 30:
+            last[0] = now
+            say(f"training at step {step} of {settings.max_steps}, {now - start:.0f} s")
+
     device = trainer.strategy.root_device
     train_seeds([c.model for c in clis], [c.datamodule for c in clis], settings, validate=validate, log=log,
-                device=device)
+                device=device, each_step=heartbeat)
     for cli in clis:
         if cli.trainer.logger is not None:
             cli.trainer.logger.finalize("success")

@@ -100,6 +100,9 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
     settings = grid.load_settings(path, preset, overrides, GRID_KEYS, LongRangeConfig)
     if any(k < 1 for k in settings.get("eval_samples", [1])):
         raise ValueError("eval_samples must be >= 1.")
+    if settings.get("ensemble") is not None and settings["ensemble"] < 1:
+        raise ValueError(f"ensemble must be >= 1 (seeds trained as one model), got {settings['ensemble']}; nothing "
+                         "was trained.")
     seeds = settings.get("eval_seeds", [0])
     if not seeds or any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in seeds) \
             or len(set(seeds)) != len(seeds):
@@ -230,8 +233,6 @@ def in_ensembles(todo: list[dict], out: Path, spec_of, settings: dict) -> tuple:
     """The runner's cell function and jobs: ``run_spec`` and the config's jobs, or with ``ensemble`` K > 1 the cells
     of one setting K seeds at a time (``study.ensemble``) in this process."""
     size = settings.get("ensemble") or 1
-    if size < 1:
-        raise ValueError(f"ensemble must be >= 1, got {size}; nothing was trained.")
     if size == 1:
         return run_spec, settings.get("jobs")
     from .ensemble import EnsembleRun
