@@ -42,10 +42,16 @@ def one_thread():
 ON_GPU = {"trainer.accelerator": "gpu", "model.arch.d_model": 64, "model.arch.d_ff": 128}
 
 
-def member_cli(variant: str, seed: int, gpu: bool = False):
+#: MQAR with counters as filler (its loss adds the filler's ``aux_labels``), the token shift and a fixed σ per layer
+MQAR = {"data.init_args.task": "mqar", "data.init_args.num_pairs": 2, "data.init_args.num_queries": 2,
+        "data.init_args.filler": "counters", "model.arch.token_shift": "true",
+        "model.arch.permutation": "deterministic"}
+
+
+def member_cli(variant: str, seed: int, gpu: bool = False, task: str = "passkey"):
     args = ["--config", "configs/synthetic/passkey.yaml", "--seed_everything", str(seed),
             "--model.arch.attention.variant", variant, "--trainer.default_root_dir", tempfile.mkdtemp()]
-    for key, value in {**TINY, **(ON_GPU if gpu else {})}.items():
+    for key, value in {**TINY, **(ON_GPU if gpu else {}), **(MQAR if task == "mqar" else {})}.items():
         args += [f"--{key}", str(value)]
     return run_cli(args, run=False)
 
@@ -68,17 +74,18 @@ class _Losses(L.Callback):
 
 
 @functools.lru_cache(maxsize=None)
-def alone(variant: str, seed: int, gpu: bool = False) -> tuple[list[float], dict]:
+def alone(variant: str, seed: int, gpu: bool = False, task: str = "passkey") -> tuple[list[float], dict]:
     """The seed trained alone, as ``cli.py fit`` trains it (the CLI's trainer, model and data)."""
-    cli = member_cli(variant, seed, gpu)
+    cli = member_cli(variant, seed, gpu, task)
     losses = _Losses()
     cli.trainer.callbacks.append(losses)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return losses.losses, validated(cli)
 
 
-def ensemble(variant: str, seeds: list[int], gpu: bool = False) -> list[tuple[list[float], dict]]:
-    clis = [member_cli(variant, s, gpu) for s in seeds]
+def ensemble(variant: str, seeds: list[int], gpu: bool = False,
+             task: str = "passkey") -> list[tuple[list[float], dict]]:
+    clis = [member_cli(variant, s, gpu, task) for s in seeds]
     steps_validated = []
     trained = train_seeds([c.model for c in clis], [c.datamodule for c in clis],
                           TrainSettings.of(clis[0].trainer, 100),
@@ -88,11 +95,11 @@ def ensemble(variant: str, seeds: list[int], gpu: bool = False) -> list[tuple[li
     return [(trained.losses[k], validated(c)) for k, c in enumerate(clis)]
 
 
-def assert_as_alone(variant: str, seeds: list[int], gpu: bool = False) -> None:
+def assert_as_alone(variant: str, seeds: list[int], gpu: bool = False, task: str = "passkey") -> None:
     """Every member's losses at each step and its validation (loss, each answer right or not and its log-probability)
     equal to the seed's alone: bit for bit on the CPU, within ``GPU_RTOL`` on a GPU."""
-    for seed, (losses, val) in zip(seeds, ensemble(variant, seeds, gpu)):
-        ref_losses, ref_val = alone(variant, seed, gpu)
+    for seed, (losses, val) in zip(seeds, ensemble(variant, seeds, gpu, task)):
+        ref_losses, ref_val = alone(variant, seed, gpu, task)
         assert len(losses) == len(ref_losses) == STEPS
         assert val["hits"] == ref_val["hits"] and val["acc"] == ref_val["acc"]
         if gpu:
@@ -108,6 +115,11 @@ def assert_as_alone(variant: str, seeds: list[int], gpu: bool = False) -> None:
 def test_one_and_three_members_train_as_alone(variant):
     assert_as_alone(variant, [0])
     assert_as_alone(variant, [0, 1, 2])
+
+
+def test_mqar_with_counters_the_token_shift_and_a_fixed_sigma_trains_as_alone():
+    """The filler's own loss (``aux_labels``), the token shift's linear and σ fixed per layer by each member's seed."""
+    assert_as_alone("sa", [0, 1, 2], task="mqar")
 
 
 def test_eight_members_train_as_alone():

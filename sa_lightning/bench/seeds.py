@@ -92,8 +92,8 @@ class Ensemble:
 
         clis = members(config, sets, k)
         dms = [c.datamodule for c in clis]
-        self.ensemble = SeedEnsemble([c.model.to(device) for c in clis],
-                                     TrainSettings(int(clis[0].trainer.max_steps), 1.0), dms[0].batch_size * dms[0].seq_len)
+        settings = TrainSettings(int(clis[0].trainer.max_steps), 1.0)
+        self.ensemble = SeedEnsemble([c.model.to(device) for c in clis], settings, dms[0].batch_size * dms[0].seq_len)
         self.loaders, self.device = [iter(dm.train_dataloader()) for dm in dms], device
 
     def seconds_per_step(self, warmup: int, steps: int) -> float:

@@ -205,8 +205,8 @@ def train_seeds(members: Sequence[LitLM], datamodules: Sequence, settings: Train
     """Train ``members`` (``LitLM`` s equal but for their seed), each on its own DataModule's training batches, for
     ``settings.max_steps`` steps as one ``SeedEnsemble``. Every ``settings.val_every`` steps the weights are copied
     back into the members and ``validate(k, step)`` runs for each; every ``settings.log_every`` steps
-    ``log(k, step, loss)``; ``each_step(step)`` after every step. ``device``: where the stack trains (default: where the members are). At the end every
-    member holds its trained weights."""
+    ``log(k, step, loss)``; ``each_step(step)`` after every step. ``device``: where the stack trains (default:
+    where the members are). At the end every member holds its trained weights."""
     check_members(members)
     if len(datamodules) != len(members):
         raise ValueError(f"an ensemble of {len(members)} members needs as many DataModules, got {len(datamodules)}.")
