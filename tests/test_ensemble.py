@@ -261,3 +261,16 @@ def test_an_ensemble_below_one_is_refused_before_anything_trains():
     with pytest.raises(ValueError, match="ensemble must be >= 1"):
         load_settings("configs/study/long_range.yaml", "quick", {"ensemble": 0})
     assert load_settings("configs/study/long_range.yaml", "gpu-ensemble", {})["ensemble"] == 16
+
+
+def test_bench_seeds_prints_each_case_with_its_ratio_to_alone(tmp_path, capsys):
+    """``bench seeds``: a row per case, alone first, with the machine and load it ran under (no time is asserted)."""
+    from sa_lightning.bench.seeds import main
+
+    rows = main(["--ks", "1", "2", "--steps", "1", "--warmup", "1", "--repeats", "1", "--out", str(tmp_path),
+                 "--set", "data.init_args.seq_len=32", "--set", "model.arch.max_seq_len=32", "--set",
+                 "model.arch.attention.window=8", "--set", "data.init_args.batch_size=4"])
+    assert [(r["case"], r["seeds"]) for r in rows] == [("alone", 1), ("K = 1", 1), ("K = 2", 2)]
+    assert rows[0]["vs_alone"] == 1.0 and all(r["seeds_per_hour"] > 0 for r in rows)
+    text = (tmp_path / "seeds_cpu.md").read_text()
+    assert "| K = 2 | 2 |" in text and "load average" in text and "`data.init_args.seq_len=32`" in text

@@ -37,9 +37,10 @@ CELL = {"model.arch.attention.variant": "sa", "model.arch.n_layer": 2, "model.ar
         "data.init_args.seq_len": 128, "model.arch.max_seq_len": 128, "trainer.max_steps": 600}
 PRESETS = {
     "cpu": dict(ks=[1, 2, 4, 8, 16], steps=3, warmup=1, repeats=5, device="cpu"),
-    # the GPU study preset's cell (configs/study/long_range.yaml, preset gpu: n = 512) at K up to 256
+    # the GPU study preset's cell (configs/study/long_range.yaml, preset gpu: n = 512, w = 32, bf16-mixed), K to 256
     "gpu": dict(ks=[1, 8, 32, 64, 128, 256], steps=10, warmup=3, repeats=3, device="cuda",
-                sets=["data.init_args.seq_len=512", "model.arch.max_seq_len=512", "trainer.accelerator=gpu"]),
+                sets=["data.init_args.seq_len=512", "model.arch.max_seq_len=512", "model.arch.attention.window=32",
+                      "trainer.accelerator=gpu", "trainer.precision=bf16-mixed"]),
 }
 
 
@@ -92,7 +93,7 @@ class Ensemble:
 
         clis = members(config, sets, k)
         dms = [c.datamodule for c in clis]
-        settings = TrainSettings(int(clis[0].trainer.max_steps), 1.0)
+        settings = TrainSettings.of(clis[0].trainer, 1)  # its clipping and precision, as the cell's fit
         self.ensemble = SeedEnsemble([c.model.to(device) for c in clis], settings, dms[0].batch_size * dms[0].seq_len)
         self.loaders, self.device = [iter(dm.train_dataloader()) for dm in dms], device
 
