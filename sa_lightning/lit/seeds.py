@@ -17,7 +17,7 @@ weights copied out of the stack (``SeedEnsemble.unstack``).
 
 Exactness. On the CPU a member trains **bit for bit** as its seed alone: the same losses at every step, the same
 validation loss, answers and log-probabilities (``tests/test_ensemble.py``: K = 1, 3 and 8, SA, Random, SWA, SA+SWA
-and Full, float32, clipping active; torch 2.13, one and two threads). That holds because every op of the stack gives
+and Full, float32, clipping active, one thread; torch 2.13; a manual run with two threads agreed too). That holds because every op of the stack gives
 each member's rows the numbers its model alone gives them: the stacked forward, its gradients (the norms norm the rows
 as they come, ``models.stacked.StackedRMSNorm``), each member's norm and clipping, and AdamW, elementwise on the
 stacked tensors. A change that breaks it (a fused kernel that sums in another order) shows in those tests. On a GPU,
