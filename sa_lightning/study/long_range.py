@@ -2,7 +2,7 @@
 
     python cli.py study long-range [--config configs/study/long_range.yaml]
                                    [--preset quick|pilot|powered|mqar-pilot|mqar|grid|paper-scale]
-                                   [--eval_samples 1 4 16] [--out DIR]
+                                   [--eval_samples 1 4 16] [--ensemble K] [--out DIR]
 
 Trains every cell of a grid, one (task, variant, depth, window, seed), with ``cli.py fit`` on the
 synthetic recall config (``configs/synthetic/<task>.yaml``, the variant swapped as for text), then
@@ -10,7 +10,9 @@ validates it once per ``eval_samples`` K (SA averaged over K permutations), and 
 evaluation σ seed (``eval_seeds``; each answer counts as its mean over them, the seeds' spread shown as σ SD). A
 cell trained before with the same ``fit`` arguments is scored again from its last checkpoint, not trained
 (``study.grid``). Cells train ``--jobs`` at a time
-(``auto``: one per core on a CPU, one thread each; ``study.grid``). Each finished cell is written to
+(``auto``: one per core on a CPU, one thread each; ``study.grid``), or with ``--ensemble K`` the cells that differ only
+in their seed K at a time as one batched model in this process, each member bit for bit its seed alone
+(``study.ensemble``). Each finished cell is written to
 ``<out>/cells/`` at once; a rerun skips it. ``<out>`` is the config's ``out``, one folder per preset
 (``outputs/study/long_range``, ``long_range_quick``, ``long_range_grid``, ``long_range_paper_scale``), so
 that a quick run never overwrites the full study's cells and tables. At the end: ``results.csv``, ``table.md``
