@@ -274,3 +274,27 @@ def test_bench_seeds_prints_each_case_with_its_ratio_to_alone(tmp_path, capsys):
     assert rows[0]["vs_alone"] == 1.0 and all(r["seeds_per_hour"] > 0 for r in rows)
     text = (tmp_path / "seeds_cpu.md").read_text()
     assert "| K = 2 | 2 |" in text and "load average" in text and "`data.init_args.seq_len=32`" in text
+
+
+@pytest.mark.slow
+def test_a_pretrain_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
+    """``study pretrain --ensemble 2`` (text: the embedded corpus, validation blocks and the offline tasks): each
+    member's record equal to its seed's alone, score for score."""
+    import json
+    import subprocess
+    import sys
+
+    common = ["cli.py", "study", "pretrain", "--preset", "quick", "--models", "sa@32", "--seeds", "0", "1", "--limit",
+              "4", "--set", "trainer.max_steps=6", "--set", "trainer.val_check_interval=3", "--set", "data.seq_len=64",
+              "--set", "model.arch.max_seq_len=64", "--set", "data.batch_size=4", "--set", "data.val_blocks=4"]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "2"])):
+        res = subprocess.run([sys.executable, *common, "--out", str(tmp_path / name), *extra], capture_output=True,
+                             text=True, env=env)
+        assert res.returncode == 0, res.stderr[-2000:]
+    assert "ensemble of 2: sa_w32_s0, sa_w32_s1: training together" in res.stdout
+    for seed in range(2):
+        alone_, member = (json.loads((tmp_path / name / "cells" / f"sa_w32_s{seed}.json").read_text())
+                          for name in ("alone", "ensemble"))
+        assert sorted(member) == sorted(alone_) and member["steps"] == alone_["steps"] == 6
+        assert member["scores"] == alone_["scores"] and member["scores_by_eval_seed"] == alone_["scores_by_eval_seed"]

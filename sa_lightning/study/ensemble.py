@@ -103,3 +103,21 @@ class EnsembleRun:
             records[self.cell_id(cell)] = {**record, "seconds": round(seconds / len(group)
                                                                        + time.perf_counter() - start, 1)}
         return records
+
+
+def cell_function(todo: list[dict], out: Path, cell_id: Callable, spec_of: Callable, settings: dict,
+                  score: Callable, alone: Callable, run_alone: Callable) -> tuple:
+    """A study's ``run`` and ``jobs`` for the runner: ``run_alone`` (its module-level cell function, for worker
+    processes) and the config's jobs, or with ``ensemble`` K > 1 an ``EnsembleRun`` of ``todo`` in this process."""
+    size = settings.get("ensemble") or 1
+    if size == 1:
+        return run_alone, settings.get("jobs")
+    print(f"ensembles of up to {size} training seeds per setting, one ensemble at a time in this process", flush=True)
+    return EnsembleRun(todo, out, cell_id, spec_of, size, score, alone), 1
+
+
+def check_size(settings: dict) -> None:
+    """``ensemble`` in a study's settings: one sentence before anything trains unless it is at least 1."""
+    if settings.get("ensemble") is not None and settings["ensemble"] < 1:
+        raise ValueError(f"ensemble must be >= 1 (seeds trained as one model), got {settings['ensemble']}; nothing "
+                         "was trained.")

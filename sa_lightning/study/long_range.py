@@ -49,7 +49,7 @@ from ..utils import runner, trained
 from ..utils.atomic import check_results_folder, replacing_files, write_text
 from ..utils.report import head, number, ranked_cells, row
 from ..utils.tables import write_csv
-from . import grid
+from . import ensemble, grid
 
 TARGET = 0.9
 GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
@@ -102,9 +102,7 @@ def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict
     settings = grid.load_settings(path, preset, overrides, GRID_KEYS, LongRangeConfig)
     if any(k < 1 for k in settings.get("eval_samples", [1])):
         raise ValueError("eval_samples must be >= 1.")
-    if settings.get("ensemble") is not None and settings["ensemble"] < 1:
-        raise ValueError(f"ensemble must be >= 1 (seeds trained as one model), got {settings['ensemble']}; nothing "
-                         "was trained.")
+    ensemble.check_size(settings)
     seeds = settings.get("eval_seeds", [0])
     if not seeds or any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in seeds) \
             or len(set(seeds)) != len(seeds):
@@ -229,18 +227,6 @@ def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
             "steps": steps, "train_seconds": round(trained, 1),
             "seconds": round(trained + time.perf_counter() - scoring, 1), "edges": dm.task.edges,
             "eval_seeds": seeds if draws else seeds[:1], "scores": scores, "curve": curve}
-
-
-def in_ensembles(todo: list[dict], out: Path, spec_of, settings: dict) -> tuple:
-    """The runner's cell function and jobs: ``run_spec`` and the config's jobs, or with ``ensemble`` K > 1 the cells
-    of one setting K seeds at a time (``study.ensemble``) in this process."""
-    size = settings.get("ensemble") or 1
-    if size == 1:
-        return run_spec, settings.get("jobs")
-    from .ensemble import EnsembleRun
-
-    print(f"ensembles of up to {size} training seeds per setting, one ensemble at a time in this process", flush=True)
-    return EnsembleRun(todo, out, cell_id, spec_of, size, score_cell, run_cell), 1
 
 
 def learning_curve(log_dir: Path, far_buckets: list[str]) -> list[list[float]]:
@@ -690,7 +676,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
                 "eval_samples": eval_samples, "eval_seeds": eval_seeds(cell["variant"], settings)}
 
-    run, jobs = in_ensembles(todo, out, spec_of, settings)
+    run, jobs = ensemble.cell_function(todo, out, cell_id, spec_of, settings, score_cell, run_cell, run_spec)
     results = grid.run_cells(
         todo, out, cell_id, spec_of=spec_of, run=run, line=line, jobs=jobs,
         loaded=lambda saved: {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}})

@@ -45,7 +45,7 @@ from ..utils.atomic import check_results_folder, replacing_files, write_text
 from ..utils.report import head, row
 from ..utils.stats import MIN_UNITS
 from ..utils.tables import write_csv
-from . import grid
+from . import ensemble, grid
 
 GRID_KEYS = ("models", "seeds")
 #: what each cell is scored on, in the table's order: the validation blocks' NLL (shown as a perplexity, its
@@ -92,6 +92,8 @@ class PretrainConfig:
             models beat SWA by more than δ (the floor rule).
         preregistered: when and from what the margins were fixed, before the run (the report prints it).
         out: the output folder.
+        ensemble: K > 1 trains the cells of one model that differ only in their seed K at a time as one batched model
+            in this process (``study.ensemble``; jobs is then 1); 1 (the default) trains each seed alone.
     """
 
     models: list[str]
@@ -106,6 +108,7 @@ class PretrainConfig:
     margins: dict[str, float] | None = None
     preregistered: str | None = None
     out: str = "outputs/study/pretrain"
+    ensemble: int | None = None
 
 
 def parse_model(name: str) -> tuple[str, int | None]:
@@ -123,6 +126,7 @@ def parse_model(name: str) -> tuple[str, int | None]:
 
 def load_settings(path: str | Path, preset: str | None, overrides: dict) -> dict:
     settings = grid.load_settings(path, preset, overrides, GRID_KEYS, PretrainConfig)
+    ensemble.check_size(settings)
     for name in settings["models"]:
         parse_model(name)
     bad = [s for s in settings["seeds"] if not isinstance(s, int) or isinstance(s, bool) or s < 0]
@@ -194,10 +198,16 @@ def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
 
 def run_cell(cell: dict, spec: dict) -> dict:
     """Train the cell, then score it item by item: what goes in ``cells/<id>.json``."""
+    cli, trained = grid.fit_cell(spec)
+    return score_cell(cell, spec, cli, trained, int(cli.trainer.global_step))
+
+
+def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
+    """``run_cell``'s record from a trained cell (``cli``: its model and data, trained for ``steps`` steps in
+    ``trained`` seconds, by its own fit or as a member of an ensemble of seeds, ``study.ensemble``)."""
     from ..eval.harness import run_tasks_with_items
     from ..eval.lm import SALM
 
-    cli, trained = grid.fit_cell(spec)
     scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
     by_seed = []
@@ -212,7 +222,7 @@ def run_cell(cell: dict, spec: dict) -> dict:
         by_seed.append(scores)
     mean = {column: [round(float(x), 5) for x in np.mean([s[column] for s in by_seed], axis=0)]
             for column in by_seed[0]}
-    return {**cell, "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
+    return {**cell, "steps": steps, "train_seconds": round(trained, 1),
             "seconds": round(trained + time.perf_counter() - scoring, 1), "eval_seeds": list(spec["eval_seeds"]),
             "scores": mean, "scores_by_eval_seed": by_seed}
 
@@ -391,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", nargs="+", help="override the config's models (<variant>@<window> or full)")
     parser.add_argument("--seeds", nargs="+", type=int, help="override the config's training seeds")
     parser.add_argument("--limit", type=int, help="override the config's documents per offline task")
+    parser.add_argument("--ensemble", type=int, metavar="K",
+                        help="train the cells that differ only in their seed K at a time as one batched model in one "
+                             "process, each member as its seed alone (default: the config's, else 1: each alone)")
     return parser
 
 
@@ -399,7 +412,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not Path(args.config).is_file():
         raise SystemExit(f"error: study config {args.config} not found.")
     overrides = {"models": args.models, "seeds": args.seeds, "limit": args.limit, "jobs": args.jobs,
-                 "out": None if args.out is None else str(args.out)}
+                 "ensemble": args.ensemble, "out": None if args.out is None else str(args.out)}
     settings = load_settings(args.config, args.preset, overrides)
     grid.add_sets(settings, args.set)
     out = check_results_folder(settings.get("out", "outputs/study/pretrain"), "study")
@@ -415,11 +428,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 (f"NLL on the repeats {np.mean(s['repeat_nll']):.3f}, " if "repeat_nll" in s else "") +
                 ", ".join(f"{task} {np.mean(s[task]):.1f}%" for task in TASK_METRICS))
 
-    results = grid.run_cells(
-        todo, out, cell_id,
-        spec_of=lambda cell: {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
-                              "limit": settings.get("limit"), "eval_seeds": eval_seeds(cell["model"], settings)},
-        run=run_cell, line=line, jobs=settings.get("jobs"))
+    def spec_of(cell: dict) -> dict:
+        return {"fit_args": fit_args(cell, settings, out / "runs" / cell_id(cell)),
+                "limit": settings.get("limit"), "eval_seeds": eval_seeds(cell["model"], settings)}
+
+    run, jobs = ensemble.cell_function(todo, out, cell_id, spec_of, settings, score_cell, run_cell, run_cell)
+    results = grid.run_cells(todo, out, cell_id, spec_of=spec_of, run=run, line=line, jobs=jobs)
     parts = sections(results, settings.get("comparisons") or [], settings.get("margins"), settings["models"])
     compared, comparison_rows = compare(parts, results, settings.get("comparisons") or [], settings.get("margins"),
                                         settings.get("preregistered"))
