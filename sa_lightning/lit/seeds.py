@@ -251,8 +251,8 @@ def fit_clis(clis: Sequence, say: Callable[[str], None] | None = None) -> float:
     def validate(k: int, step: int) -> None:
         cli = clis[k]
         callbacks = [DistanceAccuracy() for c in cli.trainer.callbacks if isinstance(c, DistanceAccuracy)]
-        checker = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
-                            enable_model_summary=False, callbacks=callbacks)
+        checker = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, precision=cli.trainer.precision,
+                            logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
         metrics = checker.validate(cli.model, datamodule=cli.datamodule, verbose=False)[0]
         if cli.trainer.logger is not None:  # at the step a fit logs them: the batch index, from 0
             cli.trainer.logger.log_metrics(metrics, step - 1)
