@@ -2,7 +2,7 @@
 
     python cli.py study long-range [--config configs/study/long_range.yaml]
                                    [--preset quick|pilot|powered|mqar-pilot|mqar|grid|paper-scale]
-                                   [--eval_samples 1 4 16] [--out DIR]
+                                   [--eval_samples 1 4 16] [--ensemble K] [--out DIR]
 
 Trains every cell of a grid, one (task, variant, depth, window, seed), with ``cli.py fit`` on the
 synthetic recall config (``configs/synthetic/<task>.yaml``, the variant swapped as for text), then
@@ -10,7 +10,9 @@ validates it once per ``eval_samples`` K (SA averaged over K permutations), and 
 evaluation σ seed (``eval_seeds``; each answer counts as its mean over them, the seeds' spread shown as σ SD). A
 cell trained before with the same ``fit`` arguments is scored again from its last checkpoint, not trained
 (``experiments.training``). Cells train ``--jobs`` at a time
-(``auto``: one per core on a CPU, one thread each; ``study.grid``). Each finished cell is written to
+(``auto``: one per core on a CPU, one thread each), or with ``--ensemble K`` the cells that differ only
+in their seed K at a time as one batched model in this process, each member bit for bit its seed alone
+(``experiments.ensemble``). Each finished cell is written to
 ``<out>/cells/`` at once; a rerun skips it. ``<out>`` is the config's ``out``, one folder per preset
 (``outputs/study/long_range``, ``long_range_quick``, ``long_range_grid``, ``long_range_paper_scale``), so
 that a quick run never overwrites the full study's cells and tables. At the end: ``results.csv``, ``table.md``
@@ -46,6 +48,7 @@ from ..utils import runner, trained
 from ..utils.report import head, number, ranked_cells, row
 from .base import Flag, Report
 from .base import main as run_experiment
+from . import ensemble
 from .training import TrainedExperiment, fit_cell
 
 TARGET = 0.9
@@ -62,6 +65,8 @@ class LongRangeConfig:
         variants, depths, windows, seeds: the grid; every (task, variant, depth, window, seed) is one cell.
         eval_samples: K draws averaged at validation. eval_seeds: σ seeds at K = 1 for a model that draws.
         jobs: cells trained at once (a count, or ``auto``). fit_overrides: ``fit`` arguments for every cell.
+        ensemble: K > 1 trains the cells that differ only in their seed K at a time as one ensemble in this process
+            (``experiments.ensemble``; jobs is then 1); 1 (the default) trains each seed alone.
         comparisons: ``{a: <variant>, b: <variant>}`` each, paired on the same answers and pooled over seeds.
         seeds_by_variant: training seeds for some variants instead of ``seeds`` (the references need fewer seeds
             than the comparisons that decide: ``{full: [0, 1, 2], swa: [0, 1, 2]}``).
@@ -88,6 +93,7 @@ class LongRangeConfig:
     margins: dict[str, float] | None = None
     preregistered: str | None = None
     out: str = "outputs/study/long_range"
+    ensemble: int | None = None
 
 
 def check(cfg: LongRangeConfig, given: dict) -> None:
@@ -98,6 +104,7 @@ def check(cfg: LongRangeConfig, given: dict) -> None:
     cfg.eval_samples = cfg.eval_samples or [1]
     if any(k < 1 for k in cfg.eval_samples):
         raise ValueError("eval_samples must be >= 1.")
+    ensemble.check_size(cfg.ensemble)
     seeds = cfg.eval_seeds if cfg.eval_seeds is not None else [0]
     if not seeds or any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in seeds) \
             or len(set(seeds)) != len(seeds):
@@ -158,11 +165,17 @@ def run_cell(cell: dict, spec: dict) -> dict:
     ``spec["eval_seeds"]`` (``LitLM.eval_seed``; the first, 0, is validation's own draws), and an answer counts as
     its mean over them; each seed's answers are kept (``hits_by_eval_seed``). Larger K average K draws of the first
     seed. Returns what goes in ``cells/<id>.json``."""
+    cli, trained = fit_cell(spec)
+    return score_cell(cell, spec, cli, trained, int(cli.trainer.global_step))
+
+
+def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
+    """``run_cell``'s record from a trained cell (``cli``: its model and data, trained for ``steps`` steps in
+    ``trained`` seconds, by its own fit or as a member of an ensemble of seeds, ``experiments.ensemble``)."""
     import lightning as L
 
     from ..lit import DistanceAccuracy
 
-    cli, trained = fit_cell(spec)
     scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
     accuracy = DistanceAccuracy(keep_items=True)
@@ -189,7 +202,7 @@ def run_cell(cell: dict, spec: dict) -> dict:
     curve = learning_curve(Path(spec["fit_args"][spec["fit_args"].index("--trainer.default_root_dir") + 1]) / "tb",
                            [name for name in dm.bucket_names if _bucket_bounds(name)[0] > receptive_field])
     return {**cell, "seq_len": dm.seq_len, "receptive_field": receptive_field,
-            "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
+            "steps": steps, "train_seconds": round(trained, 1),
             "seconds": round(trained + time.perf_counter() - scoring, 1), "edges": dm.task.edges,
             "eval_seeds": seeds if draws else seeds[:1], "scores": scores, "curve": curve}
 
@@ -629,8 +642,11 @@ class LongRange(TrainedExperiment):
     cell_id = staticmethod(cell_id)
     line = staticmethod(line)
 
-    def run(self, cell, spec):
+    def run_alone(self, cell, spec):
         return run_cell(cell, spec)
+
+    def score_cell(self, cell, spec, cli, trained, steps):
+        return score_cell(cell, spec, cli, trained, steps)
 
     def fit_swaps(self, cell, cfg):
         return cfg.fit_config.format(task=cell["task"]), {

@@ -43,6 +43,7 @@ from ..utils.report import head, row
 from ..utils.stats import MIN_UNITS
 from .base import Flag, Report
 from .base import main as run_experiment
+from . import ensemble
 from .training import TrainedExperiment, fit_cell
 
 GRID_KEYS = ("models", "seeds")
@@ -90,6 +91,8 @@ class PretrainConfig:
             models beat SWA by more than δ (the floor rule).
         preregistered: when and from what the margins were fixed, before the run (the report prints it).
         out: the output folder.
+        ensemble: K > 1 trains the cells of one model that differ only in their seed K at a time as one batched model
+            in this process (``experiments.ensemble``; jobs is then 1); 1 (the default) trains each seed alone.
     """
 
     models: list[str]
@@ -103,6 +106,7 @@ class PretrainConfig:
     margins: dict[str, float] | None = None
     preregistered: str | None = None
     out: str = "outputs/study/pretrain"
+    ensemble: int | None = None
 
 
 def parse_model(name: str) -> tuple[str, int | None]:
@@ -120,6 +124,7 @@ def parse_model(name: str) -> tuple[str, int | None]:
 
 def check(cfg: PretrainConfig, given: dict) -> None:
     """Every model, seed, comparison and margin, before the first cell trains."""
+    ensemble.check_size(cfg.ensemble)
     for name in cfg.models:
         parse_model(name)
     bad = [s for s in cfg.seeds if not isinstance(s, int) or isinstance(s, bool) or s < 0]
@@ -181,10 +186,16 @@ def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
 
 def run_cell(cell: dict, spec: dict) -> dict:
     """Train the cell, then score it item by item: what goes in ``cells/<id>.json``."""
+    cli, trained = fit_cell(spec)
+    return score_cell(cell, spec, cli, trained, int(cli.trainer.global_step))
+
+
+def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
+    """``run_cell``'s record from a trained cell (``cli``: its model and data, trained for ``steps`` steps in
+    ``trained`` seconds, by its own fit or as a member of an ensemble of seeds, ``experiments.ensemble``)."""
     from ..eval.harness import run_tasks_with_items
     from ..eval.lm import SALM
 
-    cli, trained = fit_cell(spec)
     scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
     by_seed = []
@@ -199,7 +210,7 @@ def run_cell(cell: dict, spec: dict) -> dict:
         by_seed.append(scores)
     mean = {column: [round(float(x), 5) for x in np.mean([s[column] for s in by_seed], axis=0)]
             for column in by_seed[0]}
-    return {**cell, "steps": int(cli.trainer.global_step), "train_seconds": round(trained, 1),
+    return {**cell, "steps": steps, "train_seconds": round(trained, 1),
             "seconds": round(trained + time.perf_counter() - scoring, 1), "eval_seeds": list(spec["eval_seeds"]),
             "scores": mean, "scores_by_eval_seed": by_seed}
 
@@ -393,8 +404,11 @@ class Pretrain(TrainedExperiment):
     cell_id = staticmethod(cell_id)
     line = staticmethod(line)
 
-    def run(self, cell, spec):
+    def run_alone(self, cell, spec):
         return run_cell(cell, spec)
+
+    def score_cell(self, cell, spec, cli, trained, steps):
+        return score_cell(cell, spec, cli, trained, steps)
 
     def fit_swaps(self, cell, cfg):
         variant, window = parse_model(cell["model"])

@@ -25,7 +25,14 @@ class TrainedExperiment(Experiment):
         parser = super().parser()
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                             help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
+        parser.add_argument("--ensemble", type=int, metavar="K",
+                            help="train the cells that differ only in their seed K at a time as one batched model in "
+                                 "one process, each member as its seed alone (default: the config's, else 1: each "
+                                 "alone)")
         return parser
+
+    def overrides(self, args):
+        return {**super().overrides(args), "ensemble": args.ensemble}
 
     def settings(self, args):
         cfg = super().settings(args)
@@ -61,6 +68,35 @@ class TrainedExperiment(Experiment):
         print(f"{self.cell_id(cell)}: trained before with the same fit arguments; scored again from its last "
               "checkpoint, not trained", flush=True)
         return {**spec, "trained": trained}
+
+    # ---- cells that differ only in their seed, K at a time as one ensemble (``experiments.ensemble``) ---------
+    ensembles = None
+
+    def before(self, cfg, out: Path, todo: list) -> None:
+        from .ensemble import EnsembleRun
+
+        size = getattr(cfg, "ensemble", None) or 1
+        self.ensembles = None
+        if size > 1:
+            print(f"ensembles of up to {size} training seeds per setting, one ensemble at a time in this process",
+                  flush=True)
+            self.ensembles = EnsembleRun(todo, out, self.cell_id, lambda cell: self.spec(cell, cfg, out), size,
+                                         self.score_cell, self.run_alone)
+
+    def jobs(self, cfg):
+        return 1 if (getattr(cfg, "ensemble", None) or 1) > 1 else cfg.jobs
+
+    def run(self, cell, spec: dict) -> dict:
+        return self.ensembles(cell, spec) if self.ensembles is not None else self.run_alone(cell, spec)
+
+    def run_alone(self, cell, spec: dict) -> dict:
+        """Train the cell alone (``fit_cell``), then score it (``score_cell``)."""
+        cli, trained = fit_cell(spec)
+        return self.score_cell(cell, spec, cli, trained, int(cli.trainer.global_step))
+
+    def score_cell(self, cell, spec: dict, cli, trained: float, steps: int) -> dict:
+        """A trained cell's record: ``cli`` (its model and data) trained for ``steps`` steps in ``trained`` seconds."""
+        raise NotImplementedError
 
     def setup(self) -> None:
         """A worker's start: the command line's quiet output for ``fit``, and no progress bars (lm-eval's, the

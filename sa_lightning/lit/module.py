@@ -119,11 +119,14 @@ class LitLM(L.LightningModule):
     def loss(self, batch, perm_stream: int | None) -> torch.Tensor:
         """The training loss: the mean over the targets, plus for a labeled batch with ``aux_labels`` (synthetic
         filler that trains a previous-token head) their own mean, so the answers keep their weight."""
-        inputs, targets = self.targets_of(batch)
-        scores = self(inputs, perm_stream)
-        loss = self.cross_entropy(scores, targets)
+        return self.loss_of_scores(self(self.targets_of(batch)[0], perm_stream), batch)
+
+    @classmethod
+    def loss_of_scores(cls, scores: torch.Tensor, batch) -> torch.Tensor:
+        """``loss`` from the batch's scores (B, n, V) (an ensemble of seeds scores its members' rows at once)."""
+        loss = cls.cross_entropy(scores, cls.targets_of(batch)[1])
         if isinstance(batch, dict) and "aux_labels" in batch:
-            loss = loss + self.cross_entropy(scores, batch["aux_labels"])
+            loss = loss + cls.cross_entropy(scores, batch["aux_labels"])
         return loss
 
     def val_stream(self, batch_idx: int) -> int:

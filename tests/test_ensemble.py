@@ -1,0 +1,300 @@
+"""An ensemble of training seeds (``lit/seeds.py``, ``models/stacked.py``): each member trains bit for bit as the same
+seed does alone under ``cli.py fit`` (its loss at every step, its validation loss, answers, log-probabilities and
+accuracy), for K = 1, 3 and 8 and the five trained variants, with gradient clipping active; the members do not
+couple, and each is clipped by its own norm."""
+from __future__ import annotations
+
+import functools
+import tempfile
+
+import lightning as L
+import pytest
+import torch
+
+from sa_lightning.lit import DistanceAccuracy
+from sa_lightning.lit.cli import run as run_cli
+from sa_lightning.lit.seeds import GPU_RTOL, SeedEnsemble, TrainSettings, train_seeds
+from sa_lightning.models import ModelConfig, build_model
+from sa_lightning.models.stacked import fold_draws, member_state, stack_members
+
+VARIANTS = ("sa", "random", "swa", "sa_swa", "full")
+STEPS = 4
+# clipping at 0.05 is active from the first step (these tiny models' gradient norms are above it), so a norm taken
+# over the whole ensemble instead of each member's would move every member's loss
+TINY = {"model.arch.n_layer": 2, "model.arch.d_model": 32, "model.arch.d_ff": 64, "model.arch.max_seq_len": 32,
+        "model.arch.attention.window": 8, "model.warmup_steps": 2, "data.init_args.seq_len": 32,
+        "data.init_args.batch_size": 4, "data.init_args.val_examples": 16, "trainer.max_steps": STEPS,
+        "trainer.val_check_interval": 2, "trainer.gradient_clip_val": 0.05, "trainer.logger": "false",
+        "trainer.enable_checkpointing": "false", "trainer.callbacks": "[]", "trainer.enable_progress_bar": "false",
+        "trainer.enable_model_summary": "false", "trainer.num_sanity_val_steps": 0}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models on a shared 2-core machine: one thread is faster (no OpenMP spinning) and changes no number."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+#: the GPU's case: head dim 32, so that SA and the random control take their FlexAttention kernels
+ON_GPU = {"trainer.accelerator": "gpu", "model.arch.d_model": 64, "model.arch.d_ff": 128}
+
+
+#: MQAR with counters as filler (its loss adds the filler's ``aux_labels``), the token shift and a fixed σ per layer
+MQAR = {"data.init_args.task": "mqar", "data.init_args.num_pairs": 2, "data.init_args.num_queries": 2,
+        "data.init_args.filler": "counters", "model.arch.token_shift": "true",
+        "model.arch.permutation": "deterministic"}
+
+
+def member_cli(variant: str, seed: int, gpu: bool = False, task: str = "passkey"):
+    args = ["--config", "configs/synthetic/passkey.yaml", "--seed_everything", str(seed),
+            "--model.arch.attention.variant", variant, "--trainer.default_root_dir", tempfile.mkdtemp()]
+    for key, value in {**TINY, **(ON_GPU if gpu else {}), **(MQAR if task == "mqar" else {})}.items():
+        args += [f"--{key}", str(value)]
+    return run_cli(args, run=False)
+
+
+def validated(cli) -> dict:
+    accuracy = DistanceAccuracy(keep_items=True)
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[accuracy])
+    metrics = trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)[0]
+    return {"loss": metrics["val/loss"], "acc": metrics["val/acc"], "logps": list(accuracy.logps),
+            "hits": [hit for _, hit in accuracy.items]}
+
+
+class _Losses(L.Callback):
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(float(outputs["loss"]))
+
+
+@functools.lru_cache(maxsize=None)
+def alone(variant: str, seed: int, gpu: bool = False, task: str = "passkey") -> tuple[list[float], dict]:
+    """The seed trained alone, as ``cli.py fit`` trains it (the CLI's trainer, model and data)."""
+    cli = member_cli(variant, seed, gpu, task)
+    losses = _Losses()
+    cli.trainer.callbacks.append(losses)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return losses.losses, validated(cli)
+
+
+def ensemble(variant: str, seeds: list[int], gpu: bool = False,
+             task: str = "passkey") -> list[tuple[list[float], dict]]:
+    clis = [member_cli(variant, s, gpu, task) for s in seeds]
+    steps_validated = []
+    trained = train_seeds([c.model for c in clis], [c.datamodule for c in clis],
+                          TrainSettings.of(clis[0].trainer, 100),
+                          validate=lambda k, step: steps_validated.append((k, step)),
+                          device=clis[0].trainer.strategy.root_device)
+    assert steps_validated == [(k, s) for s in (2, 4) for k in range(len(seeds))]
+    return [(trained.losses[k], validated(c)) for k, c in enumerate(clis)]
+
+
+def assert_as_alone(variant: str, seeds: list[int], gpu: bool = False, task: str = "passkey") -> None:
+    """Every member's losses at each step and its validation (loss, each answer right or not and its log-probability)
+    equal to the seed's alone: bit for bit on the CPU, within ``GPU_RTOL`` on a GPU."""
+    for seed, (losses, val) in zip(seeds, ensemble(variant, seeds, gpu, task)):
+        ref_losses, ref_val = alone(variant, seed, gpu, task)
+        assert len(losses) == len(ref_losses) == STEPS
+        assert val["hits"] == ref_val["hits"] and val["acc"] == ref_val["acc"]
+        if gpu:
+            torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=GPU_RTOL, atol=0)
+            torch.testing.assert_close(torch.tensor(val["logps"]), torch.tensor(ref_val["logps"]), rtol=GPU_RTOL,
+                                       atol=GPU_RTOL)
+            continue
+        assert losses == ref_losses, f"{variant} seed {seed}: {losses} against alone {ref_losses}"
+        assert val["loss"] == ref_val["loss"] and val["logps"] == ref_val["logps"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_one_and_three_members_train_as_alone(variant):
+    assert_as_alone(variant, [0])
+    assert_as_alone(variant, [0, 1, 2])
+
+
+def test_mqar_with_counters_the_token_shift_and_a_fixed_sigma_trains_as_alone():
+    """The filler's own loss (``aux_labels``), the token shift's linear and σ fixed per layer by each member's seed."""
+    assert_as_alone("sa", [0, 1, 2], task="mqar")
+
+
+def test_eight_members_train_as_alone():
+    assert_as_alone("sa", list(range(8)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "sa"])
+def test_eight_members_train_as_alone_every_variant(variant):
+    assert_as_alone(variant, list(range(8)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_members_train_as_alone_on_a_gpu(variant):
+    """The same on CUDA (float32), with SA's and Random's FlexAttention kernels, at K = 3 and 8."""
+    assert_as_alone(variant, [0, 1, 2], gpu=True)
+    assert_as_alone(variant, list(range(8)), gpu=True)
+
+
+def test_a_member_does_not_depend_on_its_companions():
+    """Seed 0 beside seeds 1, 2 and beside 5, 6 (other data, draws and weights next to it): the same losses."""
+    first = ensemble("sa", [0, 1, 2])[0]
+    second = ensemble("sa", [0, 5, 6])[0]
+    assert first[0] == second[0] and first[1] == second[1]
+
+
+def test_each_member_is_clipped_by_its_own_gradient_norm():
+    """Three members whose gradient norms differ (scaled 1x, 10x, 100x), all above the clip: each member's gradients
+    after clipping are exactly what ``clip_grad_norm_`` makes of that member's alone, so each ends at the clip's norm
+    (a norm over the whole ensemble would leave the first two far below it)."""
+    clis = [member_cli("sa", s) for s in range(3)]
+    ens = SeedEnsemble([c.model for c in clis], TrainSettings(STEPS, 0.05), 1)
+    params = [p for group in ens.optimizer.param_groups for p in group["params"]]
+    torch.manual_seed(0)
+    for p in params:
+        p.grad = torch.randn_like(p) * torch.tensor([1.0, 10.0, 100.0]).view(-1, *[1] * (p.dim() - 1))
+    alone_grads = []
+    for k in range(3):
+        own = [p.grad[k].clone().requires_grad_() for p in params]
+        for t in own:
+            t.grad = t.detach().clone()
+        torch.nn.utils.clip_grad_norm_(own, 0.05)
+        alone_grads.append([t.grad for t in own])
+    ens._clip()
+    for k in range(3):
+        assert all(torch.equal(p.grad[k], g) for p, g in zip(params, alone_grads[k]))
+        norm = torch.nn.utils.get_total_norm([p.grad[k] for p in params])
+        torch.testing.assert_close(norm, torch.tensor(0.05), rtol=1e-4, atol=0)
+
+
+def test_the_stacked_forward_is_each_members_bit_for_bit():
+    for variant in VARIANTS:
+        nets = []
+        for seed in range(3):
+            torch.manual_seed(seed)
+            nets.append(build_model(ModelConfig.from_dict(
+                {"n_layer": 2, "n_head": 2, "n_kv_head": 2, "d_model": 32, "d_ff": 64, "max_seq_len": 32,
+                 "vocab_size": 40, "seed": seed, "attention": {"variant": variant, "window": 8}})))
+        stacked = stack_members(nets)
+        idx = torch.randint(0, 40, (3, 2, 32))
+        draws = fold_draws([n.draws(32, 7, None) for n in nets], 2, nets[0].variant.draw_ndim)
+        with torch.no_grad():
+            out = stacked(idx.reshape(6, 32), perms=draws).view(3, 2, 32, 40)
+            for k, net in enumerate(nets):
+                assert torch.equal(out[k], net(idx[k], perm_stream=7)), variant
+                assert all(torch.equal(p, dict(net.named_parameters(remove_duplicate=False))[n]) for n, p in
+                           member_state(stacked, k).items())
+
+
+def test_members_must_differ_only_in_seed():
+    with pytest.raises(ValueError, match="distinct seeds"):
+        train_seeds([member_cli("sa", 0).model, member_cli("sa", 0).model], [], TrainSettings(1))
+    other = member_cli("swa", 1)
+    with pytest.raises(ValueError, match="every model setting but the seed"):
+        train_seeds([member_cli("sa", 0).model, other.model], [], TrainSettings(1))
+
+
+def test_a_study_groups_the_seeds_still_to_train(tmp_path):
+    """``--ensemble 3`` over 2 settings x 5 seeds, seed 1 of SA already recorded: SA trains {0, 2, 3} then {4}
+    alone, SWA {0, 1, 2} then {3, 4}; each member's record comes back when the runner reaches its cell."""
+    from sa_lightning.experiments.ensemble import EnsembleRun
+    from sa_lightning.utils import runner
+
+    cells = [{"variant": v, "seed": s} for s in range(5) for v in ("sa", "swa")]  # the runner's seed-major order
+    cell_id = lambda c: f"{c['variant']}_s{c['seed']}"  # noqa: E731
+    spec_of = lambda c: {"fit_args": [], "what": cell_id(c)}  # noqa: E731
+    runner.write_cell(tmp_path / "cells" / "sa_s1.json", {"scores": {}, "spec": spec_of(cells[2])})
+    trained, alone = [], []
+
+    def train(self, group, specs):
+        trained.append([cell_id(c) for c in group])
+        assert all(specs[cell_id(c)] == spec_of(c) for c in group)
+        return {cell_id(c): {"trained_with": [cell_id(g) for g in group]} for c in group}
+
+    run = EnsembleRun(cells, tmp_path, cell_id, spec_of, 3, score=None,
+                      alone=lambda cell, spec: alone.append(cell_id(cell)) or {"alone": True}, say=lambda line: None)
+    run.train = train.__get__(run)
+    records = {cell_id(c): run(c, spec_of(c)) for c in cells if cell_id(c) != "sa_s1"}
+    assert trained == [["sa_s0", "sa_s2", "sa_s3"], ["swa_s0", "swa_s1", "swa_s2"], ["swa_s3", "swa_s4"]]
+    assert alone == ["sa_s4"] and records["sa_s4"] == {"alone": True}
+    assert records["sa_s3"] == {"trained_with": ["sa_s0", "sa_s2", "sa_s3"]} and not run.ready
+    assert run({"variant": "sa", "seed": 9}, {**spec_of(cells[0]), "trained": {"checkpoint": "x"}}) == {"alone": True}
+
+
+@pytest.mark.slow
+def test_a_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
+    """``study long-range --ensemble 3``: every member's ``cells/<id>.json`` as its seed's alone run writes it: the
+    same keys and spec, the same scores and learning curve, number for number."""
+    import json
+    import subprocess
+    import sys
+
+    common = ["cli.py", "study", "long-range", "--preset", "quick", "--variants", "sa", "--depths", "1", "--windows",
+              "8", "--eval_samples", "1", "--seeds", "0", "1", "2", "--set", "trainer.max_steps=4", "--set",
+              "trainer.val_check_interval=2", "--set", "data.init_args.seq_len=32", "--set",
+              "model.arch.max_seq_len=32", "--set", "data.init_args.val_examples=16", "--set",
+              "data.init_args.batch_size=4", "--set", "trainer.gradient_clip_val=0.05"]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "3"])):
+        res = subprocess.run([sys.executable, *common, "--out", str(tmp_path / name), *extra], capture_output=True,
+                             text=True, env=env)
+        assert res.returncode == 0, res.stderr[-2000:]
+    assert "ensemble of 3: passkey_sa_L1_w8_s0, passkey_sa_L1_w8_s1, passkey_sa_L1_w8_s2: training together" \
+        in res.stdout
+    for seed in range(3):
+        alone_, member = (json.loads((tmp_path / name / "cells" / f"passkey_sa_L1_w8_s{seed}.json").read_text())
+                          for name in ("alone", "ensemble"))
+        assert sorted(member) == sorted(alone_) and member["steps"] == alone_["steps"] == 4
+        assert json.dumps(member["spec"]).replace(str(tmp_path / "ensemble"), str(tmp_path / "alone")) \
+            == json.dumps(alone_["spec"])
+        assert [s for s, _ in member["curve"]] == [s for s, _ in alone_["curve"]] == [1, 3]
+        assert member["scores"] == alone_["scores"] and member["curve"] == alone_["curve"]  # bit for bit
+
+
+def test_an_ensemble_below_one_is_refused_before_anything_trains():
+    from sa_lightning.experiments.long_range import EXPERIMENT
+
+    with pytest.raises(ValueError, match="ensemble must be >= 1"):
+        EXPERIMENT.load("configs/study/long_range.yaml", "quick", {"ensemble": 0})
+    assert EXPERIMENT.load("configs/study/long_range.yaml", "gpu-ensemble", {}).ensemble == 16
+
+
+def test_bench_seeds_prints_each_case_with_its_ratio_to_alone(tmp_path, capsys):
+    """``bench seeds``: a row per case, alone first, with the machine and load it ran under (no time is asserted)."""
+    from sa_lightning.bench.seeds import main
+
+    rows = main(["--ks", "1", "2", "--steps", "1", "--warmup", "1", "--repeats", "1", "--out", str(tmp_path),
+                 "--set", "data.init_args.seq_len=32", "--set", "model.arch.max_seq_len=32", "--set",
+                 "model.arch.attention.window=8", "--set", "data.init_args.batch_size=4"])
+    assert [(r["case"], r["seeds"]) for r in rows] == [("alone", 1), ("K = 1", 1), ("K = 2", 2)]
+    assert rows[0]["vs_alone"] == 1.0 and all(r["seeds_per_hour"] > 0 for r in rows)
+    text = (tmp_path / "seeds_cpu.md").read_text()
+    assert "| K = 2 | 2 |" in text and "load average" in text and "`data.init_args.seq_len=32`" in text
+
+
+@pytest.mark.slow
+def test_a_pretrain_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
+    """``study pretrain --ensemble 2`` (text: the embedded corpus, validation blocks and the offline tasks): each
+    member's record equal to its seed's alone, score for score."""
+    import json
+    import subprocess
+    import sys
+
+    common = ["cli.py", "study", "pretrain", "--preset", "quick", "--models", "sa@32", "--seeds", "0", "1", "--limit",
+              "4", "--set", "trainer.max_steps=6", "--set", "trainer.val_check_interval=3", "--set", "data.seq_len=64",
+              "--set", "model.arch.max_seq_len=64", "--set", "data.batch_size=4", "--set", "data.val_blocks=4"]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "2"])):
+        res = subprocess.run([sys.executable, *common, "--out", str(tmp_path / name), *extra], capture_output=True,
+                             text=True, env=env)
+        assert res.returncode == 0, res.stderr[-2000:]
+    assert "ensemble of 2: sa_w32_s0, sa_w32_s1: training together" in res.stdout
+    for seed in range(2):
+        alone_, member = (json.loads((tmp_path / name / "cells" / f"sa_w32_s{seed}.json").read_text())
+                          for name in ("alone", "ensemble"))
+        assert sorted(member) == sorted(alone_) and member["steps"] == alone_["steps"] == 6
+        assert member["scores"] == alone_["scores"] and member["scores_by_eval_seed"] == alone_["scores_by_eval_seed"]
