@@ -166,13 +166,16 @@ def _help_versions() -> str:
 
 
 def _help_key(name: str, files: list[str]) -> str | None:
-    """The key of ``name --help``'s text: the versions (``_help_versions``) and the bytes of every file of this
-    package the parser imported to print it (``files``, relative to the package). None if one is gone."""
+    """The key of ``name --help``'s text: the versions (``_help_versions``), the names of the package's files, and
+    the bytes of every file of it the parser imported to print it (``files``, relative to the package). None if one
+    is gone."""
     import hashlib
     from pathlib import Path
 
     root = Path(__file__).parent
     h = hashlib.sha1(f"{name}\n{_help_versions()}\n".encode())
+    # the package's files by name: a new one (a variant's file, which the help lists by its name) makes a new key
+    h.update("\n".join(sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py"))).encode())
     for rel in files:
         try:
             h.update(rel.encode() + b"\0" + hashlib.sha1((root / rel).read_bytes()).digest())
@@ -200,6 +203,9 @@ def _kept_help(name: str) -> str | None:
     import os
 
     if os.environ.get("SA_LIGHTNING_HELP") == "live":
+        return None
+    registry = sys.modules.get("sa_lightning.attention.registry")
+    if registry is not None and registry.VARIANTS.added:  # a variant registered in this process: the help lists it
         return None
     for path in _help_files(name):
         try:

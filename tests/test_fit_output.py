@@ -214,3 +214,28 @@ def test_shipped_help_is_current():
         pytest.skip("the shipped help is made for the tested versions (README's install, Python 3.11)")
     stale = [name for name in CACHED_HELP if not _shipped_is_current(name)]
     assert not stale, f"shipped help stale for {stale}: run `python scripts/refresh_help.py` and commit it"
+
+
+def test_a_new_file_in_the_package_or_a_registered_variant_makes_the_kept_help_stale(tmp_path, monkeypatch):
+    """The help lists the variants by their files' names, which the parser never imports (the registry is lazy): a
+    new variant file changes the key; a variant registered in this process is never served from a kept text."""
+    from sa_lightning import main as cli_main
+    from sa_lightning.attention.registry import VARIANTS
+
+    root = tmp_path / "pkg"
+    (root / "attention" / "variants").mkdir(parents=True)
+    (root / "main.py").write_text("x = 1\n")
+    monkeypatch.setattr(cli_main, "__file__", str(root / "main.py"))
+    before = cli_main._help_key("fit", ["main.py"])
+    (root / "attention" / "variants" / "mine.py").write_text("VARIANT = None\n")
+    assert cli_main._help_key("fit", ["main.py"]) != before
+    monkeypatch.undo()
+
+    monkeypatch.setenv("SA_LIGHTNING_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SA_LIGHTNING_HELP", raising=False)
+    path = tmp_path / "cache" / "help" / "fit.txt"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"key": cli_main._help_key("fit", ["main.py"]), "files": ["main.py"]}) + "\nkept\n")
+    assert cli_main._kept_help("fit") == "kept\n"
+    monkeypatch.setitem(VARIANTS, "my_variant", VARIANTS["full"])
+    assert cli_main._kept_help("fit") is None

@@ -348,6 +348,11 @@ class Registry(MutableMapping):
         self._added: dict[str, Variant] = {}
 
     @property
+    def added(self) -> tuple[str, ...]:
+        """The names callers registered in this process (``register_variant``)."""
+        return tuple(self._added)
+
+    @property
     def built_in(self) -> tuple[str, ...]:
         if self._built_in is None:
             self._built_in = _built_in_names()
