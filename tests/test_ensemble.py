@@ -16,6 +16,10 @@ from sa_lightning.lit.cli import run as run_cli
 from sa_lightning.lit.seeds import GPU_RTOL, SeedEnsemble, TrainSettings, train_seeds
 from sa_lightning.models import ModelConfig, build_model
 from sa_lightning.models.stacked import fold_draws, member_state, stack_members
+from tests.helpers import run_cli_here
+
+#: one worker runs the whole file: the alone runs (``alone``, cached) serve the K = 1, 3 and 8 tests of each variant
+pytestmark = pytest.mark.xdist_group("ensemble")
 
 VARIANTS = ("sa", "random", "swa", "sa_swa", "full")
 STEPS = 4
@@ -230,18 +234,14 @@ def test_a_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
     """``study long-range --ensemble 3``: every member's ``cells/<id>.json`` as its seed's alone run writes it: the
     same keys and spec, the same scores and learning curve, number for number."""
     import json
-    import subprocess
-    import sys
 
-    common = ["cli.py", "study", "long-range", "--preset", "quick", "--variants", "sa", "--depths", "1", "--windows",
+    common = ["study", "long-range", "--preset", "quick", "--variants", "sa", "--depths", "1", "--windows",
               "8", "--eval_samples", "1", "--seeds", "0", "1", "2", "--set", "trainer.max_steps=4", "--set",
               "trainer.val_check_interval=2", "--set", "data.init_args.seq_len=32", "--set",
               "model.arch.max_seq_len=32", "--set", "data.init_args.val_examples=16", "--set",
               "data.init_args.batch_size=4", "--set", "trainer.gradient_clip_val=0.05"]
-    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "3"])):
-        res = subprocess.run([sys.executable, *common, "--out", str(tmp_path / name), *extra], capture_output=True,
-                             text=True, env=env)
+    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "3"])):  # in this process (one thread)
+        res = run_cli_here(*common, "--out", str(tmp_path / name), *extra)
         assert res.returncode == 0, res.stderr[-2000:]
     assert "ensemble of 3: passkey_sa_L1_w8_s0, passkey_sa_L1_w8_s1, passkey_sa_L1_w8_s2: training together" \
         in res.stdout
@@ -281,16 +281,12 @@ def test_a_pretrain_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
     """``study pretrain --ensemble 2`` (text: the embedded corpus, validation blocks and the offline tasks): each
     member's record equal to its seed's alone, score for score."""
     import json
-    import subprocess
-    import sys
 
-    common = ["cli.py", "study", "pretrain", "--preset", "quick", "--models", "sa@32", "--seeds", "0", "1", "--limit",
+    common = ["study", "pretrain", "--preset", "quick", "--models", "sa@32", "--seeds", "0", "1", "--limit",
               "4", "--set", "trainer.max_steps=6", "--set", "trainer.val_check_interval=3", "--set", "data.seq_len=64",
               "--set", "model.arch.max_seq_len=64", "--set", "data.batch_size=4", "--set", "data.val_blocks=4"]
-    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "2"])):
-        res = subprocess.run([sys.executable, *common, "--out", str(tmp_path / name), *extra], capture_output=True,
-                             text=True, env=env)
+    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "2"])):  # in this process (one thread)
+        res = run_cli_here(*common, "--out", str(tmp_path / name), *extra)
         assert res.returncode == 0, res.stderr[-2000:]
     assert "ensemble of 2: sa_w32_s0, sa_w32_s1: training together" in res.stdout
     for seed in range(2):
