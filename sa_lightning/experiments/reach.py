@@ -1,7 +1,5 @@
 """``cli.py study reach``: can each mask carry a key to its query beyond SWA's receptive field, layer over layer?
 
-    python cli.py study reach [--config configs/study/reach.yaml] [--preset quick] [--depths 1 2 4] [--out DIR]
-
 A control stands against SA only if its mask reaches what the task asks. Each cell (variant, depth, window, draw
 seed) stacks ``depth`` layers of the variant's own causal mask over a row of ``n`` tokens and measures, for every
 key-query distance d past SWA's field L·(w−1), the chance that the last query reaches the key d back
@@ -17,8 +15,7 @@ from itertools import product
 from ..attention import get_variant, variant_label, variant_names
 from ..attention.variants import FULL, SWA
 from ..utils import trained
-from .base import Experiment, Flag, Report
-from .base import main as run_experiment
+from .base import Experiment, Flag, Report, main as run_experiment
 
 OUTCOME = trained.Outcome("reach", "reach beyond L·(w−1)", scale=100, spec=".1f", unit="points")
 SETTING = ["L", "w", "n"]
@@ -78,12 +75,10 @@ class Reach(Experiment):
 
     def report(self, cfg, records, out):
         units: dict[tuple, dict] = {}
-        for r in records:
-            setting = (r["depth"], r["window"], r["n"])
-            units.setdefault(setting, {}).setdefault(r["variant"], {})[r["seed"]] = r["reach"]
+        for r in records:  # {(L, w, n): {variant: {draw seed: reach at each far distance}}}
+            units.setdefault((r["depth"], r["window"], r["n"]), {}).setdefault(r["variant"], {})[r["seed"]] = r["reach"]
         pairs = [(c["a"], c["b"]) for c in cfg.comparisons]
-        section = trained.report({s: u for s, u in units.items() if all(u.values())}, OUTCOME, pairs,
-                                 control=(FULL.name, SWA.name), order=variant_names())
+        section = trained.report(units, OUTCOME, pairs, control=(FULL.name, SWA.name), order=variant_names())
         lines = trained.markdown(section, SETTING, label=variant_label)
         table = "\n".join(trained.summary_table(section.summaries, OUTCOME, SETTING, label=variant_label)) + "\n"
         note = ("Here a seed is a draw seed (the draws a trained model's seed fixes), and each item one key–query "
