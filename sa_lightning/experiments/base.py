@@ -4,7 +4,7 @@ An experiment is one file: a typed config (a dataclass, its presets in the YAML 
 cell function, the outcomes it scores and the comparisons, and its views (``Report``). ``main`` runs any of them
 the same way: parse, settings, folder, lock, cells (``utils.runner.run_cells``: a finished cell is reused exactly
 when its spec is equal), report, write. Every experiment writes the same files (``write_report``): ``table.md``,
-``compare.md``, ``compare.json`` (one schema, ``COMPARE_FIELDS``), ``results.json``, ``results.csv``, its
+``compare.md``, ``compare.json`` (one schema, ``utils.report.COMPARE_FIELDS``), ``results.json``, ``results.csv``, its
 figures and any further views, beside ``cells/`` (``utils.report.RESULT_FILES``).
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..utils.atomic import check_results_folder, output_folder, replacing_files,
 from ..utils.report import compare_json
 from ..utils.runner import jobs_arg
 from ..utils.tables import write_csv
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -63,8 +64,10 @@ class Report:
 
 
 class Experiment:
-    """One experiment: subclass it, set the class attributes, write the methods. ``run`` goes to worker processes
-    (``--jobs``), so an experiment is a module-level class without state of its own."""
+    """One experiment: subclass it, set the class attributes, write the methods; its module holds one instance,
+    ``EXPERIMENT``. What a run finds out once (a loaded model, its checkpoints) may sit on the instance from
+    ``parse`` or ``before`` to ``report``; ``run`` goes to worker processes where ``jobs`` is above 1 (the instance
+    pickled), so an experiment that keeps such state runs its cells in this process (``jobs`` 1)."""
 
     #: the command, as a user types it after ``cli.py`` (``study long-range``)
     name: str = ""
