@@ -1,12 +1,12 @@
-"""The experiments' one contract: every study runs through one entry, and every experiment (the studies here, the
-sweep in test_sweep_compare.py, the evaluation in test_eval.py) writes the same files, its ``compare.json`` in one
-schema (``tests.helpers.check_result_contract``); a new experiment is one file and its YAML."""
+"""The experiments' one contract: every experiment (the three studies, the sweep and the evaluation) runs through one
+entry and writes the same files, its ``compare.json`` in one schema (``tests.helpers.check_result_contract``), and
+reuses every cell on a rerun; a new experiment is one file and its YAML."""
 import json
 
 import pytest
 
 from sa_lightning.experiments import long_range, pretrain, reach
-from tests.helpers import ROOT, check_result_contract, run_cli_here
+from tests.helpers import ROOT, check_result_contract, fit_tiny_checkpoint, run_cli_here
 
 
 def _long_range_cell(cell, spec):  # a trained cell, without the training: answers beyond the field right or not
@@ -25,33 +25,71 @@ def _pretrain_cell(cell, spec):
             "scores_by_eval_seed": [scores]}
 
 
+def _tiny_model(folder):
+    """A tiny random Qwen3 with the embedded tokenizer, as a Hugging Face folder (the sweep's model)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from sa_lightning.data.tokenizer import load_tokenizer
+
+    tok = load_tokenizer("embedded")
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, head_dim=8, max_position_embeddings=512, vocab_size=len(tok),
+                                 eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return str(folder)
+
+
+def _study(name, module, cell, args):
+    def command(tmp_path, monkeypatch):
+        if cell is not None:
+            monkeypatch.setattr(module, "run_cell", cell)
+        return ["study", name, *args, "--jobs", "1"]  # in this process, where the stand-in cell function is
+    return command
+
+
+def _sweep(tmp_path, monkeypatch):
+    return ["sweep", "--model", _tiny_model(tmp_path / "model"), "--dtype", "float32", "--tasks",
+            "[shakespeare_lastword]", "--modes", "[full, swa]", "--windows", "[8]", "--limit", "5", "--comparisons",
+            "[{a: full, b: swa}]"]
+
+
+def _evaluate(tmp_path, monkeypatch):
+    ckpt = str(fit_tiny_checkpoint(tmp_path / "ckpt"))
+    return ["evaluate", "--ckpt", ckpt, ckpt, "--label", "a", "b", "--baseline", "a", "--tasks",
+            "shakespeare_lastword", "--limit", "5", "--seeds", "0"]
+
+
+#: every experiment, each as small as it runs: (its command line, its name, the unit its comparisons resample)
 RUNS = {
-    "long-range": (long_range, _long_range_cell, ["--preset", "quick", "--variants", "full", "swa", "sa", "random",
-                                                   "--depths", "1", "--windows", "8", "--seeds", "0", "1", "2"]),
-    "pretrain": (pretrain, _pretrain_cell, ["--models", "full", "swa@32", "sa@32", "random@32", "--seeds", "0", "1",
-                                            "2", "3", "4"]),
-    "reach": (reach, None, ["--preset", "quick", "--variants", "full", "swa", "sa", "random", "--depths", "2"]),
+    "long-range": (_study("long-range", long_range, _long_range_cell, [
+        "--preset", "quick", "--variants", "full", "swa", "sa", "random", "--depths", "1", "--windows", "8",
+        "--seeds", "0", "1", "2"]), "study long-range", "seeds"),
+    "pretrain": (_study("pretrain", pretrain, _pretrain_cell, [
+        "--models", "full", "swa@32", "sa@32", "random@32", "--seeds", "0", "1", "2", "3", "4"]), "study pretrain",
+        "seeds"),
+    "reach": (_study("reach", reach, None, ["--preset", "quick", "--variants", "full", "swa", "sa", "random",
+                                            "--depths", "2"]), "study reach", "seeds"),
+    "sweep": (_sweep, "sweep", "items"),
+    "evaluate": (_evaluate, "evaluate", "items"),
 }
 
 
 @pytest.mark.parametrize("name", RUNS)
 def test_every_experiment_writes_the_same_files_and_one_compare_schema(name, tmp_path, monkeypatch):
-    module, cell, args = RUNS[name]
+    command, experiment, scheme = RUNS[name]
     monkeypatch.chdir(ROOT)  # the configs' relative paths
-    if cell is not None:
-        monkeypatch.setattr(module, "run_cell", cell)
-    out = tmp_path / name
-    args = [*args, "--jobs", "1"]  # in this process, where the stand-in cell function is
-    res = run_cli_here("study", name, *args, "--out", str(out))
+    args = [*command(tmp_path, monkeypatch), "--out", str(tmp_path / "out")]
+    out = tmp_path / "out"
+    res = run_cli_here(*args)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert any(p.suffix == ".png" for p in out.iterdir())
-    compared = check_result_contract(out, f"study {name}")
-    assert all(row["scheme"] == "seeds" for row in compared["comparisons"])
-    results = json.loads((out / "results.json").read_text())
-    assert results["experiment"] == f"study {name}" and results["rows"] and results["config"]["out"] == str(out)
-    again = run_cli_here("study", name, *args, "--out", str(out))  # every cell reused: its spec is equal
+    compared = check_result_contract(out, experiment)
+    assert all(row["scheme"] == scheme for row in compared["comparisons"])
+    assert json.loads((out / "results.json").read_text())["experiment"] == experiment
+    again = run_cli_here(*args)  # every cell reused: its spec is equal
     cells = len(list((out / "cells").glob("*.json")))
-    assert again.returncode == 0 and again.stdout.count("done before") == cells > 0
+    assert again.returncode == 0 and again.stdout.count("done before") == cells > 0, again.stdout[-2000:]
 
 
 def test_reach_measures_each_mask_beyond_swas_field(tmp_path, monkeypatch):
