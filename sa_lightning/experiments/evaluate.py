@@ -70,7 +70,8 @@ def parser() -> argparse.ArgumentParser:
                         f"default {' '.join(map(str, DEFAULT_SEEDS))}); >1 also reports the std. A checkpoint that "
                         f"draws nothing is scored once, under the first")
     p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer")
-    p.add_argument("--device", default=None, help="where to score (cuda, cuda:1, cpu); default: the CPU, where a checkpoint loads")
+    p.add_argument("--device", default=None,
+                   help="where to score (cuda, cuda:1, cpu); default: the CPU, where a checkpoint loads")
     p.add_argument("--bootstrap_iters", type=non_negative_int, default=0,
                    help="lm-eval's stderr bootstrap (0: off, fast); the table's intervals are computed either way")
     p.add_argument("--baseline", default=None,
@@ -80,8 +81,8 @@ def parser() -> argparse.ArgumentParser:
                         "cells/, tb/")
     p.add_argument("--overwrite", action="store_true",
                    help="write into an --out that holds other files: files with the evaluation's names (cells/, tb/, "
-                        "table.md, compare.md, compare.json, results.json, results.csv) are replaced, yours of those names too; nothing else there is "
-                        "touched or removed")
+                        "table.md, compare.md, compare.json, results.json, results.csv) are replaced, yours of those "
+                        "names too; nothing else there is touched or removed")
     return p
 
 

@@ -81,7 +81,8 @@ class Sweep(Experiment):
             if not any(cell_path(out, c).exists() for c in todo):
                 raise ValueError(f"--compare reports the cells of a sweep, and {out / 'cells'} holds none of this "
                                  "config's; run the sweep first (without --compare), or pass its --out.")
-            return f"sweep --compare: {len(todo) - len(pending)} of {len(todo)} cells done; reporting them, running none"
+            return (f"sweep --compare: {len(todo) - len(pending)} of {len(todo)} cells done; reporting them, running "
+                    "none")
         if pending:  # every refusal before a cell file is written
             check_before_loading(cfg, self.source, cfg.tasks)
         again = sum(cell_path(out, c).exists() for c in pending)

@@ -16,8 +16,8 @@ from .base import Experiment
 
 
 class TrainedExperiment(Experiment):
-    """An experiment whose cells train a model each: ``fit_line`` gives a cell's ``cli.py fit`` swaps; the config
-    has ``fit_config`` and ``fit_overrides`` (``--set KEY=VALUE``, repeatable, adds to them)."""
+    """An experiment whose cells train a model each: ``fit_swaps`` gives a cell's ``cli.py fit`` config and swaps;
+    the config has ``fit_config`` and ``fit_overrides`` (``--set KEY=VALUE``, repeatable, adds to them)."""
 
     announce = True
 
