@@ -44,7 +44,7 @@ def _tiny_model(folder):
 def _study(name, module, cell, args):
     def command(tmp_path, monkeypatch):
         if cell is not None:
-            monkeypatch.setattr(module, "run_cell", cell)
+            monkeypatch.setattr(module.EXPERIMENT, "run_alone", cell)  # the cell, without its training
         return ["study", name, *args, "--jobs", "1"]  # in this process, where the stand-in cell function is
     return command
 

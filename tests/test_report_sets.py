@@ -101,7 +101,7 @@ def test_a_full_disk_while_a_study_reports_keeps_the_previous_tables_and_figure(
                 "scores": {1: {"acc": 0.5, "loss": 1.0, "buckets": buckets}}}
 
     monkeypatch.chdir(ROOT)  # the config's fit_config
-    monkeypatch.setattr(study, "run_cell", fake_cell)
+    monkeypatch.setattr(study.EXPERIMENT, "run_alone", fake_cell)
     out = tmp_path / "study"
 
     def run(*variants):

@@ -49,7 +49,7 @@ from ..utils.report import head, number, ranked_cells, row
 from .base import Flag, Report
 from .base import main as run_experiment
 from . import ensemble
-from .training import TrainedExperiment, fit_cell
+from .training import TrainedExperiment
 
 TARGET = 0.9
 GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
@@ -159,19 +159,13 @@ def cell_id(cell: dict) -> str:
 
 
 # ---- one cell -------------------------------------------------------------------------------------
-def run_cell(cell: dict, spec: dict) -> dict:
-    """Train the cell (``spec["fit_args"]``; ``experiments.training.fit_cell``), then validate it once per K in
+def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
+    """A trained cell's record (``cli``: its model and data, trained for ``steps`` steps in ``trained`` seconds, by
+    its own fit or as a member of an ensemble of seeds, ``experiments.ensemble``): validated once per K in
     ``spec["eval_samples"]`` (once if it draws nothing). At K = 1 a model that draws answers under each σ seed of
     ``spec["eval_seeds"]`` (``LitLM.eval_seed``; the first, 0, is validation's own draws), and an answer counts as
     its mean over them; each seed's answers are kept (``hits_by_eval_seed``). Larger K average K draws of the first
     seed. Returns what goes in ``cells/<id>.json``."""
-    cli, trained = fit_cell(spec)
-    return score_cell(cell, spec, cli, trained, int(cli.trainer.global_step))
-
-
-def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
-    """``run_cell``'s record from a trained cell (``cli``: its model and data, trained for ``steps`` steps in
-    ``trained`` seconds, by its own fit or as a member of an ensemble of seeds, ``experiments.ensemble``)."""
     import lightning as L
 
     from ..lit import DistanceAccuracy
@@ -269,7 +263,7 @@ def beyond_items(result: dict, k: int) -> list[int] | None:
 
 
 def beyond_by_eval_seed(result: dict, k: int) -> list[float] | None:
-    """Accuracy beyond SWA's receptive field under each σ seed the cell was validated under at K (``run_cell``),
+    """Accuracy beyond SWA's receptive field under each σ seed the cell was validated under at K (``score_cell``),
     or None where it was validated once."""
     score, start = result["scores"][k], _beyond_from(result)
     runs = score.get("hits_by_eval_seed")
@@ -642,11 +636,7 @@ class LongRange(TrainedExperiment):
     cell_id = staticmethod(cell_id)
     line = staticmethod(line)
 
-    def run_alone(self, cell, spec):
-        return run_cell(cell, spec)
-
-    def score_cell(self, cell, spec, cli, trained, steps):
-        return score_cell(cell, spec, cli, trained, steps)
+    score_cell = staticmethod(score_cell)
 
     def fit_swaps(self, cell, cfg):
         return cfg.fit_config.format(task=cell["task"]), {

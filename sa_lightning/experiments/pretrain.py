@@ -44,7 +44,7 @@ from ..utils.stats import MIN_UNITS
 from .base import Flag, Report
 from .base import main as run_experiment
 from . import ensemble
-from .training import TrainedExperiment, fit_cell
+from .training import TrainedExperiment
 
 GRID_KEYS = ("models", "seeds")
 #: what each cell is scored on, in the table's order: the validation blocks' NLL (shown as a perplexity, its
@@ -184,14 +184,8 @@ def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
     return {"val_ppl": text, **({"repeat_nll": repeats, "repeat_acc": hits} if repeats else {})}
 
 
-def run_cell(cell: dict, spec: dict) -> dict:
-    """Train the cell, then score it item by item: what goes in ``cells/<id>.json``."""
-    cli, trained = fit_cell(spec)
-    return score_cell(cell, spec, cli, trained, int(cli.trainer.global_step))
-
-
 def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
-    """``run_cell``'s record from a trained cell (``cli``: its model and data, trained for ``steps`` steps in
+    """A trained cell's record, scored item by item (``cli``: its model and data, trained for ``steps`` steps in
     ``trained`` seconds, by its own fit or as a member of an ensemble of seeds, ``experiments.ensemble``)."""
     from ..eval.harness import run_tasks_with_items
     from ..eval.lm import SALM
@@ -404,11 +398,7 @@ class Pretrain(TrainedExperiment):
     cell_id = staticmethod(cell_id)
     line = staticmethod(line)
 
-    def run_alone(self, cell, spec):
-        return run_cell(cell, spec)
-
-    def score_cell(self, cell, spec, cli, trained, steps):
-        return score_cell(cell, spec, cli, trained, steps)
+    score_cell = staticmethod(score_cell)
 
     def fit_swaps(self, cell, cfg):
         variant, window = parse_model(cell["model"])
