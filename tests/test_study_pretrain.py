@@ -17,6 +17,14 @@ def _result(model, seed, nll, lw, mc):
                                                       "shakespeare_choice": list(mc)}}
 
 
+def _compare(results, comparisons, margins=None):
+    """compare.md and compare.json's rows, as the study's report makes them for these cells."""
+    cfg = pretrain.PretrainConfig(list(dict.fromkeys(r["model"] for r in results)),
+                                  sorted({r["seed"] for r in results}), comparisons=comparisons, margins=margins)
+    report = pretrain.EXPERIMENT.report(cfg, results, None)
+    return report.compare, report.comparisons
+
+
 def test_models_name_a_variant_and_its_window():
     assert pretrain.parse_model("swa@64") == ("swa", 64) and pretrain.parse_model("full") == ("full", None)
     for bad, needle in (("sa@x", "<variant>@<window>"), ("sa@0", "<variant>@<window>"), ("swaa@32", "swaa")):
@@ -46,13 +54,13 @@ def test_intervals_come_from_training_seeds_and_verdicts_from_differences_paired
     results += [_result("sa@32", s, base + 0.2 + shift[s] + 0.01 * (s % 2), lw, mc) for s in range(6)]  # worse by 0.2
     results += [_result("random@32", s, base + 0.2 + shift[s] + 0.01 * ((s + 1) % 2), lw, mc) for s in range(6)]
     comparisons = [{"a": "sa@32", "b": "swa@32"}, {"a": "sa@32", "b": "random@32"}]
-    parts = pretrain.sections(results, comparisons)
+    parts = pretrain.EXPERIMENT.sections(results, comparisons)
     sa = next(r for r in parts[0].summaries if r["arm"] == "sa@32")
     assert parts[0].outcome.key == "val_ppl" and parts[0].outcome.text(sa["mean"]) == \
         f"{math.exp(base.mean() + 0.205 + shift.mean()):.2f}"
     assert sa["lo"] < sa["mean"] < sa["hi"] and sa["seeds"] == 6
     assert sa["items"] == 240 and sa["seed_sd"] > 0 and sa["form"] == "interval"
-    text, compared = pretrain.compare(parts, results, comparisons)
+    text, compared = _compare(results, comparisons)
     verdicts = {(c["b"], c["outcome"]): c["verdict"] for c in compared}
     assert verdicts[("swa@32", "val_ppl")] == WORSE and verdicts[("random@32", "val_ppl")] == TIED
     assert verdicts[("swa@32", "shakespeare_lastword")] == TIED and "SA (w=32)" in text
@@ -60,16 +68,16 @@ def test_intervals_come_from_training_seeds_and_verdicts_from_differences_paired
     assert {c["headroom"] for c in compared} == {None}  # no full-attention model here: the control is unknown
     assert len(next(c for c in compared if c["outcome"] == "val_ppl")["per_seed"]) == 6
     full_swa = [{"a": "full", "b": "swa@32"}]
-    text, _ = pretrain.compare(pretrain.sections(results, full_swa), results, full_swa)
+    text, _ = _compare(results, full_swa)
     assert "Not compared (a model this run leaves out): Full − SWA (w=32)" in text
     # with full attention better than SWA on the validation blocks only, only those rows have headroom
     results += [_result("full", s, base - 0.3 + shift[s], lw, mc) for s in range(6)]
     both = [{"a": "full", "b": "swa@32"}, {"a": "sa@32", "b": "random@32"}]
-    text, compared = pretrain.compare(pretrain.sections(results, both), results, both)
+    text, compared = _compare(results, both)
     room = {(c["a"], c["outcome"]): c["headroom"] for c in compared}
     assert room[("full", "val_ppl")] is None and room[("sa@32", "val_ppl")] is True
     assert room[("sa@32", "shakespeare_lastword")] is False and f"| {TIED} | no |" in text
-    table = pretrain.table(pretrain.sections(results, both), pretrain.PretrainConfig(["full"], list(range(6))),
+    table = pretrain.table(pretrain.EXPERIMENT.sections(results, both), pretrain.PretrainConfig(["full"], list(range(6))),
                            results)
     assert "t interval over each seed's mean" in table and "SD over training seeds" in table
     assert "| Model | Val. PPL ↓ | LW acc | MC acc_norm | Seeds | σ seeds |" in table
@@ -88,7 +96,7 @@ def test_the_reviewers_three_seeds_give_a_range_and_no_verdict():
         results += [_result("swa@64", seed, base + shift + noise, lw, mc),
                     _result("sa_swa@32", seed, base + shift + diff + noise - noise.mean() + noise.mean(), lw, mc)]
     pair = [{"a": "sa_swa@32", "b": "swa@64"}]
-    text, compared = pretrain.compare(pretrain.sections(results, pair), results, pair)
+    text, compared = _compare(results, pair)
     row = next(c for c in compared if c["outcome"] == "val_ppl")
     assert row["verdict"] == "too few seeds to decide" and row["form"] == "range"
     assert [round(x, 3) for x in row["per_seed"].values()] == [-0.017, 0.013, -0.036]
@@ -108,14 +116,14 @@ def test_an_equivalence_margin_is_a_verdict_of_its_own():
     pair, margins = [{"a": "sa@32", "b": "random@32"}], {"val_ppl": 0.01}
 
     def said():
-        _, compared = pretrain.compare(pretrain.sections(results, pair, margins), results, pair, margins)
+        _, compared = _compare(results, pair, margins)
         return next(c for c in compared if c["outcome"] == "val_ppl")["verdict"]
 
     assert said().startswith("cannot decide")  # no SWA trained: the floor rule cannot be met
     results += [_result(m, seed, base + d + rng.normal(0, 0.001, 40), lw, mc) for seed in range(8)
                 for m, d in (("swa@32", 0.1), ("full", -0.1))]
     assert said() == "equivalent within ±0.010 nats"  # both 0.1 nats better than SWA at their window
-    with pytest.raises(ValueError, match="margins maps a column"):
+    with pytest.raises(ValueError, match="margins maps an outcome"):
         pretrain.EXPERIMENT.load(CONFIG, "quick", {"margins": {"val_ppl": -1}})
 
 
@@ -124,9 +132,9 @@ def test_a_model_that_draws_is_scored_under_every_sigma_seed_and_its_spread_show
     σ spread is the SD over σ seeds of one trained model's score, averaged over its training seeds."""
     settings = pretrain.EXPERIMENT.load(CONFIG, None, {})
     assert len(settings.eval_seeds) >= 5
-    assert pretrain.eval_seeds("sa@32", settings) == settings.eval_seeds
-    assert pretrain.eval_seeds("random_swa@32", settings) == settings.eval_seeds
-    assert pretrain.eval_seeds("swa@32", settings) == pretrain.eval_seeds("strided@32", settings) == [0]
+    assert pretrain.EXPERIMENT.eval_seeds("sa@32", settings) == settings.eval_seeds
+    assert pretrain.EXPERIMENT.eval_seeds("random_swa@32", settings) == settings.eval_seeds
+    assert pretrain.EXPERIMENT.eval_seeds("swa@32", settings) == pretrain.EXPERIMENT.eval_seeds("strided@32", settings) == [0]
     draws = [[4.0, 5.0], [4.2, 5.2], [4.4, 5.4]]  # one trained model under three σ seeds: mean NLL 4.5, 4.7, 4.9
     result = {"model": "sa@32", "seed": 0, "eval_seeds": [0, 1, 2],
               "scores_by_eval_seed": [{"val_ppl": d, "shakespeare_lastword": [0.0], "shakespeare_choice": [100.0]}
@@ -178,7 +186,7 @@ def test_the_copy_presets_hold_table_1s_models_with_the_copies_beyond_every_band
         depth, gap = fit["model.arch.n_layer"], fit["data.repeats"]["gap"]  # the nearest source is gap tokens back
         assert max(depth * (w - 1) for _, w in models if w) < gap
         assert fit["model.arch.max_seq_len"] == fit["data.seq_len"] and fit["trainer.max_steps"] == steps
-        args = pretrain.EXPERIMENT.fit_args(pretrain.cells(settings)[0], settings, root / "tmp")
+        args = pretrain.EXPERIMENT.fit_args(pretrain.EXPERIMENT.cells(settings)[0], settings, root / "tmp")
         assert "--data.repeats" in args
         RepeatMix(**fit["data.repeats"]).check(fit["data.seq_len"], vocab=4096)  # the planting fits the block
         if preset == "copy-gpu":
@@ -198,11 +206,11 @@ def test_with_planted_copies_the_report_counts_the_seeds_that_learned_to_copy():
         results.append({"model": "swa@16", "seed": s, "scores": {"val_ppl": text, "shakespeare_lastword": lw,
                         "shakespeare_choice": mc, "repeat_nll": list(swa + rng.normal(0, 0.01, 8))}})
     pair = [{"a": "full", "b": "swa@16"}]
-    parts = pretrain.sections(results, pair)
+    parts = pretrain.EXPERIMENT.sections(results, pair)
     copies = next(p for p in parts if p.outcome.key == "repeat_nll")
     reached = {r["arm"]: r["reached"] for r in copies.summaries}
     assert reached == {"full": 3, "swa@16": 0}
-    text, _ = pretrain.compare(parts, results, pair)
+    text, _ = _compare(results, pair)
     assert "seeds that copy (≤ 1 nat)" in text and "| 3/5 |" in text and "| 0/5 |" in text
     assert "seeds that copy" not in text.split("## Over training seeds: NLL on the repeats")[0]  # not the text's
 
@@ -239,4 +247,5 @@ def test_recall_in_text_scores_each_blocks_values_by_nll_and_by_top_guess():
     items = pretrain.validation_items(Oracle(), type("DM", (), {"val_dataloader": lambda self: [batch]})())
     assert items["repeat_acc"] == [1.0, 0.0]
     assert items["repeat_nll"][0] < 1e-6 and items["repeat_nll"][1] == pytest.approx(np.log(vocab), rel=1e-5)
-    assert [o.key for o in pretrain.present([{"scores": items}])][-2:] == ["repeat_nll", "repeat_acc"]
+    results = [{"model": "swa@16", "seed": 0, "scores": items}]
+    assert [p.outcome.key for p in pretrain.EXPERIMENT.sections(results)] == ["val_ppl", "repeat_nll", "repeat_acc"]

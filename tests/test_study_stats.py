@@ -151,14 +151,16 @@ def test_sigma_seeds_average_each_answer_and_their_spread_is_shown_apart():
 def test_the_seeds_figure_draws_an_arm_of_one_seed_and_the_power_line_has_no_test_under_five(tmp_path):
     """A cell saved before log-probabilities were kept leaves that outcome with arms of one seed: drawn, not a
     crash that loses the report; a design of three seeds is said to allow no test, with what more seeds would do."""
-    from sa_lightning.experiments.long_range import plot_seeds
+    from sa_lightning.experiments.long_range import EXPERIMENT, LongRangeConfig
 
     cells = [_cell(v, r, seed=s) for s in range(3) for v, r in (("sa", 0.9), ("random", 0.4), ("swa", 0.1),
                                                                 ("full", 1.0))]
     for c in cells:
         if c["seed"] == 0:
             c["scores"][1]["logps"] = [-0.5] * len(c["scores"][1]["items"])
-    plot_seeds(cells, tmp_path / "seeds.png")
+    cfg = LongRangeConfig(tasks=["passkey"], variants=["sa", "random", "swa", "full"], depths=[2], windows=[16],
+                          seeds=[0, 1, 2])
+    EXPERIMENT.report(cfg, cells, tmp_path).figures["over_seeds.png"](tmp_path / "seeds.png")
     assert (tmp_path / "seeds.png").stat().st_size > 1000
     text = compare(cells, [{"a": "sa", "b": "random"}], margins={"acc": 0.05})
     assert "with its 3 seeds no test is possible" in text and "10 seeds" in text and "needs" in text

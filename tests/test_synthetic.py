@@ -278,8 +278,9 @@ def test_passkey_config_with_a_swapped_variant_logs_accuracy_by_distance(tmp_pat
 
 def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unknown_variant(monkeypatch):
     """Issue 49's design: 10 training seeds of each compared variant, 5 of Full and SWA (seeds_by_variant)."""
-    from sa_lightning.experiments.long_range import EXPERIMENT, cells
+    from sa_lightning.experiments.long_range import EXPERIMENT
 
+    cells = EXPERIMENT.cells
     monkeypatch.chdir(ROOT)
     config = "configs/study/long_range.yaml"
     todo = cells(EXPERIMENT.load(config, "powered", {}))

@@ -98,8 +98,3 @@ class EnsembleRun:
                                                                        + time.perf_counter() - start, 1)}
         return records
 
-
-def check_size(size: int | None) -> None:
-    """``ensemble`` in a study's settings: one sentence before anything trains unless it is at least 1."""
-    if size is not None and size < 1:
-        raise ValueError(f"ensemble must be >= 1 (seeds trained as one model), got {size}; nothing was trained.")

@@ -1,35 +1,17 @@
 """``cli.py study long-range``: does a trained SA model use its long routes?
 
     python cli.py study long-range [--config configs/study/long_range.yaml]
-                                   [--preset quick|pilot|powered|mqar-pilot|mqar|grid|paper-scale]
-                                   [--eval_samples 1 4 16] [--ensemble K] [--out DIR]
+                                   [--preset quick|pilot|powered|decide-l4|mqar|grid|...]
+                                   [--eval_samples 1 4 16] [--ensemble K] [--set KEY=VALUE] [--out DIR]
 
-Trains every cell of a grid, one (task, variant, depth, window, seed), with ``cli.py fit`` on the
-synthetic recall config (``configs/synthetic/<task>.yaml``, the variant swapped as for text), then
-validates it once per ``eval_samples`` K (SA averaged over K permutations), and at K = 1 a model that draws once per
-evaluation σ seed (``eval_seeds``; each answer counts as its mean over them, the seeds' spread shown as σ SD). A
-cell trained before with the same ``fit`` arguments is scored again from its last checkpoint, not trained
-(``experiments.training``). Cells train ``--jobs`` at a time
-(``auto``: one per core on a CPU, one thread each), or with ``--ensemble K`` the cells that differ only
-in their seed K at a time as one batched model in this process, each member bit for bit its seed alone
-(``experiments.ensemble``). Each finished cell is written to
-``<out>/cells/`` at once; a rerun skips it. ``<out>`` is the config's ``out``, one folder per preset
-(``outputs/study/long_range``, ``long_range_quick``, ``long_range_grid``, ``long_range_paper_scale``), so
-that a quick run never overwrites the full study's cells and tables. At the end: ``results.csv``, ``table.md``
-(accuracy per distance bucket, best **bold** within each (task, depth, window)), ``reach.md`` (the
-depth at which each variant first passes 90% beyond SWA's receptive field, beside the coverage
-analysis's prediction), ``compare.md`` (where several training seeds trained a comparison, first each variant
-and each configured comparison over the training seeds, ``utils.trained``: for accuracy beyond SWA's reach and for
-the answer's log-probability there, the seeds that learned the task and the step each did, A − B paired by seed
-with a t interval over seeds, and the power of the design; then each trained model alone, A − B on the same
-validation answers with a paired 95% interval over them), ``over_seeds.png`` (several seeds: each seed a dot) and
-``accuracy_vs_distance.png`` (one panel per (task, L, w): each variant's accuracy per distance bucket over its
-training seeds with its interval, SWA's receptive field L * (w - 1) a vertical line). The tables and figures over
-seeds are ``utils.trained``'s. Each cell keeps its answers, (distance, right or not) in validation order, so
-accuracy beyond the receptive field carries a bootstrap interval and two cells pair answer by answer. These files
-are written in a hidden folder beside ``cells/`` and moved
-into place together (``utils.atomic.replacing_files``): a full disk or a plot that fails leaves the previous
-ones whole, and the cells already trained stay for the next run.
+Each cell, one (task, variant, depth, window, training seed), trains the synthetic recall config
+(``configs/synthetic/<task>.yaml``) with ``cli.py fit``, then is validated once per ``eval_samples`` K (K draws
+averaged) and, at K = 1, once per evaluation σ seed for a model that draws. Every answer is kept as (key–query
+distance, right or not) with its log-probability, so accuracy past SWA's receptive field L·(w−1) pairs answer by
+answer and over training seeds. The report (``experiments.training``'s shared one, over training seeds, then each
+trained model alone): ``table.md`` (accuracy per distance bucket per cell), ``compare.md``/``compare.json``,
+``reach.md`` (the depth at which each variant passes 90% beyond the field, beside what its mask can reach),
+``accuracy_vs_distance.png`` and ``over_seeds.png``. Each preset writes its own folder (``out``).
 """
 from __future__ import annotations
 
@@ -37,44 +19,39 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
 from itertools import product
 from pathlib import Path
 
 from ..analysis.mechanism import PATTERNED
-from ..attention import VARIANTS, get_variant, sigma_seeds, variant_names
+from ..attention import VARIANTS, get_variant, variant_names
 from ..attention.variants import FULL, SWA
 from ..utils import runner, trained
 from ..utils.report import head, number, ranked_cells, row
+from ..utils.tensorboard import scalars
 from .base import Flag, Report
 from .base import main as run_experiment
-from . import ensemble
-from .training import TrainedExperiment
+from .training import TrainedConfig, TrainedExperiment
 
 TARGET = 0.9
 GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
+SETTING = ("task", "L", "w", "K")
+#: what a trained cell is scored on beyond SWA's receptive field: accuracy, and the answer's log-probability (a
+#: continuous outcome that moves where accuracy sits at chance or at the ceiling)
+OUTCOMES = (trained.Outcome("acc", "accuracy beyond L·(w−1)", scale=100, spec=".1f", unit="points"),
+            trained.Outcome("logp", "log p(answer) beyond L·(w−1)", spec=".3f", unit="nats"))
 
 
-# ---- the study's settings ------------------------------------------------------------------------
 @dataclass
-class LongRangeConfig:
-    """The study's config (``configs/study/long_range.yaml``): what each field may hold.
+class LongRangeConfig(TrainedConfig):
+    """``configs/study/long_range.yaml`` (the shared fields: ``experiments.training.TrainedConfig``; a margin is in
+    its outcome's unit: ``acc`` a fraction of answers, 0.05 is 5 points; ``logp`` nats).
 
     Args:
         tasks: synthetic tasks (``passkey``, ``mqar``), each trained from ``fit_config`` with ``{task}`` filled in.
         variants, depths, windows, seeds: the grid; every (task, variant, depth, window, seed) is one cell.
-        eval_samples: K draws averaged at validation. eval_seeds: σ seeds at K = 1 for a model that draws.
-        jobs: cells trained at once (a count, or ``auto``). fit_overrides: ``fit`` arguments for every cell.
-        ensemble: K > 1 trains the cells that differ only in their seed K at a time as one ensemble in this process
-            (``experiments.ensemble``; jobs is then 1); 1 (the default) trains each seed alone.
-        comparisons: ``{a: <variant>, b: <variant>}`` each, paired on the same answers and pooled over seeds.
+        eval_samples: K draws averaged at validation.
         seeds_by_variant: training seeds for some variants instead of ``seeds`` (the references need fewer seeds
             than the comparisons that decide: ``{full: [0, 1, 2], swa: [0, 1, 2]}``).
-        margins: equivalence margins per outcome in its items' own unit (``acc``: a fraction of answers, 0.05 is
-            5 points; ``logp``: nats), for "equivalent within ±δ" (two one-sided tests over training seeds), said
-            only where both arms beat SWA by more than δ (the floor rule).
-        preregistered: when and from what the margins were fixed, before the run (the report prints it); without
-            it the report says the margins were not fixed in advance.
         out: the output folder.
     """
 
@@ -84,78 +61,9 @@ class LongRangeConfig:
     windows: list[int]
     seeds: list[int]
     eval_samples: list[int] | None = None
-    eval_seeds: list[int] | None = None
-    jobs: int | str | None = None
     fit_config: str = "configs/synthetic/{task}.yaml"
-    fit_overrides: dict[str, Any] | None = None
-    comparisons: list[dict] | None = None
     seeds_by_variant: dict[str, list[int]] | None = None
-    margins: dict[str, float] | None = None
-    preregistered: str | None = None
     out: str = "outputs/study/long_range"
-    ensemble: int | None = None
-
-
-def check(cfg: LongRangeConfig, given: dict) -> None:
-    """Every value of the settings, before the first cell trains (a bad one found after hours of training would
-    waste them); the seeds made distinct, and ``seeds_by_variant`` narrowed by ``--variants`` and ``--seeds``."""
-    from ..attention import AttentionSpec
-
-    cfg.eval_samples = cfg.eval_samples or [1]
-    if any(k < 1 for k in cfg.eval_samples):
-        raise ValueError("eval_samples must be >= 1.")
-    ensemble.check_size(cfg.ensemble)
-    seeds = cfg.eval_seeds if cfg.eval_seeds is not None else [0]
-    if not seeds or any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in seeds) \
-            or len(set(seeds)) != len(seeds):
-        raise ValueError(f"eval_seeds must be distinct integers >= 0, got {seeds!r}; nothing was trained.")
-    for key, low in (("depths", 1), ("windows", 1), ("seeds", 0)):
-        bad = [v for v in getattr(cfg, key) if not isinstance(v, int) or isinstance(v, bool) or v < low]
-        if bad:
-            raise ValueError(f"{key} must be integers >= {low}, got {bad[0]!r} in {getattr(cfg, key)!r}; nothing "
-                             "was trained.")
-    cfg.seeds = runner.unique_seeds(cfg.seeds, "seeds")
-    own = cfg.seeds_by_variant or {}
-    if given.get("variants"):  # --variants narrows the grid: a preset's seeds for the others no longer apply
-        own = {v: s for v, s in own.items() if v in cfg.variants}
-    if given.get("seeds"):  # and --seeds narrows every variant's seeds, those of seeds_by_variant too
-        own = {v: [s for s in seeds if s in cfg.seeds] for v, seeds in own.items()}
-    unknown = sorted(set(own) - set(cfg.variants))
-    if unknown:
-        raise ValueError(f"seeds_by_variant names {', '.join(unknown)}, not among the variants {cfg.variants!r}; "
-                         "nothing was trained.")
-    cfg.seeds_by_variant = {v: runner.unique_seeds(seeds, f"seeds_by_variant.{v}") for v, seeds in own.items()}
-    for variant in cfg.variants:
-        for window in cfg.windows if get_variant(variant).windowed else ():
-            AttentionSpec(variant, window)  # a window below a control's least (3), before any cell trains
-    for c in cfg.comparisons or []:
-        if not isinstance(c, dict) or set(c) != {"a", "b"}:
-            raise ValueError(f"each comparison is {{a: <variant>, b: <variant>}}, got {c!r}; nothing was trained.")
-        get_variant(c["a"]), get_variant(c["b"])
-    for task in cfg.tasks:
-        if not Path(cfg.fit_config.format(task=task)).is_file():
-            raise ValueError(f"task {task!r} has no fit config {cfg.fit_config.format(task=task)!r}; nothing was "
-                             "trained.")
-
-
-def eval_seeds(variant: str, cfg: LongRangeConfig) -> list[int]:
-    """The σ seeds a cell is validated under at K = 1: the config's ``eval_seeds`` for a variant that draws, the
-    first alone else."""
-    return sigma_seeds(variant, cfg.eval_seeds or [0])
-
-
-def cells(cfg: LongRangeConfig) -> list[dict]:
-    """Every (task, variant, depth, window, seed), seed by seed (a run stopped part-way holds whole seeds of every
-    arm, which pair); a variant in ``seeds_by_variant`` takes its own seeds."""
-    own = cfg.seeds_by_variant or {}
-    grid_ = [dict(task=t, variant=v, depth=int(d), window=int(w), seed=int(s))
-             for t, v, d, w in product(cfg.tasks, cfg.variants, cfg.depths, cfg.windows)
-             for s in own.get(v, cfg.seeds)]
-    return sorted(grid_, key=lambda c: c["seed"])  # stable: the grid's order within a seed
-
-
-def cell_id(cell: dict) -> str:
-    return f"{cell['task']}_{cell['variant']}_L{cell['depth']}_w{cell['window']}_s{cell['seed']}"
 
 
 # ---- one cell -------------------------------------------------------------------------------------
@@ -202,20 +110,10 @@ def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
 
 
 def learning_curve(log_dir: Path, far_buckets: list[str]) -> list[list[float]]:
-    """``[[step, accuracy beyond SWA's field], ...]`` from the validations during training (TensorBoard's
-    ``val/acc@<bucket>``, the mean over the buckets wholly beyond the field), every version of the cell's log
-    merged by step: what ``learned_step`` reads. Empty where nothing was logged."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    by_step: dict[int, dict[str, float]] = {}
-    versions = sorted((p for p in log_dir.glob("version_*") if p.is_dir() and p.name[8:].isdigit()),
-                      key=lambda p: int(p.name[8:]))  # older first: a later run's value at a step wins
-    for version in versions if far_buckets else []:
-        events = EventAccumulator(str(version), size_guidance={"scalars": 0}).Reload()
-        tags = set(events.Tags().get("scalars", []))
-        for name in far_buckets:
-            for event in events.Scalars(f"val/acc@{name}") if f"val/acc@{name}" in tags else []:
-                by_step.setdefault(int(event.step), {})[name] = float(event.value)
+    """``[[step, accuracy beyond SWA's field], ...]`` from the validations during training (``val/acc@<bucket>``, the
+    mean over the buckets wholly beyond the field), every version of the cell's log merged by step: what
+    ``learned_step`` reads."""
+    by_step = scalars(log_dir, [f"val/acc@{name}" for name in far_buckets])
     return [[step, round(sum(accs.values()) / len(accs), 4)] for step, accs in sorted(by_step.items())
             if len(accs) == len(far_buckets)]
 
@@ -386,87 +284,49 @@ TABLE_NOTE = ("beyond L·(w−1): the share of right answers whose key–query d
               "K = 1 a model that draws counts each answer as its mean over the evaluation σ seeds).")
 
 
-def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None,
-            preregistered: str | None = None) -> str:
-    """``compare.md``: where two or more training seeds trained a setting, first the rows that speak for the
-    variants, per outcome (``OUTCOMES``) and setting (task, L, w, K): each variant over its seeds, the seeds that
-    learned and when, A − B paired by seed and the power (``utils.trained.report``). Then each trained model alone:
-    A − B on one seed's validation answers beyond SWA's field (``utils.trained.within_seed``), per configured
-    comparison (``comparisons: [{a: sa, b: random}, ...]``) and K of A (B at K, or at 1 if it draws nothing)."""
-    margins = margins or {}
-    pairs = [(c["a"], c["b"]) for c in comparisons]
-    lines = []
-    for section in sections(results, pairs, margins):
-        accuracy = section.outcome.key == "acc" and bool(section.summaries)
-        lines += trained.markdown(section, SETTING, threshold_label="seeds that learned" if accuracy else None,
-                                  margin=margins.get(section.outcome.key),
-                                  note=learned_line(section) if accuracy else None)
-    if lines:
-        lines += ["", trained.NOTE + trained.margins_line(margins, preregistered)]
-    accuracy = OUTCOMES[0]
-    alone = []
-    scored = scored_at(results)
-    for k in sorted({k for r in results for k in r["scores"]}):
-        for setting, arms in sorted(units(results, k, accuracy.key).items()):
-            own = [(a, b) for a, b in pairs if scored(*setting, a, k)]
-            alone += [{**r, "setting": (*setting, k)} for r in trained.within_seed(
-                arms, own, accuracy, control=(FULL.name, SWA.name), key=setting)]
-    alone_lines = trained.within_seed_table(alone, accuracy, SETTING) + [
-        "", trained.WITHIN_NOTE + " Here the items are the validation answers beyond SWA's receptive field L·(w−1), "
-        "each answer of a model that draws counted as its mean over the evaluation σ seeds at K = 1."]
-    missing = unpaired(results, pairs)
-    if missing:
-        alone_lines += ["", "Not compared (a cell saved without its answers, or validated on other data; run it "
-                        "again): " + "; ".join(missing) + "."]
-    if not lines:
-        return "\n".join(alone_lines) + "\n"
-    return "\n".join([*lines[1:], "", "## Each trained model alone", "", *alone_lines]) + "\n"
-
-
-SETTING = ["task", "L", "w", "K"]
-
-
-def comparison_rows(results: list[dict], comparisons: list[dict], margins: dict) -> list[dict]:
-    """``compare.json``'s rows: each configured comparison over training seeds, per outcome and setting (task, L,
-    w, K), as ``compare.md`` words them."""
-    pairs = [(c["a"], c["b"]) for c in comparisons]
-    return [r for section in sections(results, pairs, margins) for r in section.comparisons]
-
-
-def sections(results: list[dict], pairs: list[tuple[str, str]], margins: dict) -> list[trained.Section]:
-    """Per outcome, ``utils.trained.report`` over the settings (task, L, w, K) that two or more training seeds
-    trained, with the positive control (full attention, SWA) and, for accuracy, the seeds that learned (90% beyond
-    SWA's field); each variant's row carries the steps at which its seeds learned."""
-    ks = sorted({k for r in results for k in r["scores"]})
-    scored = scored_at(results)
-    out = []
-    for outcome in OUTCOMES:
-        by_setting = {(*setting, k): arms for k in ks for setting, arms in units(results, k, outcome.key).items()
-                      if max(len(seeds) for seeds in arms.values()) >= 2}
-        section = trained.report(by_setting, outcome, pairs, margin=margins.get(outcome.key),
-                                 control=(FULL.name, SWA.name), threshold=TARGET if outcome.key == "acc" else None,
-                                 order=variant_names())
-        # at K > 1 the rows of the models that draw: the others appear at K = 1 only (as B they stand in at K)
-        section.summaries[:] = [e for e in section.summaries if scored(*e["setting"][:3], e["arm"], e["setting"][3])]
-        section.comparisons[:] = [e for e in section.comparisons
-                                  if scored(*e["setting"][:3], e["a"], e["setting"][3])]
-        for entry in section.summaries:
-            task, depth, window, _ = entry["setting"]
-            cells_ = [r for r in results if (r["task"], r["depth"], r["window"], r["variant"])
-                      == (task, depth, window, entry["arm"]) and r["seed"] in entry["per_seed"]]
-            # a cell saved before curves were kept says nothing about when it learned
-            entry["learned_steps"] = sorted(s for s in map(learned_step, cells_) if s is not None) \
-                if all(r.get("curve") for r in cells_) else None
-        out.append(section)
-    return out
-
-
 def scored_at(results: list[dict]):
     """``scored(task, L, w, variant, K)``: whether the variant was validated at K in that setting itself: K = 1
     always; a larger K only for a model that draws (the others stand in at K = 1 as the B side of a comparison,
     never as a row of their own)."""
     validated = {(r["task"], r["depth"], r["window"], r["variant"], k) for r in results for k in r["scores"]}
     return lambda task, depth, window, variant, k: k == 1 or (task, depth, window, variant, k) in validated
+
+
+def unpaired(results: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
+    """The configured comparisons whose two cells of one seed both trained but cannot be paired at K = 1 (an answer
+    list missing, or other answers)."""
+    paired, by = answers(results, 1, "acc"), {(r["task"], r["depth"], r["window"], r["seed"], r["variant"])
+                                              for r in results}
+    return [f"{task} L={depth} w={window} seed {seed}: {a} against {b}"
+            for task, depth, window, seed, variant in sorted(by) for a, b in pairs
+            if variant == a and (task, depth, window, seed, b) in by
+            and not all(seed in paired.get((task, depth, window), {}).get(arm, {}) for arm in (a, b))]
+
+
+def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None,
+            preregistered: str | None = None) -> str:
+    """``compare.md``: where two or more training seeds trained a setting, the report over training seeds
+    (``TrainedExperiment.compare_lines``: each variant, the seeds that learned and when, A − B paired by seed, the
+    power); then each trained model alone, A − B on one seed's validation answers beyond SWA's field
+    (``utils.trained.within_seed``) per comparison and K of A (B at K, or at 1 if it draws nothing)."""
+    pairs = [(c["a"], c["b"]) for c in comparisons]
+    sections = EXPERIMENT.sections(results, comparisons, margins)
+    notes = {"acc": learned_line(sections[0])} if sections and sections[0].summaries else {}
+    lines = EXPERIMENT.compare_lines(sections, margins, preregistered, notes)
+    accuracy, alone, scored = OUTCOMES[0], [], scored_at(results)
+    for k in sorted({k for r in results for k in r["scores"]}):
+        for setting, arms in sorted(answers(results, k, accuracy.key).items()):
+            own = [(a, b) for a, b in pairs if scored(*setting, a, k)]
+            alone += [{**r, "setting": (*setting, k)} for r in trained.within_seed(
+                arms, own, accuracy, control=(FULL.name, SWA.name), key=setting)]
+    alone_lines = trained.within_seed_table(alone, accuracy, list(SETTING)) + [
+        "", trained.WITHIN_NOTE + " Here the items are the validation answers beyond SWA's receptive field L·(w−1), "
+        "each answer of a model that draws counted as its mean over the evaluation σ seeds at K = 1."]
+    missing = unpaired(results, pairs)
+    if missing:
+        alone_lines += ["", "Not compared (a cell saved without its answers, or validated on other data; run it "
+                        "again): " + "; ".join(missing) + "."]
+    return "\n".join([*lines, *(["", "## Each trained model alone", ""] if lines else []), *alone_lines]) + "\n"
 
 
 def learned_line(section: trained.Section) -> str:
@@ -479,27 +339,6 @@ def learned_line(section: trained.Section) -> str:
                         for r in section.summaries if r["setting"][3] == first) + ".")
 
 
-def unpaired(results: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
-    """The configured comparisons whose two cells of one seed were both trained but cannot be paired at K = 1 (an
-    answer list missing, or other answers)."""
-    answered = units(results, 1, "acc")
-    by = {(r["task"], r["depth"], r["window"], r["seed"], r["variant"]) for r in results}
-    out = []
-    for task, depth, window, seed, variant in sorted(by):
-        for a, b in pairs:
-            if variant == a and (task, depth, window, seed, b) in by:
-                arms = answered.get((task, depth, window), {})
-                if seed not in arms.get(a, {}) or seed not in arms.get(b, {}):
-                    out.append(f"{task} L={depth} w={window} seed {seed}: {a} against {b}")
-    return out
-
-
-#: what a trained cell is scored on beyond SWA's receptive field: accuracy, and the answer's log-probability (a
-#: continuous outcome that moves where accuracy sits at chance or at the ceiling)
-OUTCOMES = (trained.Outcome("acc", "accuracy beyond L·(w−1)", scale=100, spec=".1f", unit="points"),
-            trained.Outcome("logp", "log p(answer) beyond L·(w−1)", spec=".3f", unit="nats"))
-
-
 def beyond_logps(result: dict, k: int) -> list[float] | None:
     """The log-probability of each answer beyond SWA's field at K (``beyond_items``' answers), or None for a cell
     saved without them."""
@@ -510,7 +349,7 @@ def beyond_logps(result: dict, k: int) -> list[float] | None:
     return [lp for (distance, _), lp in zip(items, logps) if distance >= start]
 
 
-def units(results: list[dict], k: int, outcome: str) -> dict[tuple, "trained.Units"]:
+def answers(results: list[dict], k: int, outcome: str) -> dict[tuple, "trained.Units"]:
     """Per setting (task, L, w): each variant's items beyond SWA's field at K (B's at 1 where it draws nothing),
     per training seed, for ``outcome`` (``acc``: 1 right, 0 wrong; ``logp``). A seed's variants share their
     validation answers (the data seed is the training seed); a cell validated on other answers is left out."""
@@ -527,23 +366,6 @@ def units(results: list[dict], k: int, outcome: str) -> dict[tuple, "trained.Uni
             continue
         out.setdefault(key[:3], {}).setdefault(r["variant"], {})[r["seed"]] = [float(v) for v in values]
     return out
-
-
-def plot_seeds(results: list[dict], path: Path) -> bool:
-    """``over_seeds.png``: per (task, L, w) and outcome at K = 1 that two or more training seeds trained, each
-    variant's training seeds (dots) and their mean with its interval over the seeds (``utils.trained.figure``).
-    Whether there was such a setting (and so a figure)."""
-    panels = []
-    for section in sections(results, [], {}):  # the arms alone: no comparison, so no margin
-        at_one = trained.Section(section.outcome, [r for r in section.summaries if r["setting"][3] == 1], [])
-        panels += trained.panels(at_one, lambda s, o=section.outcome: f"{s[0]}, L={s[1]}, w={s[2]}: {o.name}")
-    if panels:
-        sizes = sorted({(r["seq_len"], r["steps"]) for r in results})
-        title = "; ".join(f"n = {n}, {steps} training steps" for n, steps in sizes) + \
-            f", validated at K = 1 under {max(len(r.get('eval_seeds') or [0]) for r in results)} σ seed(s)"
-        trained.figure(panels, path, lambda v: (get_variant(v).color, get_variant(v).marker, get_variant(v).label),
-                       title)
-    return bool(panels)
 
 
 def reach(results: list[dict]) -> str:
@@ -631,12 +453,59 @@ class LongRange(TrainedExperiment):
              *(Flag(key, f"override the config's {key}", str if key in ("tasks", "variants") else int)
                for key in GRID_KEYS))
     required = GRID_KEYS
-    check = staticmethod(check)
-    cells = staticmethod(cells)
-    cell_id = staticmethod(cell_id)
+    outcomes = OUTCOMES
+    setting = SETTING
+    thresholds = {"acc": (TARGET, "seeds that learned")}
     line = staticmethod(line)
-
     score_cell = staticmethod(score_cell)
+
+    def label(self, arm):  # the tables name a variant as the grid does
+        return arm
+
+    def style(self, arm):
+        spec = get_variant(arm)
+        return spec.color, spec.marker, spec.label
+
+    def check(self, cfg, given):
+        """Beside the shared checks: K, depths and windows; ``seeds_by_variant`` narrowed by ``--variants`` and
+        ``--seeds``; each windowed variant's window; each task's fit config."""
+        from ..attention import AttentionSpec
+
+        super().check(cfg, given)
+        cfg.eval_samples = cfg.eval_samples or [1]
+        for key, values in (("eval_samples", cfg.eval_samples), ("depths", cfg.depths), ("windows", cfg.windows)):
+            bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool) or v < 1]
+            if bad:
+                raise ValueError(f"{key} must be integers >= 1, got {bad[0]!r} in {values!r}; nothing was trained.")
+        own = cfg.seeds_by_variant or {}
+        if given.get("variants"):  # --variants narrows the grid: a preset's seeds for the others no longer apply
+            own = {v: s for v, s in own.items() if v in cfg.variants}
+        if given.get("seeds"):  # and --seeds narrows every variant's seeds, those of seeds_by_variant too
+            own = {v: [s for s in seeds if s in cfg.seeds] for v, seeds in own.items()}
+        unknown = sorted(set(own) - set(cfg.variants))
+        if unknown:
+            raise ValueError(f"seeds_by_variant names {', '.join(unknown)}, not among the variants {cfg.variants!r}; "
+                             "nothing was trained.")
+        cfg.seeds_by_variant = {v: runner.unique_seeds(seeds, f"seeds_by_variant.{v}") for v, seeds in own.items()}
+        for variant in cfg.variants:
+            for window in cfg.windows if get_variant(variant).windowed else ():
+                AttentionSpec(variant, window)  # a window below a control's least (3), before any cell trains
+        for task in cfg.tasks:
+            if not Path(cfg.fit_config.format(task=task)).is_file():
+                raise ValueError(f"task {task!r} has no fit config {cfg.fit_config.format(task=task)!r}; nothing "
+                                 "was trained.")
+
+    def cells(self, cfg):
+        """Every (task, variant, depth, window, seed), seed by seed (a run stopped part-way holds whole seeds of
+        every arm, which pair); a variant in ``seeds_by_variant`` takes its own seeds."""
+        own = cfg.seeds_by_variant or {}
+        grid = [dict(task=t, variant=v, depth=int(d), window=int(w), seed=int(s))
+                for t, v, d, w in product(cfg.tasks, cfg.variants, cfg.depths, cfg.windows)
+                for s in own.get(v, cfg.seeds)]
+        return sorted(grid, key=lambda c: c["seed"])  # stable: the grid's order within a seed
+
+    def cell_id(self, cell):
+        return f"{cell['task']}_{cell['variant']}_L{cell['depth']}_w{cell['window']}_s{cell['seed']}"
 
     def fit_swaps(self, cell, cfg):
         return cfg.fit_config.format(task=cell["task"]), {
@@ -644,18 +513,50 @@ class LongRange(TrainedExperiment):
             "model.arch.attention.window": cell["window"], "seed_everything": cell["seed"]}
 
     def scoring(self, cell, cfg):
-        return {"eval_samples": sorted(set(cfg.eval_samples)), "eval_seeds": eval_seeds(cell["variant"], cfg)}
+        return {"eval_samples": sorted(set(cfg.eval_samples)), "eval_seeds": self.eval_seeds(cell["variant"], cfg)}
 
     def loaded(self, saved):
         return {**saved, "scores": {int(k): v for k, v in saved["scores"].items()}}
 
+    def units(self, records, outcome):
+        """Per (task, L, w, K) that two or more training seeds trained: each variant's answers beyond SWA's field."""
+        ks = sorted({k for r in records for k in r["scores"]})
+        return {(*setting, k): arms for k in ks for setting, arms in answers(records, k, outcome.key).items()
+                if max(len(seeds) for seeds in arms.values()) >= 2}
+
+    def sections(self, records, comparisons=None, margins=None, order=None):
+        """The shared sections in the registry's order, less the rows at K > 1 of the models that draw nothing (as
+        B they stand in at K = 1); each variant's row carries the steps at which its seeds learned."""
+        scored = scored_at(records)
+        out = super().sections(records, comparisons, margins, order or list(variant_names()))
+        for section in out:
+            section.summaries[:] = [e for e in section.summaries if scored(*e["setting"][:3], e["arm"],
+                                                                             e["setting"][3])]
+            section.comparisons[:] = [e for e in section.comparisons if scored(*e["setting"][:3], e["a"],
+                                                                                 e["setting"][3])]
+            for entry in section.summaries:
+                task, depth, window, _ = entry["setting"]
+                cells = [r for r in records if (r["task"], r["depth"], r["window"], r["variant"])
+                         == (task, depth, window, entry["arm"]) and r["seed"] in entry["per_seed"]]
+                # a cell saved before curves were kept says nothing about when it learned
+                entry["learned_steps"] = sorted(s for s in map(learned_step, cells) if s is not None) \
+                    if all(r.get("curve") for r in cells) else None
+        return out
+
     def report(self, cfg, records, out):
+        arms = self.sections(records)  # the arms alone (no comparison, so no margin): each seed a dot at K = 1
+        at_one = [trained.Section(s.outcome, [r for r in s.summaries if r["setting"][3] == 1], []) for s in arms]
+        size = "; ".join(f"n = {n}, {steps} training steps" for n, steps in sorted({(r["seq_len"], r["steps"])
+                                                                                   for r in records}))
+        title = f"{size}, validated at K = 1 under {max(len(r.get('eval_seeds') or [0]) for r in records)} σ seed(s)"
         return Report(table=table(records),
                       compare=compare(records, cfg.comparisons or [], cfg.margins, cfg.preregistered),
-                      comparisons=comparison_rows(records, cfg.comparisons or [], cfg.margins or {}),
+                      comparisons=[r for s in self.sections(records, cfg.comparisons, cfg.margins)
+                                   for r in s.comparisons],
                       rows=rows(records), views={"reach.md": reach(records)},
                       figures={"accuracy_vs_distance.png": lambda path: plot(records, path),
-                               "over_seeds.png": lambda path: several_seeds(records) and plot_seeds(records, path)})
+                               "over_seeds.png": lambda path: several_seeds(records) and self.seeds_figure(
+                                   at_one, path, lambda s, o: f"{s[0]}, L={s[1]}, w={s[2]}: {o.name}", title)})
 
 
 EXPERIMENT = LongRange()

@@ -3,27 +3,13 @@
     python cli.py study pretrain [--config configs/study/pretrain.yaml] [--preset quick] [--seeds 0 1 2]
                                  [--models full sa@32 ...] [--limit N] [--set KEY=VALUE] [--out DIR]
 
-Trains every cell, one (model, training seed), with ``cli.py fit`` on the embedded default (``configs/tiny.yaml``,
-its variant, window and seed swapped; ``fit_overrides`` change it only in size). A model is ``<variant>@<w>``
-(``swa@64``: SWA at twice the window, the equal-compute reference of the gated pair) or a variant without a window
-(``full``). Each trained model is then scored item by item, and every item kept in its cell:
-
-- validation: the NLL of each of the validation blocks (the same blocks in every cell, SA drawing σ as in
-  validation);
-- the shipped offline tasks (``shakespeare_lastword`` accuracy, ``shakespeare_choice`` acc_norm), through lm-eval
-  with its per-document records (eval_samples 1, σ drawn per document from the evaluation seed).
-
-A model that draws (SA, the random keys and their gated pairs) is scored once per evaluation σ seed
-(``eval_seeds``), each with its own σ for every validation block and document; an item's score is its mean over
-those draws, and each draw's records are kept (``scores_by_eval_seed``). A model that draws nothing is scored once.
-
-At the end (written together, the previous set left whole on a failure), all through ``utils.trained``:
-``table.md`` (Table 1's layout: each model's score per outcome, mean [95% interval] over the training seeds, a t
-interval over each seed's mean over the items, their range under five seeds; then the spread over training seeds
-and over σ seeds), ``compare.md``/``compare.json`` (per outcome: each model over its seeds, the configured
-comparisons A − B paired by training seed with the verdict worded from the interval and the positive control's
-headroom, and the power of the design), ``results.csv`` (one row per model and outcome) and ``table1.png`` (each
-seed's score, the mean and its interval). A killed run resumes: each finished cell is in ``<out>/cells/``.
+Each cell, one (model, training seed), trains the embedded default (``configs/tiny.yaml``) with ``cli.py fit``, its
+variant, window and seed swapped in. A model is ``<variant>@<w>`` (``swa@64``: SWA at twice the window, the gated
+pair's equal-compute reference) or ``full``. The trained model is scored item by item, every item kept: the NLL of
+each validation block (and, where the data plants repeats, of the planted copies) and the shipped offline tasks
+through lm-eval's per-document records. A model that draws is scored once per evaluation σ seed, an item counting
+as its mean over them. The report is Table 1's layout over training seeds (``table.md``, ``table1.png``) and the
+comparisons paired by seed (``compare.md``), all through ``experiments.training``'s shared report.
 """
 from __future__ import annotations
 
@@ -31,20 +17,17 @@ import math
 import time
 from dataclasses import dataclass
 from itertools import product
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from ..attention import get_variant, sigma_seeds, variant_label
+from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
-from ..utils import runner, trained
+from ..utils import trained
 from ..utils.report import head, row
 from ..utils.stats import MIN_UNITS
 from .base import Flag, Report
 from .base import main as run_experiment
-from . import ensemble
-from .training import TrainedExperiment
+from .training import TrainedConfig, TrainedExperiment
 
 GRID_KEYS = ("models", "seeds")
 #: what each cell is scored on, in the table's order: the validation blocks' NLL (shown as a perplexity, its
@@ -63,50 +46,27 @@ OUTCOMES = (trained.Outcome("val_ppl", "Val. PPL ↓", True, spec=".2f", unit="n
 COPIED = 1.0
 
 
-def present(results: list[dict]) -> tuple[trained.Outcome, ...]:
-    """The outcomes some cell of ``results`` scored (``repeat_nll`` and ``repeat_acc`` only where the data planted
-    repeats)."""
-    return tuple(o for o in OUTCOMES if any(o.key in r["scores"] for r in results))
-
-
 #: the per-item metric of each lm-eval task
 TASK_METRICS = {"shakespeare_lastword": "acc", "shakespeare_choice": "acc_norm"}
 
 
 # ---- settings --------------------------------------------------------------------------------------
 @dataclass
-class PretrainConfig:
-    """The study's config (``configs/study/pretrain.yaml``): what each field may hold.
+class PretrainConfig(TrainedConfig):
+    """``configs/study/pretrain.yaml`` (the shared fields: ``experiments.training.TrainedConfig``).
 
     Args:
-        models: ``<variant>@<window>`` or a variant without a window (``full``).
+        models: ``<variant>@<window>`` or a variant without a window (``full``); the arms of the comparisons.
         seeds: training seeds; every model trains once per seed, paired by seed in the comparisons.
-        jobs: cells trained at once (a count, or ``auto``).
         fit_config: the ``cli.py fit`` config every cell trains (its model, seed and window swapped in).
-        fit_overrides: ``fit`` arguments for every cell (``trainer.max_steps: 160``).
-        limit: documents of each offline task.
-        eval_seeds: σ seeds a model that draws is scored under.
-        comparisons: ``{a: <model>, b: <model>}`` each, A − B paired by training seed.
-        margins: ``{column: δ}``: A − B is called equivalent within ±δ where two one-sided tests say so, and both
-            models beat SWA by more than δ (the floor rule).
-        preregistered: when and from what the margins were fixed, before the run (the report prints it).
-        out: the output folder.
-        ensemble: K > 1 trains the cells of one model that differ only in their seed K at a time as one batched model
-            in this process (``experiments.ensemble``; jobs is then 1); 1 (the default) trains each seed alone.
+        limit: documents of each offline task. out: the output folder.
     """
 
     models: list[str]
     seeds: list[int]
-    jobs: int | str | None = None
     fit_config: str = "configs/tiny.yaml"
-    fit_overrides: dict[str, Any] | None = None
     limit: int | None = None
-    eval_seeds: list[int] | None = None
-    comparisons: list[dict] | None = None
-    margins: dict[str, float] | None = None
-    preregistered: str | None = None
     out: str = "outputs/study/pretrain"
-    ensemble: int | None = None
 
 
 def parse_model(name: str) -> tuple[str, int | None]:
@@ -120,36 +80,6 @@ def parse_model(name: str) -> tuple[str, int | None]:
 
         AttentionSpec(variant, int(window))  # a window below a control's least (3), before any cell trains
     return variant, int(window) if sep else None
-
-
-def check(cfg: PretrainConfig, given: dict) -> None:
-    """Every model, seed, comparison and margin, before the first cell trains."""
-    ensemble.check_size(cfg.ensemble)
-    for name in cfg.models:
-        parse_model(name)
-    bad = [s for s in cfg.seeds if not isinstance(s, int) or isinstance(s, bool) or s < 0]
-    if bad:
-        raise ValueError(f"seeds must be integers >= 0, got {bad[0]!r}; nothing was trained.")
-    cfg.seeds = runner.unique_seeds(cfg.seeds, "seeds")
-    cfg.eval_seeds = runner.unique_seeds(cfg.eval_seeds or [0], "eval_seeds")
-    for c in cfg.comparisons or []:
-        if not isinstance(c, dict) or set(c) != {"a", "b"}:
-            raise ValueError(f"each comparison is {{a: <model>, b: <model>}}, got {c!r}; nothing was trained.")
-        parse_model(c["a"]), parse_model(c["b"])  # a comparison of a model this run leaves out is named, not run
-    margins = cfg.margins or {}
-    columns = [o.key for o in OUTCOMES]
-    if not isinstance(margins, dict) or any(k not in columns or isinstance(v, bool) or not isinstance(v, (int, float))
-                                            or not v > 0 for k, v in margins.items()):
-        raise ValueError(f"margins maps a column ({', '.join(columns)}) to an equivalence margin > 0 in its unit "
-                         f"(nats, points), got {margins!r}; nothing was trained.")
-
-
-def cells(cfg: PretrainConfig) -> list[dict]:
-    return [dict(model=m, seed=int(s)) for m, s in product(cfg.models, cfg.seeds)]
-
-
-def cell_id(cell: dict) -> str:
-    return f"{cell['model'].replace('@', '_w')}_s{cell['seed']}"
 
 
 # ---- one cell --------------------------------------------------------------------------------------
@@ -209,11 +139,6 @@ def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
             "scores": mean, "scores_by_eval_seed": by_seed}
 
 
-def eval_seeds(model: str, cfg: PretrainConfig) -> list[int]:
-    """The evaluation σ seeds a model is scored under: the config's for a model that draws, the first alone else."""
-    return sigma_seeds(parse_model(model)[0], cfg.eval_seeds or [0])
-
-
 # ---- the report: through utils.trained -------------------------------------------------------------
 def _score(values, column: str) -> float:
     """A run's score on ``column`` as it prints: the perplexity of the mean NLL, or the mean."""
@@ -230,48 +155,16 @@ def sigma_sd(results: list[dict], model: str, column: str) -> float | None:
     return float(np.mean(sds)) if sds else None
 
 
-def label(model: str) -> str:
-    variant, window = parse_model(model)
-    return variant_label(variant) + (f" (w={window})" if window else "")
-
-
-def style(model: str) -> tuple[str, str, str]:
-    variant = get_variant(parse_model(model)[0])
-    return variant.color, variant.marker, label(model)
-
-
-def units(results: list[dict], column: str) -> "trained.Units":
-    """{model: {training seed: items}} on ``column``, every run cut to the items all scored: one ``seed_everything``
-    gives a seed's models the same initialisation and data order, so they pair seed by seed."""
+def units(results: list[dict], column: str) -> dict[tuple, "trained.Units"]:
+    """The run's one setting: {model: {training seed: items}} on ``column``, every run cut to the items all scored
+    (one ``seed_everything`` gives a seed's models the same initialisation and data order, so they pair seed by
+    seed); none where no cell scored ``column``."""
     runs = [r for r in results if column in r["scores"]]
     width = min((len(r["scores"][column]) for r in runs), default=0)
     out: dict[str, dict[int, list[float]]] = {}
     for r in sorted(runs, key=lambda r: r["seed"]):
         out.setdefault(r["model"], {})[r["seed"]] = list(r["scores"][column][:width])
-    return out
-
-
-def sections(results: list[dict], comparisons: list[dict], margins: dict | None = None,
-             models: list[str] | None = None) -> list[trained.Section]:
-    """Per outcome some cell scored, ``utils.trained.report`` over the one setting of the run: each model over its
-    training seeds (a t interval, a range under five), and A − B per configured comparison paired by seed, with
-    ``margins`` ({column: δ}) for "equivalent within ±δ". Each comparison but the positive control's own has the
-    headroom of full attention against SWA at B's window (or A's): without it no long-range variant can win."""
-    margins = margins or {}
-    by_window = {parse_model(r["model"]): r["model"] for r in results}
-    pairs = [(c["a"], c["b"]) for c in comparisons]
-
-    def control(a: str, b: str) -> tuple[str, str] | None:
-        (va, wa), (vb, wb) = parse_model(a), parse_model(b)
-        if FULL.name in (va, vb):  # the positive control's own row
-            return None
-        full, swa = by_window.get((FULL.name, None)), by_window.get((SWA.name, wb or wa))
-        return None if full is None or swa is None else (full, swa)
-
-    order = models or list(dict.fromkeys(r["model"] for r in results))
-    return [trained.report({(): units(results, o.key)}, o, pairs, margin=margins.get(o.key), control=control,
-                           order=order, threshold=COPIED if o.key == "repeat_nll" else None)
-            for o in present(results)]
+    return {(): out} if out else {}
 
 
 def unpaired(results: list[dict], comparisons: list[dict]) -> list[str]:
@@ -284,6 +177,11 @@ def unpaired(results: list[dict], comparisons: list[dict]) -> list[str]:
         elif not seeds[c["a"]] & seeds[c["b"]]:
             out.append(f"{label(c['a'])} − {label(c['b'])} (no training seed trained both)")
     return out
+
+
+def label(model: str) -> str:
+    variant, window = parse_model(model)
+    return variant_label(variant) + (f" (w={window})" if window else "")
 
 
 def eval_seed_counts(results: list[dict]) -> dict[str, int]:
@@ -326,26 +224,6 @@ def table(parts: list[trained.Section], cfg: PretrainConfig, results: list[dict]
                               "over its training seeds (σ):", "", *spread]) + "\n"
 
 
-def compare(parts: list[trained.Section], results: list[dict], comparisons: list[dict],
-            margins: dict | None = None, preregistered: str | None = None) -> tuple[str, list[dict]]:
-    """``compare.md`` (per outcome, ``utils.trained.markdown``: each model over its seeds, the comparisons paired by
-    seed, the power) and its rows for ``compare.json``."""
-    lines: list[str] = []
-    for part in parts:
-        if part.comparisons:
-            copies = part.outcome.key == "repeat_nll"
-            lines += trained.markdown(part, [], label=label, margin=(margins or {}).get(part.outcome.key),
-                                      threshold_label=f"seeds that copy (≤ {COPIED:g} nat)" if copies else None)
-    note = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: points), "
-            "paired by training seed. " + trained.NOTE
-            + trained.margins_line(margins, preregistered))
-    missing = unpaired(results, comparisons)
-    if missing:
-        note += f" Not compared (a model this run leaves out): {', '.join(missing)}."
-    rows_ = [r for part in parts for r in part.comparisons]
-    return "\n".join([*lines[1:], "", note]) + "\n", rows_
-
-
 def csv_rows(parts: list[trained.Section], results: list[dict]) -> list[dict]:
     """``results.csv``: one row per (model, outcome), the numbers as they print (a perplexity for validation)."""
     out = []
@@ -361,18 +239,6 @@ def csv_rows(parts: list[trained.Section], results: list[dict]) -> list[dict]:
                         "seed_sd": trained.seed_sd(r, o), "sigma_sd": sigma_sd(results, r["arm"], o.key),
                         "eval_seeds": eval_seeds_of.get(r["arm"], 1)})
     return out
-
-
-def plot(parts: list[trained.Section], path: Path, cfg: PretrainConfig | None = None) -> None:
-    """``table1.png``: one panel per outcome, each model's seeds (dots) and mean with its interval over them
-    (``utils.trained.figure``), the run's setting in the title."""
-    panels = [p for part in parts for p in trained.panels(part, lambda _, o=part.outcome: o.name)]
-    title = ""
-    if cfg is not None:
-        steps = (cfg.fit_overrides or {}).get("trainer.max_steps", "the fit config's")
-        title = (f"{steps} steps, training seeds {cfg.seeds}, {cfg.limit or 'all'} documents per "
-                 "task")
-    trained.figure(panels, path, style, title)
 
 
 # ---- the experiment -------------------------------------------------------------------------------
@@ -393,12 +259,25 @@ class Pretrain(TrainedExperiment):
              Flag("seeds", "override the config's training seeds", int),
              Flag("limit", "override the config's documents per offline task", int, None))
     required = GRID_KEYS
-    check = staticmethod(check)
-    cells = staticmethod(cells)
-    cell_id = staticmethod(cell_id)
+    outcomes = OUTCOMES
+    thresholds = {"repeat_nll": (COPIED, f"seeds that copy (≤ {COPIED:g} nat)")}
     line = staticmethod(line)
-
     score_cell = staticmethod(score_cell)
+    label = staticmethod(label)
+
+    def variant(self, arm):
+        return parse_model(arm)[0]
+
+    def check(self, cfg, given):
+        super().check(cfg, given)
+        for name in cfg.models:
+            parse_model(name)
+
+    def cells(self, cfg):
+        return [dict(model=m, seed=int(s)) for m, s in product(cfg.models, cfg.seeds)]
+
+    def cell_id(self, cell):
+        return f"{cell['model'].replace('@', '_w')}_s{cell['seed']}"
 
     def fit_swaps(self, cell, cfg):
         variant, window = parse_model(cell["model"])
@@ -408,13 +287,34 @@ class Pretrain(TrainedExperiment):
         return cfg.fit_config, swaps
 
     def scoring(self, cell, cfg):
-        return {"limit": cfg.limit, "eval_seeds": eval_seeds(cell["model"], cfg)}
+        return {"limit": cfg.limit, "eval_seeds": self.eval_seeds(cell["model"], cfg)}
+
+    def units(self, records, outcome):
+        return units(records, outcome.key)
+
+    def control(self, records):
+        """Full attention against SWA at B's window (or A's): the headroom without which no long-range model can
+        win; none for the positive control's own row."""
+        by_window = {parse_model(r["model"]): r["model"] for r in records}
+
+        def control(a: str, b: str) -> tuple[str, str] | None:
+            (va, wa), (vb, wb) = parse_model(a), parse_model(b)
+            full, swa = by_window.get((FULL.name, None)), by_window.get((SWA.name, wb or wa))
+            return None if FULL.name in (va, vb) or full is None or swa is None else (full, swa)
+        return control
 
     def report(self, cfg, records, out):
-        parts = sections(records, cfg.comparisons or [], cfg.margins, cfg.models)
-        compared, comparison_rows = compare(parts, records, cfg.comparisons or [], cfg.margins, cfg.preregistered)
-        return Report(table=table(parts, cfg, records), compare=compared, comparisons=comparison_rows,
-                      rows=csv_rows(parts, records), figures={"table1.png": lambda path: plot(parts, path, cfg)})
+        parts = self.sections(records, cfg.comparisons, cfg.margins, cfg.models)
+        missing = unpaired(records, cfg.comparisons or [])
+        preface = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: "
+                   "points), paired by training seed. ")
+        compare = self.compare_lines(parts, cfg.margins, cfg.preregistered, preface=preface) + (
+            [f"Not compared (a model this run leaves out): {', '.join(missing)}."] if missing else [])
+        steps = (cfg.fit_overrides or {}).get("trainer.max_steps", "the fit config's")
+        title = f"{steps} steps, training seeds {cfg.seeds}, {cfg.limit or 'all'} documents per task"
+        return Report(table=table(parts, cfg, records), compare="\n".join(compare) + "\n",
+                      comparisons=[r for part in parts for r in part.comparisons], rows=csv_rows(parts, records),
+                      figures={"table1.png": lambda path: self.seeds_figure(parts, path, lambda _, o: o.name, title)})
 
 
 EXPERIMENT = Pretrain()

@@ -2,17 +2,51 @@
 spec names the bytes of every file that line reads, and the loop trains the cells one by one or ``jobs`` at a
 time in worker processes. A cell whose record was made with the same ``fit`` arguments but other scoring settings
 (more σ seeds at evaluation, say) is not trained again: its model comes back from its last checkpoint
-(``trained_checkpoint``) and only the scoring runs."""
+(``trained_checkpoint``) and only the scoring runs.
+
+Their reports share one shape (``utils.trained``): each experiment gives its outcomes and, per outcome, its units
+(``{setting: {arm: {training seed: items}}}``); the sections over training seeds, the comparisons' markdown and the
+figure of each seed's score are made here."""
 from __future__ import annotations
 
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
-from ..utils import runner
+from ..attention import get_variant, sigma_seeds, variant_label
+from ..attention.variants import FULL, SWA
+from ..utils import runner, trained
 from ..utils.quiet import quiet_lightning
 from .base import Experiment
+
+
+@dataclass(kw_only=True)
+class TrainedConfig:
+    """What the config of every experiment that trains models holds beside its grid.
+
+    Args:
+        jobs: cells trained at once (a count, or ``auto``). fit_overrides: ``fit`` arguments for every cell.
+        eval_seeds: σ seeds a model that draws is scored under (each item: its mean over them); one that draws
+            nothing is scored under the first alone.
+        comparisons: ``{a: <arm>, b: <arm>}`` each, A − B paired by training seed.
+        margins: ``{outcome: δ}`` in the outcome's own unit, for "equivalent within ±δ" (two one-sided tests over
+            training seeds), said only where both arms beat SWA by more than δ (the floor rule).
+        preregistered: when and from what the margins were fixed, before the run (the report prints it); without it
+            the report says the margins were not fixed in advance.
+        ensemble: K > 1 trains the cells that differ only in their seed K at a time as one batched model in this
+            process (``experiments.ensemble``; jobs is then 1); 1 (the default) trains each seed alone.
+    """
+
+    jobs: int | str | None = None
+    fit_overrides: dict[str, Any] | None = None
+    eval_seeds: list[int] | None = None
+    comparisons: list[dict] | None = None
+    margins: dict[str, float] | None = None
+    preregistered: str | None = None
+    ensemble: int | None = None
 
 
 class TrainedExperiment(Experiment):
@@ -20,7 +54,102 @@ class TrainedExperiment(Experiment):
     the config has ``fit_config`` and ``fit_overrides`` (``--set KEY=VALUE``, repeatable, adds to them)."""
 
     announce = True
+    #: what a cell is scored on (``utils.trained.Outcome``), in the report's order; a margin names one's key
+    outcomes: tuple = ()
+    #: a setting's fields as the tables name them (``task, L, w, K``); none where a run is one setting
+    setting: tuple[str, ...] = ()
+    #: ``{outcome key: (threshold, what the seeds past it did)}``: the seeds that learned, beside the mean
+    thresholds: dict[str, tuple[float, str]] = {}
 
+    # ---- the arms and the settings' check --------------------------------------------------------------
+    def variant(self, arm: str) -> str:
+        """The variant an arm (a comparison's a or b) trains, checked against the registry."""
+        get_variant(arm)
+        return arm
+
+    def label(self, arm: str) -> str:
+        return variant_label(self.variant(arm))
+
+    def style(self, arm: str) -> tuple[str, str, str]:
+        spec = get_variant(self.variant(arm))
+        return spec.color, spec.marker, self.label(arm)
+
+    def eval_seeds(self, arm: str, cfg) -> list[int]:
+        """The σ seeds an arm is scored under: the config's for a model that draws, the first alone else."""
+        return sigma_seeds(self.variant(arm), cfg.eval_seeds or [0])
+
+    def check(self, cfg, given: dict) -> None:
+        """The settings every trained experiment has, before the first cell trains (a bad one found after hours
+        of training would waste them): the ensemble's size, the seeds (each once), the comparisons' arms and the
+        margins' outcomes."""
+        if cfg.ensemble is not None and cfg.ensemble < 1:
+            raise ValueError(f"ensemble must be >= 1 (seeds trained as one model), got {cfg.ensemble}; nothing was "
+                             "trained.")
+        cfg.seeds = runner.unique_seeds(cfg.seeds, "seeds")
+        cfg.eval_seeds = runner.unique_seeds(cfg.eval_seeds if cfg.eval_seeds is not None else [0], "eval_seeds")
+        for c in cfg.comparisons or []:
+            if not isinstance(c, dict) or set(c) != {"a", "b"}:
+                raise ValueError(f"each comparison is {{a: <arm>, b: <arm>}}, got {c!r}; nothing was trained.")
+            self.variant(c["a"]), self.variant(c["b"])  # a comparison of an arm this run leaves out is named, not run
+        keys = [o.key for o in self.outcomes]
+        margins = cfg.margins or {}
+        if not isinstance(margins, dict) or any(k not in keys or isinstance(v, bool) or not isinstance(v, (int, float))
+                                                or not v > 0 for k, v in margins.items()):
+            raise ValueError(f"margins maps an outcome ({', '.join(keys)}) to an equivalence margin > 0 in its unit, "
+                             f"got {margins!r}; nothing was trained.")
+
+    # ---- the report over training seeds (``utils.trained``) -------------------------------------------
+    def units(self, records: list[dict], outcome: trained.Outcome) -> dict[tuple, trained.Units]:
+        """Per setting (a tuple of ``setting``'s fields), each arm's items on ``outcome`` per training seed."""
+        raise NotImplementedError
+
+    def control(self, records: list[dict]):
+        """The positive control whose headroom each comparison carries (``utils.trained.comparisons``)."""
+        return FULL.name, SWA.name
+
+    def sections(self, records: list[dict], comparisons: list[dict] | None = None, margins: dict | None = None,
+                 order: list[str] | None = None) -> list[trained.Section]:
+        """Per outcome some cell scored, each arm over its training seeds (in ``order`` where given) and A − B per
+        comparison (``{a, b}``) paired by seed, with ``margins`` ({outcome: δ}) for "equivalent within ±δ"
+        (``utils.trained.report``)."""
+        pairs = [(c["a"], c["b"]) for c in comparisons or []]
+        margins = margins or {}
+        out = []
+        for outcome in self.outcomes:
+            units = self.units(records, outcome)
+            if units:
+                out.append(trained.report(units, outcome, pairs, margin=margins.get(outcome.key),
+                                          control=self.control(records), order=order,
+                                          threshold=self.thresholds.get(outcome.key, (None, ""))[0]))
+        return out
+
+    def compare_lines(self, sections: list[trained.Section], margins: dict | None = None,
+                      preregistered: str | None = None, notes: dict[str, str] | None = None,
+                      preface: str = "") -> list[str]:
+        """``compare.md``'s part over training seeds: each section's arms, comparisons and power (with the note
+        ``notes`` holds for its outcome), then what the items are (``preface``), what every such table means and
+        how the margins were fixed."""
+        lines: list[str] = []
+        margins = margins or {}
+        for s in sections:
+            passed = self.thresholds.get(s.outcome.key)
+            lines += trained.markdown(s, list(self.setting), label=self.label, margin=margins.get(s.outcome.key),
+                                      threshold_label=passed[1] if passed else None,
+                                      note=(notes or {}).get(s.outcome.key))
+        if lines:
+            lines = [*lines[1:], "", preface + trained.NOTE + trained.margins_line(margins, preregistered)]
+        return lines
+
+    def seeds_figure(self, sections: list[trained.Section], path: Path, name: Callable[[tuple, trained.Outcome], str],
+                     title: str) -> bool:
+        """Each arm's training seeds (dots) and their mean with its interval, one panel per (outcome, setting)
+        (``utils.trained.figure``). Whether there was a panel to draw."""
+        panels = [p for s in sections for p in trained.panels(s, lambda setting, o=s.outcome: name(setting, o))]
+        if panels:
+            trained.figure(panels, path, self.style, title)
+        return bool(panels)
+
+    # ---- the cells ----------------------------------------------------------------------------------------
     def parser(self):
         parser = super().parser()
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

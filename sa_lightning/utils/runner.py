@@ -189,7 +189,8 @@ def typed_settings(cls, settings: dict, where: str) -> dict:
 
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(cls, nested_key=None, fail_untyped=False)
-    known = [f.name for f in dataclasses.fields(cls)]
+    # the class's own fields first, then those every config of its kind shares (keyword-only)
+    known = [f.name for f in sorted(dataclasses.fields(cls), key=lambda f: f.kw_only)]
     unknown = sorted(set(settings) - set(known))
     if unknown:
         raise ValueError(f"{where} sets unknown field(s) {', '.join(map(repr, unknown))}; its fields are "
