@@ -279,8 +279,10 @@ def test_bench_seeds_prints_each_case_with_its_ratio_to_alone(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_pretrain_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
     """``study pretrain --ensemble 2`` (text: the embedded corpus, validation blocks and the offline tasks): each
-    member's record equal to its seed's alone, score for score."""
+    member's record equal to its seed's alone, score for score, and its ``last.ckpt`` equal to its seed's."""
     import json
+
+    from sa_lightning.models.checkpoint import read_checkpoint
 
     common = ["study", "pretrain", "--preset", "quick", "--models", "sa@32", "--seeds", "0", "1", "--limit",
               "4", "--set", "trainer.max_steps=6", "--set", "trainer.val_check_interval=3", "--set", "data.seq_len=64",
@@ -294,3 +296,147 @@ def test_a_pretrain_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
                           for name in ("alone", "ensemble"))
         assert sorted(member) == sorted(alone_) and member["steps"] == alone_["steps"] == 6
         assert member["scores"] == alone_["scores"] and member["scores_by_eval_seed"] == alone_["scores_by_eval_seed"]
+        # its last.ckpt as its seed's: here saved as the last batch ended (ModelCheckpoint's periodic save at step
+        # 6, and CheckpointAtEnd), before that step's validation; only the periodic step6.ckpt is the alone run's
+        alone_ckpt, member_ckpt = (read_checkpoint(next((tmp_path / name / "runs" / f"sa_w32_s{seed}").glob(
+            "tb/version_*/checkpoints/last.ckpt"))) for name in ("alone", "ensemble"))
+        assert member_ckpt["loops"]["fit_loop"]["epoch_loop.state_dict"] == {"_batches_that_stepped": 5}
+        for entry in member_ckpt["callbacks"].values():
+            entry.update(dirpath=entry["dirpath"].replace(str(tmp_path / "ensemble"), str(tmp_path / "alone")),
+                         last_model_path=entry["last_model_path"].replace(str(tmp_path / "ensemble"),
+                                                                          str(tmp_path / "alone")))
+        assert differences(member_ckpt, alone_ckpt) == \
+            [f"/callbacks/{key}/best_model_path: '' != '{value['best_model_path']}'"
+             for key, value in alone_ckpt["callbacks"].items()]
+
+
+#: the passkey config's own logger, ModelCheckpoint (save_last) and callbacks, tiny; 2 batches an epoch, so 5 steps
+#: end mid-way through a third epoch (the epoch, batch, scheduler and validation counters each restart per epoch)
+SAVED = {**{k: v for k, v in TINY.items() if k not in ("trainer.logger", "trainer.enable_checkpointing",
+                                                       "trainer.callbacks")},
+         "trainer.max_steps": 5, "data.init_args.train_examples": 8}
+
+
+def saved_args(seed: int, root) -> list[str]:
+    args = ["--config", "configs/synthetic/passkey.yaml", "--seed_everything", str(seed),
+            "--model.arch.attention.variant", "sa", "--trainer.default_root_dir", str(root)]
+    for key, value in SAVED.items():
+        args += [f"--{key}", str(value)]
+    return args
+
+
+def differences(a, b, here: str = "") -> list[str]:
+    """Where two checkpoints' entries differ: keys, values, tensors (dtype, shape and every number)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return ([f"{here}: keys {sorted(map(str, set(a) ^ set(b)))}"] if set(a) != set(b) else []) + \
+            [d for k in set(a) & set(b) for d in differences(a[k], b[k], f"{here}/{k}")]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return ([f"{here}: length"] if len(a) != len(b) else []) + \
+            [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{here}[{i}]")]
+    if torch.is_tensor(a) or torch.is_tensor(b):
+        same = torch.is_tensor(a) and torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape \
+            and torch.equal(a, b)
+        return [] if same else [f"{here}: tensor"]
+    return [] if a == b else [f"{here}: {a!r} != {b!r}"]
+
+
+def test_a_members_last_checkpoint_is_its_seeds_own(tmp_path):
+    """Each member writes ``last.ckpt`` where its seed's own fit writes it (its logger's version), and it holds what
+    that fit's holds, entry for entry: weights, optimizer state, schedule, loop counters (5 steps over three
+    epochs), the data's position, the callbacks' and the module's entries; only the run folder in the paths
+    differs. So ``--ckpt_path`` resumes a member as its seed alone, and a study scores it again from it."""
+    from sa_lightning.lit.seeds import fit_clis
+    from sa_lightning.models.checkpoint import read_checkpoint
+
+    run_cli(["fit", *saved_args(0, tmp_path / "alone")], run=True)
+    clis = [run_cli(saved_args(seed, tmp_path / f"member{seed}"), run=False) for seed in (0, 1)]
+    lines = []
+    fit_clis(clis, say=lines.append)
+    alone = read_checkpoint(next((tmp_path / "alone").glob("tb/version_0/checkpoints/last.ckpt")))
+    path = tmp_path / "member0" / "tb" / "version_0" / "checkpoints" / "last.ckpt"
+    assert f"member 1/2 (seed 0): {path}" in lines
+    member = read_checkpoint(path)
+    assert member["global_step"] == 5 and member["epoch"] == 3
+    assert member["SyntheticDataModule"]["epoch"] == 3 and member["SyntheticDataModule"]["consumed"] == 4
+    for entry in member["callbacks"].values():  # the paths: each in its own run folder
+        for key in ("dirpath", "last_model_path"):
+            entry[key] = entry[key].replace(str(tmp_path / "member0"), str(tmp_path / "alone"))
+    assert differences(member, alone) == []
+    other = read_checkpoint(tmp_path / "member1" / "tb" / "version_0" / "checkpoints" / "last.ckpt")
+    assert not torch.equal(other["state_dict"]["net.embed.weight"], member["state_dict"]["net.embed.weight"])
+    # nothing left beside it (the state it resumed from): the same files as the alone run's folder
+    assert sorted(p.relative_to(tmp_path / "member0") for p in (tmp_path / "member0").rglob("*") if p.is_file()
+                  and not p.name.startswith("events.")) == \
+        sorted(p.relative_to(tmp_path / "alone") for p in (tmp_path / "alone").rglob("*") if p.is_file()
+               and not p.name.startswith("events."))
+
+
+@pytest.mark.slow
+def test_a_study_scores_an_ensembles_members_again_from_their_checkpoints(tmp_path):
+    """``study long-range --ensemble 2``, then the same with another scoring setting (``--eval_samples 1 2``):
+    each member is scored again from its ``last.ckpt``, not trained, its record then equal to its seed's alone
+    doing the same; and the checkpoint, loaded, validates to the loss its record states."""
+    import json
+    import statistics
+
+    from sa_lightning.lit import LitLM
+
+    common = ["study", "long-range", "--preset", "quick", "--variants", "sa", "--depths", "1", "--windows", "8",
+              "--seeds", "0", "1", "--set", "trainer.max_steps=4", "--set", "trainer.val_check_interval=2", "--set",
+              "data.init_args.seq_len=32", "--set", "model.arch.max_seq_len=32", "--set",
+              "data.init_args.val_examples=16", "--set", "data.init_args.batch_size=4"]
+    ids = [f"passkey_sa_L1_w8_s{seed}" for seed in (0, 1)]
+    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "2"])):  # in this process
+        out = tmp_path / name
+        first = run_cli_here(*common, "--eval_samples", "1", "--out", str(out), *extra)
+        assert first.returncode == 0, first.stderr[-2000:]
+        checkpoints = {c: c.stat().st_mtime_ns for c in (out / "runs").glob("*/tb/version_*/checkpoints/last.ckpt")}
+        assert len(checkpoints) == 2
+        again = run_cli_here(*common, "--eval_samples", "1", "2", "--out", str(out), *extra)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert again.stdout.count("trained before with the same fit arguments; scored again from its last "
+                                  "checkpoint, not trained") == 2
+        assert "training together" not in again.stdout
+        assert {c: c.stat().st_mtime_ns for c in checkpoints} == checkpoints  # read, not written
+    assert "ensemble of 2: " + ", ".join(ids) + ": training together" in first.stdout
+    for cell in ids:
+        alone, member = (json.loads((tmp_path / name / "cells" / f"{cell}.json").read_text())
+                         for name in ("alone", "ensemble"))
+        assert sorted(member["scores"]) == ["1", "2"] and member["steps"] == alone["steps"] == 4
+        assert member["scores"] == alone["scores"] and member["curve"] == alone["curve"]
+    # the member's checkpoint, loaded on its own, validates as its record says (K = 1: the mean over its σ seeds)
+    member = json.loads((tmp_path / "ensemble" / "cells" / f"{ids[0]}.json").read_text())
+    path = next((tmp_path / "ensemble" / "runs" / ids[0]).glob("tb/version_*/checkpoints/last.ckpt"))
+    model = LitLM.load_from_checkpoint(path, weights_only=True)
+    data = run_cli([str(a) for a in member["spec"]["fit_args"][1:]], run=False).datamodule
+    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    losses = []
+    for eval_seed in member["eval_seeds"]:
+        model.eval_seed = eval_seed
+        losses.append(trainer.validate(model, datamodule=data, verbose=False)[0]["val/loss"])
+    assert len(losses) == 2 and statistics.fmean(losses) == member["scores"]["1"]["loss"]
+
+
+def test_jobs_above_one_with_ensembles_is_said_not_silently_dropped(tmp_path, capsys):
+    """``--jobs 2 --ensemble 2``: one line that jobs is 1 with ensembles and why; none where jobs was not a count."""
+    from sa_lightning.experiments.long_range import EXPERIMENT, cells
+
+    cfg = EXPERIMENT.load("configs/study/long_range.yaml", "quick", {"ensemble": 2, "jobs": 2})
+    EXPERIMENT.before(cfg, tmp_path, cells(cfg))
+    said = capsys.readouterr().out
+    assert EXPERIMENT.jobs(cfg) == 1 and said.count("jobs 2 is not used with ensembles: jobs is 1") == 1
+    for jobs in ("auto", 1):
+        EXPERIMENT.before(EXPERIMENT.load("configs/study/long_range.yaml", "quick", {"ensemble": 2, "jobs": jobs}),
+                          tmp_path, cells(cfg))
+        assert "is not used with ensembles" not in capsys.readouterr().out
+    EXPERIMENT.before(EXPERIMENT.load("configs/study/long_range.yaml", "quick", {"jobs": 2}), tmp_path, cells(cfg))
+    assert capsys.readouterr().out == "" and EXPERIMENT.ensembles is None
+
+
+def test_a_limit_on_training_batches_is_refused():
+    """A fit's epoch of ``limit_train_batches`` batches is not what the ensemble reads (every batch): refused."""
+    cli = member_cli("sa", 0)
+    cli.trainer.limit_train_batches = 0.5
+    with pytest.raises(ValueError, match=r"every training batch of an epoch; trainer.limit_train_batches=0.5"):
+        TrainSettings.of(cli.trainer, 100)

@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sa_lightning"
 #: private names that were once used around the package and now live in lightning_private.py or are gone
 PRIVATE = ["_parse_ckpt_path", "_prepare_subcommand_kwargs", "_subcommand_parsers", "_signal_connector",
            "_accelerator_connector", "_sanitize_params", "_get_file_writer", "_flatten_dict", "_convert_params",
-           "_TENSORBOARD_AVAILABLE", "_instantiator", "_class_path", "_actions"]
+           "_TENSORBOARD_AVAILABLE", "_instantiator", "_class_path", "_actions", "_batches_that_stepped",
+           "_every_n_train_steps"]
 #: a private attribute of a Lightning, jsonargparse or tensorboard object, or a private Lightning import
 PATTERNS = [r"\b(trainer|logger|loggers|experiment|writer|parser|cli|connector|strategy)\._[a-z]",
             r"from lightning[\w.]* import [^\n]*\b_[A-Za-z]", r"\blightning[\w.]*\._[a-z]",

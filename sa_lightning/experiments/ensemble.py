@@ -6,7 +6,10 @@ reuse do not change. A later run without ``--ensemble`` reuses these records, an
 It plugs into the runner as the cell function: the first of a group's cells that the runner hands out trains the
 whole group (the cells of one setting still to be trained, K at a time in seed order) and scores every member; the
 runner then gets each other member's record at once when it reaches that cell. So the groups train in this process,
-one after another (``jobs`` 1), each with every thread of the machine.
+one after another (``jobs`` 1, said in one line where ``--jobs`` asks for more: the runner's workers take single
+cells, and a group's members are records of the one process that trained them), each with every thread of the
+machine. Each member leaves the ``last.ckpt`` its seed's own fit leaves (``lit.seeds.save_member``), so a member
+trained before with the same fit arguments is scored again from it, not trained (``training.trained_checkpoint``).
 """
 from __future__ import annotations
 

@@ -209,6 +209,10 @@ class TrainedExperiment(Experiment):
         if size > 1:
             print(f"ensembles of up to {size} training seeds per setting, one ensemble at a time in this process",
                   flush=True)
+            jobs = getattr(cfg, "jobs", None)
+            if isinstance(jobs, int) and jobs > 1:
+                print(f"jobs {jobs} is not used with ensembles: jobs is 1 (an ensemble trains in this process with "
+                      "every thread, and its members' records come from the one that trained them)", flush=True)
             self.ensembles = EnsembleRun(todo, out, self.cell_id, lambda cell: self.spec(cell, cfg, out), size,
                                          self.score_cell, self.run_alone)
 

@@ -22,6 +22,13 @@ test, not a run.
 4. ``argparse.ArgumentParser._actions`` (``find_argument``): argparse keeps no public way to reach an
    argument once added; ``fit --help`` names the attention variants registered when the parser is built
    in the help of ``--model.arch.attention.variant`` (``lit/cli.py``).
+5. The ``loops`` entry of a checkpoint (``finished_fit_loops``), its key ``_batches_that_stepped`` included: the
+   progress counters of a ``fit`` that ended at its last step. An ensemble of seeds (``lit/seeds.py``) trains
+   outside Lightning's loops, and each member's ``last.ckpt`` must hold the counters its seed's own fit leaves
+   (the step, the epoch, the data position derived from them); Lightning has no public way to set them.
+   ``tests/test_ensemble.py`` compares them with a real fit's, counter for counter. Which state a fit's
+   ``last.ckpt`` holds depends on whether ``ModelCheckpoint`` saved at the last step (``saves_at_step``: its
+   ``_every_n_train_steps``, which no public attribute gives).
 """
 from __future__ import annotations
 
@@ -34,6 +41,8 @@ PRIVATE_NAMES = (
     ("lightning checkpoint hyper_parameters", "_class_path"),
     ("lightning.pytorch.Trainer", "_signal_connector"),
     ("argparse.ArgumentParser", "_actions"),
+    ("lightning checkpoint loops", "_batches_that_stepped"),
+    ("lightning.pytorch.callbacks.ModelCheckpoint", "_every_n_train_steps"),
 )
 
 
@@ -68,3 +77,51 @@ def request_stop(trainer) -> None:
 def find_argument(parser, dest: str):
     """The argparse action of ``parser`` that stores ``dest`` (``model.arch.attention.variant``), or None."""
     return next((action for action in parser._actions if action.dest == dest), None)
+
+
+def saves_at_step(callback, step: int) -> bool:
+    """Whether ``ModelCheckpoint`` ``callback`` saves (its periodic file, and ``last.ckpt`` with ``save_last``) when
+    a batch ends at optimizer step ``step``."""
+    every = int(callback._every_n_train_steps or 0)
+    return every >= 1 and step % every == 0
+
+
+def finished_fit_loops(trainer, steps: int, batches_per_epoch: float, validations_last_epoch: int,
+                       val_batches: int, at_batch_end: bool = False) -> dict:
+    """A checkpoint's ``loops`` as ``trainer`` (not fitted) would hold them from a ``fit`` of ``steps`` optimizer
+    steps (one device, no gradient accumulation) that stopped at ``max_steps``, ``batches_per_epoch`` training
+    batches an epoch (``math.inf``: one endless epoch), ``validations_last_epoch`` validations in the last epoch
+    (Lightning counts the validation batches per epoch) and ``val_batches`` batches in the last validation (0:
+    none ran). Each epoch restarts the counters of its batches, optimizer and scheduler steps.
+
+    ``at_batch_end`` False: saved when training ended (``ModelCheckpoint.on_train_end``): the last epoch finished,
+    mid-epoch too. True: saved as the last batch ended (``on_train_batch_end``: a periodic save at that step,
+    ``CheckpointAtEnd``), before that step's validation: the batch and the epoch not yet counted complete, which
+    Lightning completes when it resumes; the validations given are then those before the last step."""
+    import math
+
+    epochs = 1 if math.isinf(batches_per_epoch) else max(1, math.ceil(steps / batches_per_epoch))
+    in_epoch = steps if math.isinf(batches_per_epoch) else steps - (epochs - 1) * int(batches_per_epoch)
+    pending = int(at_batch_end)
+
+    def counts(progress: dict, total: int, current: int, unfinished: tuple = ()) -> None:
+        progress["total"] = {k: total - pending * (k in unfinished) for k in progress["total"]}
+        progress["current"] = {k: current - pending * (k in unfinished) for k in progress["current"]}
+
+    loops = {name: getattr(trainer, name).state_dict()
+             for name in ("fit_loop", "validate_loop", "test_loop", "predict_loop")}
+    fit = loops["fit_loop"]
+    counts(fit["epoch_progress"], epochs, epochs, ("processed", "completed"))
+    counts(fit["epoch_loop.batch_progress"], steps, in_epoch, ("completed",))
+    fit["epoch_loop.batch_progress"]["is_last_batch"] = in_epoch == batches_per_epoch
+    counts(fit["epoch_loop.scheduler_progress"], steps, in_epoch)
+    optimizer = fit["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]
+    counts(optimizer["step"], steps, in_epoch)
+    counts(optimizer["zero_grad"], steps, in_epoch)
+    fit["epoch_loop.state_dict"]["_batches_that_stepped"] = steps - pending
+    val = fit["epoch_loop.val_loop.batch_progress"]
+    progress = {"total": validations_last_epoch * val_batches, "current": val_batches}
+    for key in ("total", "current"):
+        val[key] = dict.fromkeys(val[key], progress[key])
+    val["is_last_batch"] = val_batches > 0
+    return loops

@@ -15,17 +15,28 @@ Lightning's loop is not used for the stacked model (its automatic optimization w
 norm); each member's validation runs through Lightning's ``Trainer.validate`` on the member's own ``LitLM``, its
 weights copied out of the stack (``SeedEnsemble.unstack``).
 
+Checkpoints (``save_member``). After training, each member whose own ``fit`` would leave a ``last.ckpt`` gets one,
+where that fit would write it (``<log_dir>/checkpoints/last.ckpt`` of its logger's version): its weights, its
+slice of the optimizer state, the schedule's position and the loop counters of a fit that ended at its last step
+(``lightning_private.finished_fit_loops``), handed to its own ``Trainer``, which restores them as
+``--ckpt_path`` resumes a run (nothing trains: the run is at ``max_steps``) and saves them in Lightning's format
+with every callback's and the data's state. So ``cli.py fit --ckpt_path`` resumes a member as its seed's own
+checkpoint, and a study scores a member again from it instead of training it (``experiments.training``). The
+periodic ``step<N>.ckpt`` of a fit are not written: only the state at the end exists.
+
 Exactness. On the CPU a member trains **bit for bit** as its seed alone: the same losses at every step, the same
 validation loss, answers and log-probabilities (``tests/test_ensemble.py``: K = 1, 3 and 8, SA, Random, SWA, SA+SWA
-and Full, float32, clipping active, one thread; torch 2.13; a manual run with two threads agreed too). That holds because every op of the stack gives
-each member's rows the numbers its model alone gives them: the stacked forward, its gradients (the norms norm the rows
-as they come, ``models.stacked.StackedRMSNorm``), each member's norm and clipping, and AdamW, elementwise on the
-stacked tensors. A change that breaks it (a fused kernel that sums in another order) shows in those tests. On a GPU,
-where even a seed alone may not repeat bit for bit (atomic adds in some backward kernels), the GPU test allows
-``GPU_RTOL``; it has not run yet.
+and Full, float32, clipping active, one thread; torch 2.13; a manual run with two threads agreed too). That holds
+because every op of the stack gives each member's rows the numbers its model alone gives them: the stacked
+forward, its gradients (the norms norm the rows as they come, ``models.stacked.StackedRMSNorm``), each member's norm
+and clipping, and AdamW, elementwise on the stacked tensors. A change that breaks it (a fused kernel that sums in
+another order) shows in those tests. On a GPU, where even a seed alone may not repeat bit for bit (atomic adds in
+some backward kernels), the GPU test allows ``GPU_RTOL``; it has not run yet.
 """
 from __future__ import annotations
 
+import math
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -69,6 +80,9 @@ class TrainSettings:
         if str(trainer.precision) not in PRECISIONS:
             raise ValueError(f"an ensemble of seeds trains with trainer.precision {' or '.join(PRECISIONS)}, not "
                              f"{trainer.precision}.")
+        if trainer.limit_train_batches not in (None, 1.0):
+            raise ValueError("an ensemble of seeds trains on every training batch of an epoch; trainer."
+                             f"limit_train_batches={trainer.limit_train_batches} is not supported.")
         if trainer.gradient_clip_algorithm not in (None, "norm"):
             raise ValueError(f"an ensemble of seeds clips each member's gradient norm; gradient_clip_algorithm "
                              f"{trainer.gradient_clip_algorithm!r} is not supported.")
@@ -89,6 +103,8 @@ class SeedEnsemble:
     settings: TrainSettings
     tokens_per_step: int
     losses: list = field(default_factory=list)
+    #: training batches in an epoch of each member's loader (``math.inf`` where it has no length)
+    batches_per_epoch: float = math.inf
 
     def __post_init__(self):
         check_members(self.members)
@@ -152,6 +168,25 @@ class SeedEnsemble:
             mine = [g[k] for g in grads]  # views: scaled in place, as clip_grad_norm_ scales a model's own
             coef = torch.clamp(float(clip) / (torch.nn.utils.get_total_norm(mine) + 1e-6), max=1.0)
             torch._foreach_mul_(mine, coef)
+
+    def member_optimizer_state(self, k: int) -> dict:
+        """Member k's optimizer state as its own AdamW holds it alone (``LitLM.configure_optimizers``, the
+        ``state_dict`` a checkpoint keeps): the stack holds the member's parameters in the member's order, each in
+        the same group (a stacked parameter has one more dimension: the matrices decay, the vectors do not), so
+        the member's state is the stack's with each per-parameter tensor's k-th slice; the step, the learning rate
+        and the other settings are every member's."""
+        member = self.members[k]
+        ours = [(n, p.dim() - 1) for n, p in self.net.named_parameters()]
+        if ours != [(n, p.dim()) for n, p in member.net.named_parameters()] or \
+                len(ours) != len(list(member.parameters())):
+            raise ValueError("the stack's parameters are not the member's, in its order: its optimizer state "
+                             "cannot be taken apart.")
+        state = self.optimizer.state_dict()
+        sliced = {index: {key: value[k].clone() if torch.is_tensor(value) and value.dim() > 0
+                          else value.clone() if torch.is_tensor(value) else value
+                          for key, value in per.items()}
+                  for index, per in state["state"].items()}
+        return {"state": sliced, "param_groups": [dict(group) for group in state["param_groups"]]}
 
     @torch.no_grad()
     def unstack(self) -> None:
@@ -217,6 +252,10 @@ def train_seeds(members: Sequence[LitLM], datamodules: Sequence, settings: Train
     dm = datamodules[0]
     tokens = getattr(dm, "batch_size", 1) * getattr(dm, "seq_len", 1)
     ensemble = SeedEnsemble([m.to(device) if device is not None else m for m in members], settings, tokens)
+    try:
+        ensemble.batches_per_epoch = len(loaders[0])
+    except TypeError:  # an iterable without a length: one endless epoch
+        pass
     for m in members:
         m.train()
     streams = [_epochs(loader) for loader in loaders]
@@ -248,12 +287,16 @@ def fit_clis(clis: Sequence, say: Callable[[str], None] | None = None) -> float:
     batches = 1 if isinstance(interval, int) else len(clis[0].datamodule.train_dataloader())
     settings = TrainSettings.of(trainer, batches)
 
+    validations = []  # (step, validation batches) of each validation: every member's are the same
+
     def validate(k: int, step: int) -> None:
         cli = clis[k]
         callbacks = [DistanceAccuracy() for c in cli.trainer.callbacks if isinstance(c, DistanceAccuracy)]
         checker = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, precision=cli.trainer.precision,
                             logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks)
         metrics = checker.validate(cli.model, datamodule=cli.datamodule, verbose=False)[0]
+        if k == 0:
+            validations.append((step, int(sum(checker.num_val_batches))))
         if cli.trainer.logger is not None:  # at the step a fit logs them: the batch index, from 0
             cli.trainer.logger.log_metrics(metrics, step - 1)
         if say is not None:
@@ -273,9 +316,66 @@ def fit_clis(clis: Sequence, say: Callable[[str], None] | None = None) -> float:
             say(f"training at step {step} of {settings.max_steps}, {now - start:.0f} s")
 
     device = trainer.strategy.root_device
-    train_seeds([c.model for c in clis], [c.datamodule for c in clis], settings, validate=validate, log=log,
-                device=device, each_step=heartbeat)
+    ensemble = train_seeds([c.model for c in clis], [c.datamodule for c in clis], settings, validate=validate,
+                           log=log, device=device, each_step=heartbeat)
+    for k, cli in enumerate(clis):
+        path = save_member(cli, ensemble, k, validations)
+        if say is not None and path is not None:
+            say(f"member {k + 1}/{len(clis)} (seed {cli.model.arch.seed}): {path}")
     for cli in clis:
         if cli.trainer.logger is not None:
             cli.trainer.logger.finalize("success")
     return time.perf_counter() - start
+
+
+def writes_last(trainer) -> bool:
+    """Whether ``trainer``'s own fit would leave a ``last.ckpt``: it checkpoints (a ``ModelCheckpoint``) with
+    ``save_last``, or has ``CheckpointAtEnd``."""
+    from .callbacks import CheckpointAtEnd
+
+    callback = trainer.checkpoint_callback
+    return callback is not None and (bool(callback.save_last) or any(isinstance(c, CheckpointAtEnd)
+                                                                     for c in trainer.callbacks))
+
+
+def save_member(cli, ensemble: SeedEnsemble, k: int, validations: Sequence[tuple[int, int]]) -> str | None:
+    """Member k's ``last.ckpt`` (``cli``: the member's ``lit.cli.run(args, run=False)``, trained in ``ensemble``;
+    ``validations``: (step, batches) of each validation it ran), where its own fit would write it; its path, or
+    None where that fit writes none (no ``ModelCheckpoint`` with ``save_last``, no ``CheckpointAtEnd``) or the
+    data is a stream (its readers' position is the ensemble's loader's, not kept in a form a fit restores).
+
+    The member's state goes to its own ``Trainer`` as a checkpoint to resume from (``trainer.fit(ckpt_path=...)``:
+    the run is at ``max_steps``, so nothing trains and no batch is read), then Lightning saves what it restored,
+    with its callbacks', data's and module's own entries, as a fit saves ``last.ckpt``."""
+    from .callbacks import CheckpointAtEnd, last_checkpoint_path
+    from .lightning_private import finished_fit_loops, saves_at_step
+
+    trainer, model, data = cli.trainer, cli.model, cli.datamodule
+    if not writes_last(trainer) or getattr(data, "mode", None) == "stream":
+        return None
+    steps = ensemble.step
+    callback = trainer.checkpoint_callback
+    # the state its fit's last.ckpt holds: as the last batch ended where a save came then (a periodic save at the
+    # last step, or CheckpointAtEnd with nothing after it), else as training ended (ModelCheckpoint's save_last)
+    at_batch_end = saves_at_step(callback, steps) or (not callback.save_last and any(
+        isinstance(c, CheckpointAtEnd) for c in trainer.callbacks))
+    ran = [(step, batches) for step, batches in validations if step < steps or not at_batch_end]
+    per_epoch = ensemble.batches_per_epoch
+    first = 0 if math.isinf(per_epoch) else (max(1, math.ceil(steps / per_epoch)) - 1) * int(per_epoch)
+    loops = finished_fit_loops(trainer, steps, per_epoch, sum(1 for step, _ in ran if step > first),
+                               ran[-1][1] if ran else 0, at_batch_end)
+    state = {"epoch": loops["fit_loop"]["epoch_progress"]["current"]["completed"], "global_step": steps,
+             "pytorch-lightning_version": L.__version__, "state_dict": model.state_dict(), "loops": loops,
+             "optimizer_states": [ensemble.member_optimizer_state(k)],
+             "lr_schedulers": [ensemble.scheduler.state_dict()]}
+    model.on_save_checkpoint(state)  # the module's own entry: its micro-step, tokens and architecture
+    with tempfile.TemporaryDirectory(dir=trainer.default_root_dir, prefix=".member-") as folder:
+        resume = f"{folder}/state.pt"  # not a .ckpt: ``--ckpt_path last`` never takes it
+        torch.save(state, resume)
+        trainer.fit(model, datamodule=data, ckpt_path=resume, weights_only=True)
+    if trainer.global_step != steps:
+        raise RuntimeError(f"member {k}: its trainer restored step {trainer.global_step}, not {steps}.")
+    path = last_checkpoint_path(trainer)
+    trainer.checkpoint_callback.last_model_path = path  # ModelCheckpoint's own record of its last.ckpt
+    trainer.save_checkpoint(path, weights_only=False)
+    return path
