@@ -420,8 +420,9 @@ def test_a_study_scores_an_ensembles_members_again_from_their_checkpoints(tmp_pa
 
 def test_jobs_above_one_with_ensembles_is_said_not_silently_dropped(tmp_path, capsys):
     """``--jobs 2 --ensemble 2``: one line that jobs is 1 with ensembles and why; none where jobs was not a count."""
-    from sa_lightning.experiments.long_range import EXPERIMENT, cells
+    from sa_lightning.experiments.long_range import EXPERIMENT
 
+    cells = EXPERIMENT.cells
     cfg = EXPERIMENT.load("configs/study/long_range.yaml", "quick", {"ensemble": 2, "jobs": 2})
     EXPERIMENT.before(cfg, tmp_path, cells(cfg))
     said = capsys.readouterr().out
