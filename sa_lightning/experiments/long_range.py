@@ -171,18 +171,11 @@ def beyond_by_eval_seed(result: dict, k: int) -> list[float] | None:
     return [sum(hits[j] for j in far) / len(far) for hits in runs] if far else None
 
 
-def sigma_sd(ra: dict, rb: dict | None, k: int) -> float | None:
-    """The σ seeds' spread: the standard deviation over the evaluation σ seeds of A's accuracy beyond SWA's field
-    at K, less B's under the same seed (B at K, or at 1 if it draws nothing; a B validated once is a constant).
-    None where neither side was validated under several seeds."""
-    kb = None if rb is None else (k if k in rb["scores"] else 1)
-    a, b = beyond_by_eval_seed(ra, k), None if rb is None else beyond_by_eval_seed(rb, kb)
-    if a is None and b is None:
-        return None
-    count = len(a or b)
-    a = a or [beyond(ra, k)] * count
-    b = b or [0.0 if rb is None else beyond(rb, kb)] * count
-    return statistics.stdev(x - y for x, y in zip(a, b)) if len(a) == len(b) else None
+def sigma_sd(result: dict, k: int) -> float | None:
+    """The σ seeds' spread: the standard deviation of the cell's accuracy beyond SWA's field at K over the evaluation
+    σ seeds it was validated under; None where it was validated once."""
+    per_seed = beyond_by_eval_seed(result, k)
+    return None if per_seed is None else statistics.stdev(per_seed)
 
 
 def beyond(result: dict, k: int) -> float:
@@ -198,16 +191,11 @@ def beyond(result: dict, k: int) -> float:
 
 def beyond_interval(result: dict, k: int):
     """``beyond`` with its 95% interval (``utils.stats.bootstrap_mean`` over the answers), or None."""
-    from ..utils.stats import bootstrap_mean
+    from ..utils.stats import bootstrap_mean, derived_seed
 
     items = beyond_items(result, k)
-    return bootstrap_mean(items, seed=derived_seed(result, k)) if items and len(items) > 1 else None
-
-
-def derived_seed(result: dict, k: int) -> int:
-    from ..utils.stats import derived_seed as mix
-
-    return mix(0, result["task"], result["variant"], result["depth"], result["window"], result["seed"], k)
+    seed = derived_seed(0, *(result[key] for key in ("task", "variant", "depth", "window", "seed")), k)
+    return bootstrap_mean(items, seed=seed) if items and len(items) > 1 else None
 
 
 def rows(results: list[dict]) -> list[dict]:
@@ -220,7 +208,7 @@ def rows(results: list[dict]) -> list[dict]:
             ci = beyond_interval(r, k)
             flat.update(eval_samples=k, acc=round(s["acc"], 4), acc_beyond_rf=round(beyond(r, k), 4),
                         loss=round(s["loss"], 4))
-            sd = sigma_sd(r, None, k)
+            sd = sigma_sd(r, k)
             flat.update(acc_beyond_rf_sigma_sd=None if sd is None else round(sd, 4),
                         eval_seeds=len(s.get("hits_by_eval_seed") or [None]))
             flat.update(acc_beyond_rf_lo=None if ci is None else round(ci.lo, 4),
