@@ -29,7 +29,11 @@ they come, and a killed stage's report shows them).
 Two more stages run when named (``--stages recompiles prefill``): ``recompiles`` (10 compiled training steps of
 6 of the 360M model's layers with a fresh sigma per layer and step: dynamo's graphs, recompiles and graph breaks,
 and whether FlexAttention fell back to its unfused path) and ``prefill`` (a random-weight model of Qwen3-8B's
-shapes patched with each mode: prefill latency at 8k tokens).
+shapes patched with each mode: prefill latency at 8k tokens). Two more make the ensembles' sitting (issue 64,
+``--stages env seeds decide``, 460 s): ``seeds`` (``bench seeds --preset gpu``: training seeds a minute of the
+pass-key cell, each alone against K = 1 to 256 as one ensemble) and ``decide`` (``study long-range --preset
+decide-l4-gpu``: the deciding test at 128 training seeds per compared arm in ensembles; a stage cut at its budget
+keeps its finished cells, and the same command continues them).
 """
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ from .utils.checkout import checkout_root
 from .utils.report import head, number, row
 from .utils.argtypes import doc_help
 
-STAGES = ("env", "tests", "table2", "train", "profile", "recompiles", "prefill")
+STAGES = ("env", "tests", "table2", "train", "profile", "recompiles", "prefill", "seeds", "decide")
 SITTING = STAGES[:5]  # the default: one GPU sitting
 #: seconds per stage: the GPU run fits in one 10-minute sitting (560 s), the CPU's --tiny run in 3 minutes
 #: (the H100's first run, 2026-11-24, at larger sizes: env 4, tests 109, recompiles 35 with a warm cache,
@@ -62,10 +66,11 @@ SITTING = STAGES[:5]  # the default: one GPU sitting
 #: 3 flex tests, about 10 s of compile each), table2 cut at 150 after 8k and 16k (about 70 s per length), train cut
 #: at 180 after SWA (a cold compile of the whole 360M stack took 75-79 s per variant; the blocks now compile one by
 #: one). Hence 32k before 16k, and more for Table 2 than for the compiled step.
+#: The ensembles' sitting (issue 64), ``--stages env seeds decide``: 10 + 150 + 300 = 460 s, never run on a GPU yet.
 BUDGETS = {"gpu": {"env": 10, "tests": 60, "table2": 180, "train": 150, "profile": 60, "recompiles": 60,
-                   "prefill": 75},
+                   "prefill": 75, "seeds": 150, "decide": 300},
            "tiny": {"env": 20, "tests": 60, "table2": 40, "train": 60, "profile": 40, "recompiles": 90,
-                    "prefill": 40}}
+                    "prefill": 40, "seeds": 60, "decide": 90}}
 #: Table 2 of the paper (A100 80GB, B=16, H=16, d=64, bf16, forward+backward): n -> (SA w=256 ms, full ms)
 PAPER_TABLE2 = {2048: (5.4, 8.0), 4096: (7.9, 27.2), 8192: (15.2, 99.7), 16384: (29.6, 379.9), 32768: (52.8, 1477.0)}
 #: the gpu tests run first: FlexAttention's compiled masks, the random control's hash among them
@@ -587,8 +592,62 @@ def stage_prefill(out: Path, tiny: bool) -> dict:
     return {"status": "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
 
 
+def stage_seeds(out: Path, tiny: bool) -> dict:
+    """``bench seeds``: training seeds a minute of the pass-key cell, each alone against K seeds as one ensemble
+    (gpu: the GPU study preset's cell, K to 256; tiny: K = 1 and 2, one timed step)."""
+    from .bench.seeds import main as bench_seeds
+
+    argv = (["--preset", "cpu", "--ks", "1", "2", "--steps", "1", "--warmup", "1", "--repeats", "1", "--threads",
+             "1"] if tiny else ["--preset", "gpu"])
+    rows = bench_seeds([*argv, "--out", str(out / "seeds"), "--overwrite"])  # the doctor's own folder
+    lines = head(["case", "seeds", "ms a step", "seeds a minute (training)", "× alone"],
+                 ["---", "---:", "---:", "---:", "---:"])
+    lines += [row([r["case"], r["seeds"], f"{r['ms_per_step']:.0f}", f"{r['seeds_per_hour'] / 60:.2f}",
+                   f"{r['vs_alone']:.2f}"]) for r in rows]
+    lines += ["", f"Training steps only, the medians over the rounds. Every measure: `{out / 'seeds'}`."]
+    return {"status": "ok", "summary": "\n".join(lines), "data": {"rows": rows}}
+
+
+def stage_decide(out: Path, tiny: bool) -> dict:
+    """``study long-range --preset decide-l4-gpu``: the deciding test of the permutation at 128 training seeds per
+    compared arm, each arm's seeds in ensembles (tiny: SA and Random at two seeds and two steps on the CPU). Every
+    few seconds the count of finished cells is kept, so that a stage cut at its budget says how far it got; its
+    cells stay in ``decide/`` and the same command continues them."""
+    import threading
+
+    from .experiments.long_range import main as study
+
+    folder = out / "decide"
+    argv = ["--preset", "decide-l4-gpu", "--out", str(folder)]
+    if tiny:
+        argv += ["--variants", "sa", "random", "--seeds", "0", "1", "--ensemble", "2", "--set",
+                 "trainer.accelerator=cpu", "--set", "trainer.max_steps=2", "--set", "trainer.val_check_interval=2",
+                 "--set", "data.init_args.val_examples=32"]
+    stop = threading.Event()
+
+    def keep_count() -> None:
+        while not stop.wait(5):
+            done = len(list((folder / "cells").glob("*.json")))
+            _partial(out, "decide", {"status": "timeout", "summary": f"{done} cell(s) finished in `{folder}`; "
+                                     "the same command trains the rest.", "data": {"cells": done}})
+    threading.Thread(target=keep_count, daemon=True).start()
+    try:
+        records = study(argv)
+    finally:
+        stop.set()
+    rows = json.loads((folder / "compare.json").read_text())["comparisons"]
+    lines = head(["outcome", "A", "B", "seeds", "A − B [95%]", "verdict"],
+                 ["---", "---", "---", "---:", "---", "---"])
+    lines += [row([r["outcome"], r["a"], r["b"], r["units"], f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
+                   if r.get("lo") is not None else f"{r['mean']:+.3f}", r["verdict"]]) for r in rows]
+    lines += ["", f"{len(records)} cells; differences in the outcome's own unit (acc: a fraction of the answers, "
+              f"logp: nats). The study's tables and figures: `{folder}`."]
+    return {"status": "ok", "summary": "\n".join(lines), "data": {"cells": len(records), "comparisons": rows}}
+
+
 STAGE_FUNCTIONS = {"env": stage_env, "tests": stage_tests, "table2": stage_table2, "train": stage_train,
-                   "profile": stage_profile, "recompiles": stage_recompiles, "prefill": stage_prefill}
+                   "profile": stage_profile, "recompiles": stage_recompiles, "prefill": stage_prefill,
+                   "seeds": stage_seeds, "decide": stage_decide}
 
 
 if __name__ == "__main__":  # a stage's child process: the CLI's malloc settings (``main.py``), then the stage

@@ -4,6 +4,7 @@
 # stage keeping what it measured if cut), every file packed under $OUT. On the lent GPU (the device tool's run):
 #   bash scripts/gpu_sitting.sh                  # run with timeout_s 560 and carry [".whl"]
 #   bash scripts/gpu_sitting.sh --budget train=240 --stages train   # any doctor arguments, to rerun a part
+#   bash scripts/gpu_sitting.sh --stages env seeds decide   # the ensembles' sitting (issue 64), 460 s
 # Its CPU dry run, under a minute, is in the test suite: python cli.py doctor --tiny (tests/test_doctor.py).
 set -u
 OUT=${OUT:-outputs/gpu_sitting}; mkdir -p "$OUT"

@@ -80,3 +80,32 @@ def test_a_stage_cut_at_its_budget_keeps_the_rows_it_wrote(tmp_path):
     record = doctor.cut_record(tmp_path, "table2", 150)
     assert record["status"] == "timeout" and record["data"] == {"rows": [1, 2]}
     assert record["summary"].endswith("What it measured by then:\n\n| 8192 | 18.4 |")
+
+
+def test_the_ensembles_sitting_measures_seeds_a_minute_and_runs_the_deciding_preset(tmp_path, monkeypatch):
+    """Issue 64's GPU command (``doctor --stages env seeds decide``), its two stages at toy sizes in this process:
+    ``seeds`` times each alone against K as one ensemble, ``decide`` runs the GPU deciding preset in ensembles and
+    reports its comparisons; the preset is decide-l4's question at 128 seeds per compared arm."""
+    from sa_lightning import doctor
+    from sa_lightning.experiments.long_range import EXPERIMENT
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    gpu, cpu = (EXPERIMENT.load("configs/study/long_range.yaml", p, {}) for p in ("decide-l4-gpu", "decide-l4"))
+    compared = {arm for c in gpu.comparisons for arm in (c["a"], c["b"])} - {"full", "swa"}
+    assert all(sum(c["variant"] == v for c in EXPERIMENT.cells(gpu)) >= 128 for v in compared)
+    assert gpu.ensemble >= 128 and gpu.out != cpu.out
+    assert (gpu.comparisons, gpu.margins, gpu.variants, gpu.depths, gpu.windows) == \
+        (cpu.comparisons, cpu.margins, cpu.variants, cpu.depths, cpu.windows)
+    assert {k: v for k, v in gpu.fit_overrides.items() if k not in ("trainer.val_check_interval",
+                                                                     "trainer.accelerator")} == \
+        {k: v for k, v in cpu.fit_overrides.items() if k != "trainer.val_check_interval"}
+    assert sum(doctor.BUDGETS["gpu"][s] for s in ("env", "seeds", "decide")) <= 480  # one call of 8 minutes
+    (tmp_path / "stages").mkdir()
+    seeds = doctor.stage_seeds(tmp_path, tiny=True)
+    assert [r["case"] for r in seeds["data"]["rows"]] == ["alone", "K = 1", "K = 2"] and "seeds a minute" in \
+        seeds["summary"]
+    decide = doctor.stage_decide(tmp_path, tiny=True)
+    assert decide["data"]["cells"] == 4 and {(r["a"], r["b"]) for r in decide["data"]["comparisons"]} == \
+        {("sa", "random")}
+    assert "| logp | sa | random | 2 |" in decide["summary"]
+    assert (tmp_path / "decide" / "compare.md").is_file()
