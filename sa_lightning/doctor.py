@@ -636,10 +636,12 @@ def stage_decide(out: Path, tiny: bool) -> dict:
     finally:
         stop.set()
     rows = json.loads((folder / "compare.json").read_text())["comparisons"]
-    lines = head(["outcome", "A", "B", "seeds", "A − B [95%]", "verdict"],
+    lines = head(["outcome", "A", "B", "seeds", "A − B [95%; a range under five seeds]", "verdict"],
                  ["---", "---", "---", "---:", "---", "---"])
-    lines += [row([r["outcome"], r["a"], r["b"], r["units"], f"{r['mean']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]"
-                   if r.get("lo") is not None else f"{r['mean']:+.3f}", r["verdict"]]) for r in rows]
+    for r in rows:
+        bounds = "" if r.get("lo") is None else f" [{r['lo']:+.3f}, {r['hi']:+.3f}]"
+        shown = f"{r['mean']:+.3f}" + (" range" if r.get("form") == "range" and bounds else "") + bounds
+        lines.append(row([r["outcome"], r["a"], r["b"], r["units"], shown, r["verdict"]]))
     lines += ["", f"{len(records)} cells; differences in the outcome's own unit (acc: a fraction of the answers, "
               f"logp: nats). The study's tables and figures: `{folder}`."]
     return {"status": "ok", "summary": "\n".join(lines), "data": {"cells": len(records), "comparisons": rows}}
