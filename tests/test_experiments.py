@@ -2,6 +2,7 @@
 entry and writes the same files, its ``compare.json`` in one schema (``tests.helpers.check_result_contract``), and
 reuses every cell on a rerun; a new experiment is one file and its YAML."""
 import json
+import shutil
 
 import pytest
 
@@ -90,6 +91,14 @@ def test_every_experiment_writes_the_same_files_and_one_compare_schema(name, tmp
     again = run_cli_here(*args)  # every cell reused: its spec is equal
     cells = len(list((out / "cells").glob("*.json")))
     assert again.returncode == 0 and again.stdout.count("done before") == cells > 0, again.stdout[-2000:]
+    # the folder moved, and named relative to the working directory: where it lies made none of its cells
+    moved = ROOT / "outputs" / f".moved-{tmp_path.name}"
+    shutil.copytree(out, moved)
+    try:
+        elsewhere = run_cli_here(*args[:-2], "--out", str(moved.relative_to(ROOT)))
+    finally:
+        shutil.rmtree(moved)
+    assert elsewhere.returncode == 0 and elsewhere.stdout.count("done before") == cells, elsewhere.stdout[-2000:]
 
 
 def test_reach_measures_each_mask_beyond_swas_field(tmp_path, monkeypatch):

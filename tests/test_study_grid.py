@@ -95,6 +95,10 @@ def test_a_cell_trained_with_the_same_fit_arguments_is_scored_again_from_its_las
     other = {**spec, "fit_args": args + ["--trainer.max_steps", "8"]}
     assert training.trained_checkpoint(saved, other) is None  # trained another way
     assert training.trained_checkpoint({}, spec) is None
+    # the study folder moved: the record made there stands, and the checkpoint is the one in this run's folder
+    moved = ["fit", "--config", "x.yaml", "--trainer.default_root_dir", str(tmp_path / "elsewhere" / "runs" / "c1")]
+    kept = {**saved, "spec": {**saved["spec"], "fit_args": moved}}
+    assert training.trained_checkpoint(kept, spec) == {"checkpoint": str(ckpt), "steps": 4, "train_seconds": 12.5}
     ckpt.write_bytes(b"cut short")
     assert training.trained_checkpoint(saved, spec) is None  # damaged: train again
 

@@ -34,15 +34,16 @@ class EnsembleRun:
         size: K, the most members in one ensemble. score: ``score(cell, spec, cli, train_seconds, steps)``, the
             study's record of a trained cell (``long_range.score_cell``). alone: ``run(cell, spec)`` for a cell
             that needs no training (scored again from its checkpoint) or has no companion left.
-        say: where the progress lines go.
+        say: where the progress lines go. reuse: the study's reuse rule (``Experiment.reuse``), as the runner's.
     """
 
     def __init__(self, cells: list[dict], out: Path, cell_id: Callable, spec_of: Callable, size: int,
-                 score: Callable, alone: Callable, say: Callable[[str], None] = print):
+                 score: Callable, alone: Callable, say: Callable[[str], None] = print,
+                 reuse: Callable[[dict, dict], bool] = runner.same_spec):
         if size < 1:
             raise ValueError(f"--ensemble must be >= 1, got {size}.")
         self.cells, self.out, self.cell_id, self.spec_of = cells, out, cell_id, spec_of
-        self.size, self.score, self.alone, self.say = size, score, alone, say
+        self.size, self.score, self.alone, self.say, self.reuse = size, score, alone, say, reuse
         self.ready: dict[str, dict] = {}  # records of members trained in an earlier cell's ensemble
         self.handled: set[str] = set()  # every cell this run has trained or handed on, in a group or alone
 
@@ -70,11 +71,11 @@ class EnsembleRun:
         return [cell] + sorted(same, key=lambda c: c["seed"])[:self.size - 1]
 
     def to_train(self, cell: dict) -> bool:
-        """Whether the runner will train this cell: no record made with its spec (the one reuse rule,
-        ``utils.runner.stands_for``), and none made with its fit arguments whose checkpoint could be scored again."""
+        """Whether the runner will train this cell: no record that stands for it (the study's reuse rule, as the
+        runner applies it), and none made with its fit arguments whose checkpoint could be scored again."""
         spec = self.spec_of(cell)
         saved = runner.read_cell(self.out / "cells" / f"{self.cell_id(cell)}.json", "scores", quiet=True)
-        return not runner.stands_for(saved, spec) and trained_checkpoint(saved, spec) is None
+        return not runner.stands_for(saved, spec, self.reuse) and trained_checkpoint(saved, spec) is None
 
     def train(self, group: list[dict], specs: dict[str, dict]) -> dict[str, dict]:
         """Every member of ``group`` trained as one ensemble, then scored: {cell id: record}."""

@@ -190,6 +190,12 @@ class TrainedExperiment(Experiment):
         inputs = config_fingerprint(args)
         return spec if inputs is None else {**spec, "inputs": inputs}
 
+    def reuse(self, saved: dict, spec: dict) -> bool:
+        """The one reuse rule on the spec's portable form (``portable``): the cell's run folder counts by its own
+        part, so a study folder that was moved, copied or named another way (relative or absolute) keeps its
+        cells."""
+        return portable(saved.get("spec") or {}) == portable(spec)
+
     def given(self, cell, saved: dict, spec: dict) -> dict:
         trained = trained_checkpoint(saved, spec)
         if trained is None:
@@ -214,7 +220,7 @@ class TrainedExperiment(Experiment):
                 print(f"jobs {jobs} is not used with ensembles: jobs is 1 (an ensemble trains in this process with "
                       "every thread, and its members' records come from the one that trained them)", flush=True)
             self.ensembles = EnsembleRun(todo, out, self.cell_id, lambda cell: self.spec(cell, cfg, out), size,
-                                         self.score_cell, self.run_alone)
+                                         self.score_cell, self.run_alone, reuse=self.reuse)
 
     def jobs(self, cfg):
         return 1 if (getattr(cfg, "ensemble", None) or 1) > 1 else cfg.jobs
@@ -248,17 +254,29 @@ def fit_args(config: str, swaps: dict, overrides: dict | None, folder: Path) -> 
     return args
 
 
+def portable(spec: dict) -> dict:
+    """``spec`` with its fit line's run folder (``--trainer.default_root_dir <out>/runs/<cell id>``) cut to its last
+    two parts: where the study folder lies is not an input that makes the cell."""
+    args = [str(a) for a in spec.get("fit_args") or []]
+    if "--trainer.default_root_dir" not in args[:-1]:
+        return spec
+    i = args.index("--trainer.default_root_dir") + 1
+    args[i] = Path(args[i]).parts[-2:]
+    return {**spec, "fit_args": args}
+
+
 def trained_checkpoint(saved: dict, spec: dict) -> dict | None:
     """What a cell's earlier run trained, when this run would train it the same way: the record ``saved`` was made
-    with the same ``fit_args`` and inputs (the bytes of the files they name), and the cell's folder
-    (``--trainer.default_root_dir``) still holds a ``last.ckpt`` at the step the record names.
+    with the same ``fit_args`` (their ``portable`` form) and inputs (the bytes of the files they name), and the
+    cell's folder (``--trainer.default_root_dir`` of this run's spec) still holds a ``last.ckpt`` at the step the
+    record names.
     ``{"checkpoint", "steps", "train_seconds"}``, or None (train it)."""
     import torch
 
     args = [str(a) for a in spec.get("fit_args") or []]
     kept = (saved or {}).get("spec") or {}
-    if not args or [str(a) for a in kept.get("fit_args") or []] != args or kept.get("inputs") != spec.get("inputs") \
-            or "--trainer.default_root_dir" not in args[:-1]:
+    if not args or portable(kept).get("fit_args") != portable(spec).get("fit_args") \
+            or kept.get("inputs") != spec.get("inputs") or "--trainer.default_root_dir" not in args[:-1]:
         return None
     folder = Path(args[args.index("--trainer.default_root_dir") + 1])
     found = sorted(folder.glob("tb/version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
