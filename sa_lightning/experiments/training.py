@@ -261,7 +261,7 @@ def portable(spec: dict) -> dict:
     if "--trainer.default_root_dir" not in args[:-1]:
         return spec
     i = args.index("--trainer.default_root_dir") + 1
-    args[i] = Path(args[i]).parts[-2:]
+    args[i] = "/".join(Path(args[i]).parts[-2:])
     return {**spec, "fit_args": args}
 
 
