@@ -16,5 +16,5 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 cli.py doctor --out outputs/doctor --overwrite "$@" 2>&1 | tee "$OUT/doctor.log"
 cp outputs/doctor/report.md outputs/doctor/report.json "$OUT/" 2>/dev/null
-tar czf "$OUT/doctor.tgz" outputs/doctor
+tar czf "$OUT/doctor.tgz" --exclude="outputs/doctor/*/runs" outputs/doctor  # the cells, not the runs' logs and checkpoints
 echo "sitting done at ${SECONDS} s"

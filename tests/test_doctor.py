@@ -96,8 +96,9 @@ def test_the_ensembles_sitting_measures_seeds_a_minute_and_runs_the_deciding_pre
     assert gpu.ensemble >= 128 and gpu.out != cpu.out
     assert (gpu.comparisons, gpu.margins, gpu.variants, gpu.depths, gpu.windows) == \
         (cpu.comparisons, cpu.margins, cpu.variants, cpu.depths, cpu.windows)
-    assert {k: v for k, v in gpu.fit_overrides.items() if k not in ("trainer.val_check_interval",
-                                                                     "trainer.accelerator")} == \
+    gpu_only = ("trainer.val_check_interval", "trainer.accelerator", "trainer.enable_checkpointing",
+                "trainer.callbacks")
+    assert {k: v for k, v in gpu.fit_overrides.items() if k not in gpu_only} == \
         {k: v for k, v in cpu.fit_overrides.items() if k != "trainer.val_check_interval"}
     assert sum(doctor.BUDGETS["gpu"][s] for s in ("env", "seeds", "decide")) <= 480  # one call of 8 minutes
     (tmp_path / "stages").mkdir()
@@ -110,3 +111,4 @@ def test_the_ensembles_sitting_measures_seeds_a_minute_and_runs_the_deciding_pre
     (logp,) = [line for line in decide["summary"].splitlines() if line.startswith("| logp | sa | random | 2 |")]
     assert " range [" in logp  # two seeds: their range, no interval
     assert (tmp_path / "decide" / "compare.md").is_file()
+    assert not list((tmp_path / "decide").rglob("*.ckpt"))  # the GPU preset writes no checkpoints (their saves)

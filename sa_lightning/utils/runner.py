@@ -183,6 +183,7 @@ def typed_settings(cls, settings: dict, where: str) -> dict:
     """``settings`` (a config file's fields, its preset's and the command line's, merged) checked against the
     dataclass ``cls`` the way jsonargparse reads every other config of the CLI: each field's type, and no field
     that ``cls`` does not have. A wrong one is refused in one sentence naming ``where`` and the key."""
+    import copy
     import dataclasses
 
     from jsonargparse import ArgumentParser
@@ -196,13 +197,19 @@ def typed_settings(cls, settings: dict, where: str) -> dict:
         raise ValueError(f"{where} sets unknown field(s) {', '.join(map(repr, unknown))}; its fields are "
                          f"{', '.join(known)}.")
     try:
-        parsed = parser.parse_object({k: v for k, v in settings.items() if v is not None})
+        parsed = parser.parse_object(copy.deepcopy({k: v for k, v in settings.items() if v is not None}))
     except Exception as err:  # jsonargparse's ArgumentError: 'Parser key "seeds": Expected a <class 'int'>...'
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         key = next((line.split('"')[1] for line in lines if line.startswith("Parser key")), None)
         said = next((line for line in lines if line.startswith("Expected")), lines[-1] if lines else str(err))
         raise ValueError(f"{where}: {key or 'a field'} has the wrong type ({said}).") from None
-    return {k: v for k, v in vars(parsed).items() if k in known}
+    kept = {k: v for k, v in vars(parsed).items() if k in known}
+    # a field that holds anything (``fit_overrides``: fit arguments) keeps its values as written: jsonargparse reads
+    # a value naming a class_path (a callbacks list) into a Namespace, which prints as no fit argument (it parses a
+    # copy, for it changes what it is given)
+    loose = {f.name for f in dataclasses.fields(cls) if "Any" in str(f.type)}
+    kept.update({k: settings[k] for k in loose if settings.get(k) is not None})
+    return kept
 
 
 # ---- cell files -------------------------------------------------------------------------------------
