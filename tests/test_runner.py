@@ -280,3 +280,23 @@ def test_a_seed_out_of_range_is_refused_before_any_cell():
     with pytest.raises(ValueError, match="-1 is not a seed"):
         runner.unique_seeds([-1], "sweep seeds")
     assert runner.unique_seeds([3, 3, 2**32 - 1], "seeds") == [3, 2**32 - 1]
+
+
+def test_a_studys_fit_overrides_keep_their_values_as_written():
+    """``fit_overrides`` holds fit arguments: a value naming a class_path (a callbacks list) stays as written, not a
+    Namespace that prints as no fit argument, and the settings given are not changed in place."""
+    import copy
+
+    from sa_lightning.experiments.long_range import LongRangeConfig
+    from sa_lightning.utils.runner import typed_settings
+
+    callbacks = '[{"class_path": "sa_lightning.lit.DistanceAccuracy"}]'
+    settings = {"tasks": ["passkey"], "variants": ["sa"], "depths": [2], "windows": [16], "seeds": [0],
+                "fit_overrides": {"trainer.callbacks": callbacks, "data.repeats": {"length": 16, "gap": 160},
+                                  "trainer.max_steps": 5}}
+    given = copy.deepcopy(settings)
+    kept = typed_settings(LongRangeConfig, settings, "study.yaml")
+    assert kept["fit_overrides"] == given["fit_overrides"] and settings == given
+    listed = {"trainer.callbacks": [{"class_path": "sa_lightning.lit.DistanceAccuracy"}]}
+    as_list = {**settings, "fit_overrides": listed}
+    assert typed_settings(LongRangeConfig, as_list, "study.yaml")["fit_overrides"] == as_list["fit_overrides"]
