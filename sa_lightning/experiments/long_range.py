@@ -292,13 +292,15 @@ def unpaired(results: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
 
 
 def compare(results: list[dict], comparisons: list[dict], margins: dict | None = None,
-            preregistered: str | None = None) -> str:
+            preregistered: str | None = None, sections: list[trained.Section] | None = None) -> str:
     """``compare.md``: where two or more training seeds trained a setting, the report over training seeds
     (``TrainedExperiment.compare_lines``: each variant, the seeds that learned and when, A − B paired by seed, the
     power); then each trained model alone, A − B on one seed's validation answers beyond SWA's field
-    (``utils.trained.within_seed``) per comparison and K of A (B at K, or at 1 if it draws nothing)."""
+    (``utils.trained.within_seed``) per comparison and K of A (B at K, or at 1 if it draws nothing). ``sections``:
+    those of these results, comparisons and margins where the caller made them already."""
     pairs = [(c["a"], c["b"]) for c in comparisons]
-    sections = EXPERIMENT.sections(results, comparisons, margins)
+    if sections is None:
+        sections = EXPERIMENT.sections(results, comparisons, margins)
     notes = {"acc": learned_line(sections[0])} if sections and sections[0].summaries else {}
     lines = EXPERIMENT.compare_lines(sections, margins, preregistered, notes)
     accuracy, alone, scored = OUTCOMES[0], [], scored_at(results)
@@ -532,15 +534,15 @@ class LongRange(TrainedExperiment):
         return out
 
     def report(self, cfg, records, out):
-        arms = self.sections(records)  # the arms alone (no comparison, so no margin): each seed a dot at K = 1
-        at_one = [trained.Section(s.outcome, [r for r in s.summaries if r["setting"][3] == 1], []) for s in arms]
+        parts = self.sections(records, cfg.comparisons, cfg.margins)
+        # the arms alone (their summaries do not depend on the comparisons): each seed a dot at K = 1
+        at_one = [trained.Section(s.outcome, [r for r in s.summaries if r["setting"][3] == 1], []) for s in parts]
         size = "; ".join(f"n = {n}, {steps} training steps" for n, steps in sorted({(r["seq_len"], r["steps"])
                                                                                    for r in records}))
         title = f"{size}, validated at K = 1 under {max(len(r.get('eval_seeds') or [0]) for r in records)} σ seed(s)"
         return Report(table=table(records),
-                      compare=compare(records, cfg.comparisons or [], cfg.margins, cfg.preregistered),
-                      comparisons=[r for s in self.sections(records, cfg.comparisons, cfg.margins)
-                                   for r in s.comparisons],
+                      compare=compare(records, cfg.comparisons or [], cfg.margins, cfg.preregistered, parts),
+                      comparisons=[r for s in parts for r in s.comparisons],
                       rows=rows(records), views={"reach.md": reach(records)},
                       figures={"accuracy_vs_distance.png": lambda path: plot(records, path),
                                "over_seeds.png": lambda path: several_seeds(records) and self.seeds_figure(
