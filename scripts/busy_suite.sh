@@ -10,7 +10,7 @@ trap 'kill "${pids[@]}" 2>/dev/null' EXIT
 (while sleep 60; do echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"; done) & pids+=($!)
 echo "$((per * cores)) busy loops on $cores cores; load at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 start=$SECONDS
-HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python -m pytest -q -n 2 --dist loadgroup
+HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 python -m pytest -q -n 2 --dist loadgroup -m "not slow"
 code=$?
 echo "exit $code after $((SECONDS - start)) s; load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $code

@@ -89,6 +89,7 @@ def test_pretrain_with_prepare_tokenizes_in_a_cpu_job_first_and_trains_from_the_
     assert train.rstrip().endswith("--data.mode cache")
 
 
+@pytest.mark.slow
 def test_sweep_submission_is_a_job_array_plus_a_report_job(tmp_path, monkeypatch):
     proc, env = _submit(tmp_path, monkeypatch, "sweep", "--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"))
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -125,6 +126,7 @@ def _env_shims(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("offline", [False, True], ids=["hub", "offline"])
+@pytest.mark.slow
 def test_every_job_script_gives_srun_its_cpus_and_sets_threads_and_hub_switches(offline, tmp_path, monkeypatch):
     """Slurm >= 22.05: srun does not inherit the job's --cpus-per-task, so each script exports
     SRUN_CPUS_PER_TASK before srun; OMP_NUM_THREADS is the CPUs per task (1 for prepare's process per core);

@@ -82,6 +82,7 @@ def test_a_stage_cut_at_its_budget_keeps_the_rows_it_wrote(tmp_path):
     assert record["summary"].endswith("What it measured by then:\n\n| 8192 | 18.4 |")
 
 
+@pytest.mark.slow
 def test_the_ensembles_sitting_measures_seeds_a_minute_and_runs_the_deciding_preset(tmp_path, monkeypatch):
     """Issue 64's GPU command (``doctor --stages env seeds decide``), its two stages at toy sizes in this process:
     ``seeds`` times each alone against K as one ensemble, ``decide`` runs the GPU deciding preset in ensembles and

@@ -115,8 +115,8 @@ def assert_as_alone(variant: str, seeds: list[int], gpu: bool = False, task: str
         assert val["loss"] == ref_val["loss"] and val["logps"] == ref_val["logps"]
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_one_and_three_members_train_as_alone(variant):
+@pytest.mark.parametrize("variant", [v if v == "sa" else pytest.param(v, marks=pytest.mark.slow) for v in VARIANTS])
+def test_one_and_three_members_train_as_alone(variant):  # SA in the quick tier, every variant in the whole suite
     assert_as_alone(variant, [0])
     assert_as_alone(variant, [0, 1, 2])
 
@@ -340,6 +340,7 @@ def differences(a, b, here: str = "") -> list[str]:
     return [] if a == b else [f"{here}: {a!r} != {b!r}"]
 
 
+@pytest.mark.slow
 def test_a_members_last_checkpoint_is_its_seeds_own(tmp_path):
     """Each member writes ``last.ckpt`` where its seed's own fit writes it (its logger's version), and it holds what
     that fit's holds, entry for entry: weights, optimizer state, schedule, loop counters (5 steps over three

@@ -139,6 +139,7 @@ def test_the_evaluator_and_validation_give_one_k_sample_score():
     torch.testing.assert_close(torch.tensor([ll for ll, _ in got]), want, atol=1e-3, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_evaluation_replaces_nothing_in_lm_eval():
     """PatchedHFLM used to swap ``lm_eval.models.huggingface.pad_and_concat`` for the length of each scoring call:
     no lm-eval module attribute is replaced, neither by importing the evaluators nor while they run."""
@@ -404,6 +405,7 @@ def test_unknown_task_lists_close_matches():
         resolve_tasks(["lambada_opnai"])
 
 
+@pytest.mark.slow
 def test_network_only_task_offline_points_to_the_offline_tasks():
     with pytest.raises(ValueError, match=r"task 'piqa' needs its dataset .* cannot be had offline.*--tasks offline"):
         load_tasks(["piqa"])

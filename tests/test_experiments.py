@@ -92,7 +92,8 @@ def test_every_experiment_writes_the_same_files_and_one_compare_schema(name, tmp
     cells = len(list((out / "cells").glob("*.json")))
     assert again.returncode == 0 and again.stdout.count("done before") == cells > 0, again.stdout[-2000:]
     # the folder moved, and named relative to the working directory: where it lies made none of its cells
-    moved = ROOT / "outputs" / f".moved-{tmp_path.name}"
+    # (named by the worker's tmp folder as a whole: two workers' tmp_path.name can be the same)
+    moved = ROOT / "outputs" / f".moved-{tmp_path.parent.name}-{tmp_path.name}"
     shutil.copytree(out, moved)
     try:
         elsewhere = run_cli_here(*args[:-2], "--out", str(moved.relative_to(ROOT)))

@@ -112,6 +112,7 @@ def test_a_sweep_or_study_never_writes_into_a_folder_of_other_files(command, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.tex"]
 
 
+@pytest.mark.slow
 def test_an_analysis_never_replaces_a_users_file_of_the_same_name_without_overwrite(tmp_path):
     """Issue 48's output contract for every command that writes a set of files into a folder the user names: a
     file the project did not write there is kept unless --overwrite (the manifest ``.written_by.json`` records

@@ -201,6 +201,7 @@ def test_a_compiled_model_on_cuda_gives_the_eager_models_output_forward_and_back
 
 @pytest.mark.parametrize("variant", [name for name in variant_names()
                                      if "flex" in get_variant(name).backends and get_variant(name).cpu_graph])
+@pytest.mark.slow
 def test_a_compiled_model_on_flex_is_one_graph_with_the_draws_passed_in(variant):
     """``model.compile: true`` on the flex backend: the block stack, attention included, traces as one graph
     (``fullgraph=True`` raises at any break) for every variant that runs on FlexAttention, and two passes with

@@ -212,6 +212,7 @@ def test_export_writes_model_tokenizer_and_card_and_generate_streams_the_same_gr
     assert sampled[0] == sampled[1]  # seeded
 
 
+@pytest.mark.slow
 def test_generate_into_a_pipe_closed_early_ends_quietly(checkpoint):
     """Issue 51: ``generate ... | head -c 10`` ended in a "Broken pipe ... fix that path" error."""
     cmd = f"{sys.executable} cli.py generate --ckpt {checkpoint} --prompt ROMEO: --max_new_tokens 200 | head -c 3"

@@ -267,6 +267,7 @@ def test_sweep_names_a_model_it_cannot_load(tmp_path):
               "--out", str(tmp_path)])
 
 
+@pytest.mark.slow
 def test_paper_sweep_configs_run_with_a_local_stand_in(local_model, tmp_path):
     """configs/sweep/qwen3_*.yaml with the hub model replaced by a local folder and the tasks by an offline one."""
     from pathlib import Path

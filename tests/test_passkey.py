@@ -54,6 +54,7 @@ def test_docs_are_seeded_and_interleave_the_depths():
 
 
 @pytest.mark.parametrize("which, lengths", [("embedded", [512, 1024, 2048, 4096]), ("folder", [2048, 4096])])
+@pytest.mark.slow
 def test_prompts_fill_the_context_in_the_tokenizers_tokens(which, lengths, byte_tokenizer):
     """As long as fits: one more filler sentence would overflow. The byte tokenizer's sentences are ~30
     tokens, too coarse for 5% at 512 and 1024, so its maximality is checked there and its fill above."""

@@ -202,6 +202,7 @@ def test_a_task_longer_than_the_model_is_refused_before_its_weights_load(llama_f
 
 
 # ---- the shipped SmolLM2 config, changed only in size, on a tiny Llama ---------------------------------
+@pytest.mark.slow
 def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, capsys):
     from sa_lightning.experiments.sweep import main
 

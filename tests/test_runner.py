@@ -78,6 +78,7 @@ def test_a_fingerprint_follows_the_bytes_not_the_path(tmp_path):
     assert runner.fingerprint(model / "config.json") != runner.fingerprint(model)
 
 
+@pytest.mark.slow
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path):
     out = tmp_path / "sweep"
     code = ("import sys, time; from sa_lightning.utils import runner; runner.folder_lock(sys.argv[1], 'sweep'); "
@@ -116,6 +117,7 @@ def _default_signals() -> None:
 
 
 @pytest.mark.parametrize("signum, jobs", [(signal.SIGTERM, 2), (signal.SIGINT, 2), (signal.SIGHUP, 1)])
+@pytest.mark.slow
 def test_a_signal_stops_every_worker_keeps_the_finished_cells_and_exits_in_one_line(tmp_path, signum, jobs):
     pids = tmp_path / "pids"
     pids.mkdir()

@@ -198,6 +198,7 @@ def _one_line(tmp_path):
     return tmp_path / "short.jsonl"
 
 
+@pytest.mark.slow
 def test_cache_mode_on_several_ranks_without_a_cache_names_cli_prepare(tmp_path):
     dm = _dm(tmp_path, SourceConfig("embedded"))
     dm.check_launch(1)  # one rank may tokenize for itself

@@ -49,6 +49,7 @@ def test_a_bad_jobs_value_in_a_config_is_refused_before_anything_trains(tmp_path
         base.load_config(EXPERIMENT, config, None, {})
 
 
+@pytest.mark.slow
 def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(runner, "cores_available", lambda: 2)
     cells = [{"n": n} for n in range(1, 5)]
@@ -66,6 +67,7 @@ def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, 
     assert capsys.readouterr().out.count("done before") == 4
 
 
+@pytest.mark.slow
 def test_a_failed_cell_stops_the_study_and_keeps_the_cells_that_finished(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "cores_available", lambda: 2)
     cells = [{"n": n} for n in range(1, 4)]

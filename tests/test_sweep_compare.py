@@ -183,6 +183,7 @@ def test_bad_comparisons_fail_in_one_sentence_before_any_cell(args, message, tmp
     assert not list((tmp_path / "cells").glob("*")) if (tmp_path / "cells").exists() else True
 
 
+@pytest.mark.slow
 def test_the_regime_sweep_puts_every_mode_against_w_over_n(tiny_model, tmp_path):
     """Issue 35 item 3 with the shipped regime config, changed only in size: ΔNLL against full and the paired
     comparisons at every (n, w_eff), in compare.md's regime table, compare.json and regime.png."""

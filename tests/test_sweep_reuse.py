@@ -84,6 +84,7 @@ def test_a_window_a_control_cannot_take_is_refused_before_any_cell(tmp_path):
         SweepConfig(model="x", modes=["full", "swa", "random"], windows=[2, 8])
 
 
+@pytest.mark.slow
 def test_two_sweeps_into_one_folder_at_once_are_refused(two_models, tmp_path):
     import subprocess
     import sys
@@ -104,6 +105,7 @@ def test_two_sweeps_into_one_folder_at_once_are_refused(two_models, tmp_path):
     assert not list((out / "cells").iterdir())
 
 
+@pytest.mark.slow
 def test_items_cut_short_are_named_by_compare_and_run_again_by_a_rerun(two_models, tmp_path, capsys):
     """Issue 48: a cut-short ``cells/*.items.jsonl.gz`` gave a 38-line EOFError traceback on ``--compare`` and on a
     plain rerun, which did not rerun the damaged cell."""
