@@ -592,8 +592,14 @@ def test_evaluate_never_writes_over_a_users_files_and_a_stop_keeps_the_previous_
     mine.mkdir()
     (mine / "table.md").write_text("my notes\n")
     args = ["--ckpt", str(checkpoint), "--tasks", "shakespeare_lastword", "--limit", "3", "--seeds", "0", "1"]
+    import sa_lightning.models.checkpoint as checkpoints
+
+    loads = []  # the folder is refused before any checkpoint loads (a large one takes a while)
+    monkeypatch.setattr(checkpoints, "load_checkpoint", lambda path, real=checkpoints.load_checkpoint:
+                        loads.append(path) or real(path))
     with pytest.raises(ValueError, match="holds other files and no evaluation of its own .* or pass --overwrite"):
         evaluate.main([*args, "--out", str(mine)])
+    assert not loads
     assert (mine / "table.md").read_text() == "my notes\n" and sorted(p.name for p in mine.iterdir()) == ["table.md"]
     (mine / "notes.txt").write_text("keep me\n")
     evaluate.main([*args, "--out", str(mine), "--overwrite"])  # only the evaluation's own names replaced

@@ -136,6 +136,10 @@ class Experiment:
             raise SystemExit(f"error: {self.name} config {args.config} not found.")
         return self.settings(args), args.preset
 
+    def prepare(self, cfg) -> None:
+        """What a run loads once its settings are known and its folder checked, before its cells are listed (the
+        checkpoints an evaluation scores): a folder that cannot take the results is refused before any of it."""
+
     def lock(self, cfg, out: Path, todo: list):
         """The run's hold on its folder: the folder's lock (one run at a time)."""
         return runner.folder_lock(out, self.kind)
@@ -246,6 +250,7 @@ def main(experiment: Experiment, argv: list[str] | None = None):
     cfg, preset = experiment.parse(argv)
     out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag,
                                overwrite=experiment.overwrite(cfg) if experiment.takes_overwrite else None)
+    experiment.prepare(cfg)
     todo = experiment.cells(cfg)
     with experiment.lock(cfg, out, todo):  # one run at a time in this folder (an array's task: in its own cells)
         print(experiment.header(cfg, preset, out, todo), flush=True)

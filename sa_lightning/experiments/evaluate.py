@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..eval.evaluate import (DEFAULT_SEEDS, _by_task, _limit_words, _seed_counts, _unique, comparison_markdown,
                              comparisons_of, interval_markdown, intervals_of, label_of, log_tensorboard, seeds_of,
                              slug, summarize, task_limit)
 from ..eval.evaluate import cell_id as cell_name
 from ..utils.argtypes import doc_help, non_negative_int, positive_int, seed
-from ..utils.atomic import check_own_files, check_results_folder, output_folder, read_records
+from ..utils.atomic import check_own_files, output_folder, read_records
 from ..utils.report import RESULT_FILES
 from ..utils.runner import fingerprint, prune_cells, unique_seeds
 from ..utils.stats import LEVEL, MIN_UNITS, RESAMPLES
@@ -96,17 +97,22 @@ class Evaluate(Experiment):
     needs = "metrics"
 
     def parse(self, argv):
-        from ..eval.harness import load_tasks, resolve_tasks
-        from ..models.checkpoint import load_checkpoint
-
         cfg = EvaluateConfig(**vars(parser().parse_args(argv)))
         if cfg.device is not None:
             from ..utils.device import check_device
 
             check_device(cfg.device)
-        out = check_results_folder(cfg.out, self.kind, overwrite=cfg.overwrite)  # before any checkpoint loads
-        check_own_files(out, list(RESULT_FILES), cfg.overwrite, "evaluation")
-        loaded = [load_checkpoint(path) for path in cfg.ckpt]  # a bad checkpoint fails first, in a second
+        self.cfg = cfg
+        return cfg, None
+
+    def prepare(self, cfg):
+        """The checkpoints (a bad one fails first, in a second), the tasks, the labels and the σ seeds, once the
+        output folder was checked (``main``) and this run's own files in it."""
+        from ..eval.harness import load_tasks, resolve_tasks
+        from ..models.checkpoint import load_checkpoint
+
+        check_own_files(Path(cfg.out), list(RESULT_FILES), cfg.overwrite, "evaluation")
+        loaded = [load_checkpoint(path) for path in cfg.ckpt]
         cfg.tasks = resolve_tasks(cfg.tasks or ["offline"])
         load_tasks(cfg.tasks)  # every dataset is at hand before any checkpoint is scored
         labels = _unique(cfg.label or [label_of(info) for _, info in loaded])
@@ -125,9 +131,10 @@ class Evaluate(Experiment):
         self.labels = labels
         self.models = {label: (model, info) for (model, info), label in zip(loaded, labels)}
         self.seeds = {label: seeds_of(info, given) for label, (_, info) in self.models.items()}
+
+    def before(self, cfg, out, todo):
+        """Each checkpoint's fingerprint (its bytes hashed), once the folder is this run's."""
         self.weights = {label: fingerprint(info["path"]) for label, (_, info) in self.models.items()}
-        self.cfg = cfg
-        return cfg, None
 
     def overwrite(self, cfg):
         return cfg.overwrite

@@ -52,8 +52,15 @@ class Sweep(Experiment):
         # lm-eval names (task sets such as table1 expand); position_ppl_* is ours and stays as it is
         cfg.tasks = [name for t in cfg.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
         cfg.seeds = runner.unique_seeds(cfg.seeds, "sweep seeds")
-        self.weights, self.lm = weights_of(self.source), None
+        self._weights, self.lm = (), None
         return cfg, None
+
+    def weights(self) -> str | None:
+        """The model's fingerprint (its bytes hashed: seconds to minutes for a large model), taken the first time a
+        cell's spec asks, so once this run holds its folder (a folder in use is refused before)."""
+        if self._weights == ():
+            self._weights = weights_of(self.source)
+        return self._weights
 
     def cells(self, cfg):
         return cells(cfg)
@@ -62,7 +69,7 @@ class Sweep(Experiment):
         return cell.key
 
     def spec(self, cell: Cell, cfg, out):
-        return cell_spec(cell, made_by(cfg, cell, self.weights))
+        return cell_spec(cell, made_by(cfg, cell, self.weights()))
 
     def jobs(self, cfg):
         return 1  # one model, loaded once
@@ -74,7 +81,7 @@ class Sweep(Experiment):
 
     def header(self, cfg, preset, out, todo):
         for c in todo:
-            check_made(cell_path(out, c), c, made_by(cfg, c, self.weights))
+            check_made(cell_path(out, c), c, made_by(cfg, c, self.weights()))
         pending = [c for c in todo if not runner.stands_for(runner.read_cell(cell_path(out, c), "items", quiet=True),
                                                             self.spec(c, cfg, out))]
         if cfg.compare:
