@@ -20,8 +20,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.slow  # lint-imports runs as a process
-def test_every_package_has_a_layer_and_the_code_keeps_them():
+def test_every_package_has_a_layer_and_the_code_keeps_them():  # in the quick tier: a few seconds, one process
     contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
     assert contract["exhaustive"] and contract["containers"] == ["sa_lightning"]
     named = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
