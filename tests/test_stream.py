@@ -131,6 +131,27 @@ def test_prepare_with_several_processes_writes_the_single_process_cache(tok, tmp
     assert (capped / "tokens.bin").read_bytes() == (one / "tokens.bin").read_bytes()[:2000]  # uint16 tokens
 
 
+def test_a_shard_that_fails_is_named_and_no_process_is_left(tok, tmp_path, monkeypatch):
+    """A shard's error reaches the command as one sentence naming the shard; the shards still running end, and the
+    half-written cache folder goes."""
+    import multiprocessing as mp
+
+    from sa_lightning.data import packing
+
+    real = packing._tokenize_shard
+
+    def fails_at_one(task):
+        if task[1] == 1:
+            raise ValueError("unreadable line 3")
+        return real(task)
+
+    monkeypatch.setattr(packing, "_tokenize_shard", fails_at_one)  # the forked shard processes inherit it
+    src = _write_shards(tmp_path / "src", 4, 30)
+    with pytest.raises(RuntimeError, match="tokenizing shard 1 of 4 of .* failed: ValueError: unreadable line 3"):
+        prepare_tokens(src, tok, "embedded", tmp_path / "c", progress=False, num_proc=2)
+    assert not mp.active_children() and not list((tmp_path / "c").rglob("*"))
+
+
 def test_a_stale_or_foreign_cache_folder_is_refused(tok, tmp_path):
     src = _write_shards(tmp_path / "src", 2, 5)
     folder = prepare_tokens(src, tok, "embedded", tmp_path / "c", progress=False)

@@ -219,8 +219,25 @@ def _tokenize_shard(task) -> tuple[int, int, int]:
     return index, n_tokens, n_docs
 
 
+def _shard_process(tokenizer_name: str, counter, task) -> None:
+    """One shard in a process of its own: its tokens into its part file, then ``<part>.count`` (tokens and
+    documents), or ``<part>.error`` (what went wrong) and a non-zero exit."""
+    part = Path(task[3])
+    try:
+        _init_worker(tokenizer_name, counter)
+        _, tokens, docs = _tokenize_shard(task)
+    except BaseException as err:
+        part.with_suffix(".error").write_text(f"{type(err).__name__}: {err}")
+        raise
+    part.with_suffix(".count").write_text(f"{tokens} {docs}")
+
+
 def _tokenize_parallel(source, tokenizer_name, path: Path, dtype, max_tokens, batch_docs, procs, shards,
                        bar) -> tuple[int, int]:
+    """The shards ``procs`` at a time, a process each, joined in order. A process per shard rather than a
+    ``multiprocessing.Pool``: stopping at ``max_tokens`` ends the processes still running with ``terminate`` and
+    ``join``, where ``Pool.terminate`` during an ``imap`` can wait minutes on its handler threads (CPython
+    gh-96995; a test here waited 400 s at load 8)."""
     import multiprocessing as mp
 
     # fork starts a worker in milliseconds (spawn re-imports Lightning for each); the workers touch no torch,
@@ -235,28 +252,45 @@ def _tokenize_parallel(source, tokenizer_name, path: Path, dtype, max_tokens, ba
     print(f"data: tokenizing {source.describe()}: {shards} shards with {procs} processes", flush=True)
     n_tokens = n_docs = shown = 0
     itemsize = np.dtype(dtype).itemsize
-    with ctx.Pool(procs, initializer=_init_worker, initargs=(tokenizer_name, counter)) as pool, \
-            open(path, "wb") as out:
-        results = pool.imap(_tokenize_shard, tasks)
-        for i in range(shards):
-            while True:
-                try:
-                    _, tokens, docs = results.next(timeout=1.0)
-                    break
-                except mp.TimeoutError:
+    started: dict[int, object] = {}
+
+    def start_more() -> None:  # keep procs shards tokenizing
+        while len(started) < shards and sum(p.is_alive() for p in started.values()) < procs:
+            i = len(started)
+            started[i] = ctx.Process(target=_shard_process, args=(tokenizer_name, counter, tasks[i]), daemon=True)
+            started[i].start()
+
+    try:
+        with open(path, "wb") as out:
+            for i in range(shards):
+                start_more()
+                while started[i].is_alive():
+                    started[i].join(timeout=1.0)
+                    start_more()
                     if bar is not None:
                         bar.update(counter.value - shown)
                         shown = counter.value
-            keep = tokens if max_tokens is None else min(tokens, max_tokens - n_tokens)
-            with open(parts / f"{i:06d}.bin", "rb") as part:
-                shutil.copyfileobj(_Head(part, keep * itemsize), out)
-            n_tokens, n_docs = n_tokens + keep, n_docs + docs
-            os.remove(parts / f"{i:06d}.bin")
-            if max_tokens is not None and n_tokens >= max_tokens:
-                pool.terminate()
-                break
+                part = parts / f"{i:06d}.bin"
+                if started[i].exitcode != 0:
+                    error = part.with_suffix(".error")
+                    why = error.read_text() if error.is_file() else f"its process ended with code {started[i].exitcode}"
+                    raise RuntimeError(f"tokenizing shard {i} of {shards} of {source.describe()} failed: {why}")
+                tokens, docs = map(int, part.with_suffix(".count").read_text().split())
+                keep = tokens if max_tokens is None else min(tokens, max_tokens - n_tokens)
+                with open(part, "rb") as f:
+                    shutil.copyfileobj(_Head(f, keep * itemsize), out)
+                n_tokens, n_docs = n_tokens + keep, n_docs + docs
+                os.remove(part)
+                if max_tokens is not None and n_tokens >= max_tokens:
+                    break
         if bar is not None:
             bar.update(max(counter.value - shown, 0))
+    finally:  # the cap reached, an error or a signal: the shards still running end here
+        for process in started.values():
+            if process.is_alive():
+                process.terminate()
+        for process in started.values():
+            process.join()
     shutil.rmtree(parts, ignore_errors=True)
     return n_tokens, n_docs
 
