@@ -255,6 +255,40 @@ def test_a_study_in_ensembles_writes_each_seeds_own_record(tmp_path):
         assert member["scores"] == alone_["scores"] and member["curve"] == alone_["curve"]  # bit for bit
 
 
+@pytest.mark.slow
+def test_an_ensemble_out_of_gpu_memory_trains_as_its_halves(tmp_path, monkeypatch):
+    """``--ensemble 4`` where four members do not fit (a CUDA out-of-memory error, raised here for more than two):
+    the group trains as two halves, later groups take that size, and every member's record is its seed's alone."""
+    import json
+
+    from sa_lightning.lit import seeds
+
+    real, sizes = seeds.fit_clis, []
+
+    def small_gpu(clis, say=None):
+        sizes.append(len(clis))
+        if len(clis) > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(clis, say=say)
+
+    monkeypatch.setattr(seeds, "fit_clis", small_gpu)
+    common = ["study", "long-range", "--preset", "quick", "--variants", "sa", "--depths", "1", "--windows", "8",
+              "--eval_samples", "1", "--seeds", "0", "1", "2", "3", "4", "5", "--set", "trainer.max_steps=2",
+              "--set", "trainer.val_check_interval=2", "--set", "data.init_args.seq_len=32", "--set",
+              "model.arch.max_seq_len=32", "--set", "data.init_args.val_examples=8", "--set",
+              "data.init_args.batch_size=4"]
+    for name, extra in (("alone", ["--jobs", "1"]), ("ensemble", ["--ensemble", "4"])):
+        res = run_cli_here(*common, "--out", str(tmp_path / name), *extra)
+        assert res.returncode == 0, res.stderr[-2000:]
+    assert sizes == [4, 2, 2, 2], sizes  # seeds 0-3 fail as one, train as 0-1 and 2-3; then 4-5 at the new size
+    assert "ensemble of 4: out of GPU memory; training it as 2 and 2 instead, and at most 2 at a time from here" \
+        in res.stdout
+    for seed in range(6):
+        alone_, member = (json.loads((tmp_path / name / "cells" / f"passkey_sa_L1_w8_s{seed}.json").read_text())
+                          for name in ("alone", "ensemble"))
+        assert member["scores"] == alone_["scores"] and member["curve"] == alone_["curve"]
+
+
 def test_an_ensemble_below_one_is_refused_before_anything_trains():
     from sa_lightning.experiments.long_range import EXPERIMENT
 

@@ -78,9 +78,28 @@ class EnsembleRun:
         return not runner.stands_for(saved, spec, self.reuse) and trained_checkpoint(saved, spec) is None
 
     def train(self, group: list[dict], specs: dict[str, dict]) -> dict[str, dict]:
+        """Every member of ``group`` trained as one ensemble, then scored: {cell id: record}. An ensemble that runs
+        out of GPU memory trains as its two halves instead (each member's start is its seed's own, so a member of a
+        half trains as it would have in the whole), and later groups start at that size."""
+        import torch
+
+        try:
+            return self.train_together(group, specs)
+        except torch.cuda.OutOfMemoryError:
+            if len(group) == 1:
+                raise
+        # here, past the except clause, its traceback no longer holds the failed ensemble's tensors
+        half = len(group) // 2
+        torch.cuda.empty_cache()
+        self.say(f"ensemble of {len(group)}: out of GPU memory; training it as {half} and {len(group) - half} "
+                 f"instead, and at most {half} at a time from here (--ensemble {half})")
+        self.size = min(self.size, half)
+        return {**self.train(group[:half], specs), **self.train(group[half:], specs)}
+
+    def train_together(self, group: list[dict], specs: dict[str, dict]) -> dict[str, dict]:
         """Every member of ``group`` trained as one ensemble, then scored: {cell id: record}."""
+        from ..lit import seeds
         from ..lit.cli import run as run_cli
-        from ..lit.seeds import fit_clis
 
         ids = [self.cell_id(c) for c in group]
         self.say(f"ensemble of {len(group)}: {', '.join(ids)}: training together")
@@ -92,7 +111,7 @@ class EnsembleRun:
             folder = Path(args[args.index("--trainer.default_root_dir") + 1])
             folder.mkdir(parents=True, exist_ok=True)
             clis.append(run_cli(args[1:], run=False))
-        seconds = fit_clis(clis, say=lambda line: self.say(f"ensemble {ids[0]}..: {line}"))
+        seconds = seeds.fit_clis(clis, say=lambda line: self.say(f"ensemble {ids[0]}..: {line}"))
         records = {}
         for cell, cli in zip(group, clis):
             start = time.perf_counter()

@@ -156,8 +156,8 @@ class TrainedExperiment(Experiment):
                             help="a fit argument for every cell, e.g. --set trainer.max_steps=100 (repeatable)")
         parser.add_argument("--ensemble", type=int, metavar="K",
                             help="train the cells that differ only in their seed K at a time as one batched model in "
-                                 "one process, each member as its seed alone (default: the config's, else 1: each "
-                                 "alone)")
+                                 "one process, each member as its seed alone; one that runs out of GPU memory trains "
+                                 "as its halves (default: the config's, else 1: each alone)")
         return parser
 
     def overrides(self, args):
