@@ -147,7 +147,7 @@ def test_a_shard_that_fails_is_named_and_no_process_is_left(tok, tmp_path, monke
 
     monkeypatch.setattr(packing, "_tokenize_shard", fails_at_one)  # the forked shard processes inherit it
     src = _write_shards(tmp_path / "src", 4, 30)
-    with pytest.raises(RuntimeError, match="tokenizing shard 1 of 4 of .* failed: ValueError: unreadable line 3"):
+    with pytest.raises(ValueError, match="tokenizing shard 1 of 4 of .* failed: ValueError: unreadable line 3"):
         prepare_tokens(src, tok, "embedded", tmp_path / "c", progress=False, num_proc=2)
     assert not mp.active_children() and not list((tmp_path / "c").rglob("*"))
 

@@ -274,7 +274,8 @@ def _tokenize_parallel(source, tokenizer_name, path: Path, dtype, max_tokens, ba
                 if started[i].exitcode != 0:
                     error = part.with_suffix(".error")
                     why = error.read_text() if error.is_file() else f"its process ended with code {started[i].exitcode}"
-                    raise RuntimeError(f"tokenizing shard {i} of {shards} of {source.describe()} failed: {why}")
+                    # one line at the command (the shard's own traceback is printed above it, by its process)
+                    raise ValueError(f"tokenizing shard {i} of {shards} of {source.describe()} failed: {why}")
                 tokens, docs = map(int, part.with_suffix(".count").read_text().split())
                 keep = tokens if max_tokens is None else min(tokens, max_tokens - n_tokens)
                 with open(part, "rb") as f:
