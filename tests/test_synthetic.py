@@ -237,6 +237,9 @@ def test_one_tiny_study_cell_runs_end_to_end(tmp_path):
     path.write_text(path.read_text()[:200])  # what a kill mid-write left before cells were written atomically
     again = run_cli_here(*args)
     assert again.returncode == 0 and f"{path} is damaged (cut short?); running that cell again" in again.stdout
+    # the study says what the earlier run in the cell's folder means; fit's advice to a user (--ckpt_path last) is not
+    assert "passkey_sa_L1_w8_s0: its folder holds an earlier run of this cell" in again.stdout
+    assert "--ckpt_path last" not in again.stdout + again.stderr
     assert json.loads(path.read_text())["steps"] == 4
     skipped = run_cli_here(*args)
     assert skipped.returncode == 0 and "done before" in skipped.stdout

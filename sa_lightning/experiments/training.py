@@ -302,10 +302,16 @@ def fit_cell(spec: dict):
     trained = spec.get("trained")
     args = list(spec["fit_args"]) + (["--ckpt_path", trained["checkpoint"]] if trained else [])
     if "--trainer.default_root_dir" in args[:-1]:  # a line every 30 s from the quiet fit (not in the spec: no retrain)
-        label = Path(args[args.index("--trainer.default_root_dir") + 1]).name
+        folder = Path(args[args.index("--trainer.default_root_dir") + 1])
         args.append("--trainer.callbacks+=" + json.dumps({"class_path": "sa_lightning.lit.callbacks.Heartbeat",
-                                                           "init_args": {"label": label}}))
-    cli = run_cli(args, run=True)
+                                                           "init_args": {"label": folder.name}}))
+        if not trained:
+            from ..lit.resume import find_last_checkpoint
+
+            if find_last_checkpoint(str(folder))[0] is not None:
+                print(f"{folder.name}: its folder holds an earlier run of this cell (cut short, or made with other fit "
+                      "arguments); the cell trains again from step 0, in a new logger version beside it", flush=True)
+    cli = run_cli(args, run=True, note_earlier=False)
     seconds = trained["train_seconds"] if trained and trained.get("train_seconds") is not None \
         else time.perf_counter() - start
     return cli, float(seconds)

@@ -38,6 +38,11 @@ def _int_seed(seed) -> int:
 
 
 class SACLI(CheckpointHook):
+    def __init__(self, *args, note_earlier: bool = True, **kwargs) -> None:
+        # a study's cell says itself what a run cut short in its folder means (``experiments.training.fit_cell``)
+        self.note_earlier = note_earlier
+        super().__init__(*args, **kwargs)
+
     def add_arguments_to_parser(self, parser) -> None:
         # a subcommand's parser (every one adds the same model arguments): its defaults tell a model key the
         # user set from one left at its default when a checkpoint is read (apply_checkpoint)
@@ -83,7 +88,7 @@ class SACLI(CheckpointHook):
     def before_fit(self) -> None:
         self._steps_from_tokens()
         self._check_data_launch()
-        if not self.config["fit"].get("ckpt_path"):
+        if not self.config["fit"].get("ckpt_path") and self.note_earlier:
             line = earlier_run_line(_run_roots(self.config["fit"].trainer))
             if line:
                 rank_zero_info(line)
@@ -339,21 +344,22 @@ def _check_accelerator(accelerator) -> None:
                              "machine, or pass --trainer.accelerator cpu (configs/trainer/cpu.yaml).")
 
 
-def run(args: list[str] | None = None, run: bool = True) -> SACLI:
+def run(args: list[str] | None = None, run: bool = True, note_earlier: bool = True) -> SACLI:
     """``cli.py fit|validate|test|predict``: from the shell (``args`` None) LightningCLI reads ``sys.argv``.
 
     ``args``, from within Python (the long-range study runs one ``fit`` per cell), stand for the command
     line, so they become ``sys.argv[1:]`` while the CLI runs, as LightningCLI expects: given both, it warns
     that they may be a mistake, and Lightning's DDP launcher restarts the script with ``sys.argv``, which
-    must then be this fit, not the command that called it."""
+    must then be this fit, not the command that called it. ``note_earlier`` False: no line about an earlier run in
+    the folder (a study's cell says what that means for the study)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     saved = sys.argv
     try:
         if args is None or not isinstance(args, (list, tuple)):
-            return _make_cli(args, run)
+            return _make_cli(args, run, note_earlier)
         sys.argv = [saved[0] if saved else "cli.py", *(str(a) for a in args)]
-        return _make_cli(None, run)
+        return _make_cli(None, run, note_earlier)
     except SIGTERMException:  # a SystemExit with status 0: `fit && test` would go on with a half-trained model
         raise SystemExit(STOPPED_BY_SIGNAL) from None
     except argparse.ArgumentError as err:  # jsonargparse's, with exit_on_error off: one sentence, not the usage
@@ -403,7 +409,7 @@ def _sets_key(path: str, keys: list[str]) -> bool:
 STOPPED_BY_SIGNAL = "stopped by a signal before the run's end (exit status 1); resume it with --ckpt_path last."
 
 
-def _make_cli(args, run: bool) -> SACLI:
+def _make_cli(args, run: bool, note_earlier: bool = True) -> SACLI:
     return SACLI(
         LitLM,
         L.LightningDataModule,
@@ -418,4 +424,5 @@ def _make_cli(args, run: bool) -> SACLI:
         # the data modules shard exactly by themselves; checkpoints are atomic even in a config of the user's own
         trainer_defaults={"use_distributed_sampler": False,
                           "plugins": [{"class_path": "sa_lightning.lit.AtomicCheckpointIO"}]},
+        note_earlier=note_earlier,
     )
