@@ -244,7 +244,9 @@ def test_recall_in_text_scores_each_blocks_values_by_nll_and_by_top_guess():
             return scores
 
     batch = default_collate([blocks[0], blocks[1]])
-    items = pretrain.validation_items(Oracle(), type("DM", (), {"val_dataloader": lambda self: [batch]})())
+    from sa_lightning.lit.items import validation_items
+
+    items = validation_items(Oracle(), type("DM", (), {"val_dataloader": lambda self: [batch]})())
     assert items["repeat_acc"] == [1.0, 0.0]
     assert items["repeat_nll"][0] < 1e-6 and items["repeat_nll"][1] == pytest.approx(np.log(vocab), rel=1e-5)
     results = [{"model": "swa@16", "seed": 0, "scores": items}]

@@ -2,7 +2,8 @@
 bootstrap interval, and compare.md pairs two variants answer by answer, worded from the interval."""
 import random
 
-from sa_lightning.experiments.long_range import beyond, beyond_interval, compare, table
+from sa_lightning.eval.recall import beyond, beyond_interval
+from sa_lightning.experiments.long_range import compare, table
 
 BUCKETS = ["2-15", "16-31", "32-63", "64-127", "128-255"]
 
@@ -124,18 +125,18 @@ def test_the_table_names_the_seed_where_several_were_trained():
 def test_sigma_seeds_average_each_answer_and_their_spread_is_shown_apart():
     """At K = 1 a model that draws is validated once per σ seed: each answer counts as its mean over them, and
     table.md and the pooled comparison show the σ seeds' spread beside the training seeds'."""
-    from sa_lightning.experiments.long_range import _mean_of_runs, beyond_by_eval_seed, sigma_sd
+    from sa_lightning.eval.recall import beyond_by_eval_seed, mean_of_runs, sigma_sd
 
     def run(seed: int, rate: float) -> dict:
         cell = _cell("sa", rate, seed=0)
         return {**cell["scores"][1], "acc": rate, "loss": 1.0 - rate}
 
     runs = [run(0, 0.9), run(0, 0.5)]
-    merged = _mean_of_runs(runs)
+    merged = mean_of_runs(runs)
     assert merged["acc"] == 0.7 and len(merged["hits_by_eval_seed"]) == 2
     assert [d for d, _ in merged["items"]] == [d for d, _ in runs[0]["items"]]
     assert all(h == (a[1] + b[1]) / 2 for (_, h), a, b in zip(merged["items"], runs[0]["items"], runs[1]["items"]))
-    assert _mean_of_runs(runs[:1]) is runs[0]  # validated once: as before, no per-seed answers
+    assert mean_of_runs(runs[:1]) is runs[0]  # validated once: as before, no per-seed answers
     cell = {**_cell("sa", 0.9), "scores": {1: merged}}
     per_seed = beyond_by_eval_seed(cell, 1)
     assert len(per_seed) == 2 and abs(sum(per_seed) / 2 - beyond(cell, 1)) < 1e-9

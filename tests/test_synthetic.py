@@ -315,7 +315,7 @@ def test_the_powered_presets_give_the_references_fewer_seeds_and_refuse_an_unkno
 def test_a_learning_curve_and_the_step_a_seed_learned_at_come_from_its_validations(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from sa_lightning.experiments.long_range import learned_step, learning_curve
+    from sa_lightning.eval.recall import learned_step, learning_curve
 
     writer = SummaryWriter(str(tmp_path / "tb" / "version_0"))
     for step, (near, far) in zip((100, 200, 300), ((0.5, 0.2), (0.95, 0.85), (1.0, 0.97))):

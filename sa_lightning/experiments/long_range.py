@@ -16,23 +16,21 @@ trained model alone): ``table.md`` (accuracy per distance bucket per cell), ``co
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from dataclasses import dataclass
-from itertools import product
 from pathlib import Path
 
 from ..analysis.mechanism import PATTERNED
 from ..attention import VARIANTS, get_variant, variant_names
 from ..attention.variants import FULL, SWA
-from ..utils import runner, trained
+from ..eval.recall import (TARGET, beyond, beyond_interval, beyond_items, beyond_logps, bucket_bounds, far_buckets,
+                           learned_step, learning_curve, sigma_sd)
+from ..utils import trained
 from ..utils.report import head, number, ranked_cells, row
-from ..utils.tensorboard import scalars
 from .base import Flag, Report
 from .base import main as run_experiment
 from .training import TrainedConfig, TrainedExperiment
 
-TARGET = 0.9
 GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
 SETTING = ("task", "L", "w", "K")
 #: what a trained cell is scored on beyond SWA's receptive field: accuracy, and the answer's log-probability (a
@@ -69,135 +67,25 @@ class LongRangeConfig(TrainedConfig):
 # ---- one cell -------------------------------------------------------------------------------------
 def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
     """A trained cell's record (``cli``: its model and data, trained for ``steps`` steps in ``trained`` seconds, by
-    its own fit or as a member of an ensemble of seeds, ``experiments.ensemble``): validated once per K in
-    ``spec["eval_samples"]`` (once if it draws nothing). At K = 1 a model that draws answers under each σ seed of
-    ``spec["eval_seeds"]`` (``LitLM.eval_seed``; the first, 0, is validation's own draws), and an answer counts as
-    its mean over them; each seed's answers are kept (``hits_by_eval_seed``). Larger K average K draws of the first
-    seed. Returns what goes in ``cells/<id>.json``."""
-    import lightning as L
-
-    from ..lit import DistanceAccuracy
+    its own fit or as a member of an ensemble of seeds, ``experiments.ensemble``): its answers by distance at each K
+    of ``spec["eval_samples"]`` under the σ seeds of ``spec["eval_seeds"]`` (``lit.items.score_recall``), and its
+    learning curve beyond SWA's field. Returns what goes in ``cells/<id>.json``."""
+    from ..lit.items import score_recall
 
     scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
-    accuracy = DistanceAccuracy(keep_items=True)
-    trainer = L.Trainer(accelerator=cli.trainer.accelerator, devices=1, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[accuracy])  # val/acc by distance, answer by answer
-    draws = model.net.variant.draws
     seeds = list(spec.get("eval_seeds") or [0])
-    scores = {}
-    for k in spec["eval_samples"] if draws else [1]:
-        model.hparams.eval_samples = k
-        runs = []
-        for eval_seed in seeds if draws and k == 1 else seeds[:1]:
-            model.eval_seed = eval_seed
-            metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
-            runs.append({"acc": metrics["val/acc"], "loss": metrics["val/loss"],
-                         "buckets": {name: metrics.get(f"val/acc@{name}", math.nan) for name in dm.bucket_names},
-                         # each answer in validation order, (distance, 1 if right): cells pair answer by answer
-                         "items": [[d, int(hit)] for d, hit in accuracy.items],
-                         # the log-probability of each right answer, in the same order: the continuous outcome
-                         "logps": [round(x, 5) for x in accuracy.logps]})
-        scores[k] = _mean_of_runs(runs)
-    model.eval_seed = 0
+    scores = score_recall(model, dm, cli.trainer.accelerator, spec["eval_samples"], seeds)
     receptive_field = cell["depth"] * (cell["window"] - 1)
     curve = learning_curve(Path(spec["fit_args"][spec["fit_args"].index("--trainer.default_root_dir") + 1]) / "tb",
-                           [name for name in dm.bucket_names if _bucket_bounds(name)[0] > receptive_field])
+                           far_buckets(dm.bucket_names, receptive_field))
     return {**cell, "seq_len": dm.seq_len, "receptive_field": receptive_field,
             "steps": steps, "train_seconds": round(trained, 1),
             "seconds": round(trained + time.perf_counter() - scoring, 1), "edges": dm.task.edges,
-            "eval_seeds": seeds if draws else seeds[:1], "scores": scores, "curve": curve}
+            "eval_seeds": seeds if model.net.variant.draws else seeds[:1], "scores": scores, "curve": curve}
 
 
-def learning_curve(log_dir: Path, far_buckets: list[str]) -> list[list[float]]:
-    """``[[step, accuracy beyond SWA's field], ...]`` from the validations during training (``val/acc@<bucket>``, the
-    mean over the buckets wholly beyond the field), every version of the cell's log merged by step: what
-    ``learned_step`` reads."""
-    by_step = scalars(log_dir, [f"val/acc@{name}" for name in far_buckets])
-    return [[step, round(sum(accs.values()) / len(accs), 4)] for step, accs in sorted(by_step.items())
-            if len(accs) == len(far_buckets)]
-
-
-def learned_step(result: dict, target: float = TARGET) -> int | None:
-    """The first validation step at which the cell's accuracy beyond SWA's field reached ``target``, or None."""
-    return next((step for step, acc in result.get("curve") or [] if acc >= target), None)
-
-
-def _mean_of_runs(runs: list[dict]) -> dict:
-    """One K's scores from its validations under several σ seeds: each number and each answer their mean (the
-    validation set, so the answers' distances, is the same in every run), each run's answers kept."""
-    if len(runs) == 1:
-        return runs[0]
-    mean = statistics.fmean
-    return {"acc": mean(r["acc"] for r in runs), "loss": mean(r["loss"] for r in runs),
-            "buckets": {name: mean(r["buckets"][name] for r in runs) for name in runs[0]["buckets"]},
-            "items": [[d, round(mean(r["items"][j][1] for r in runs), 6)]
-                      for j, (d, _) in enumerate(runs[0]["items"])],
-            "logps": [round(mean(values), 5) for values in zip(*(r.get("logps") or [] for r in runs))],
-            "hits_by_eval_seed": [[hit for _, hit in r["items"]] for r in runs]}
-
-
-# ---- summaries ------------------------------------------------------------------------------------
-def _bucket_bounds(name: str) -> tuple[int, int]:
-    lo, hi = name.split("-")
-    return int(lo), int(hi)
-
-
-def _beyond_from(result: dict) -> int | None:
-    """The shortest distance of the buckets lying wholly beyond SWA's receptive field L * (w - 1)."""
-    starts = [_bucket_bounds(name)[0] for name in next(iter(result["scores"].values()))["buckets"]]
-    beyond_rf = [lo for lo in starts if lo > result["receptive_field"]]
-    return min(beyond_rf) if beyond_rf else None
-
-
-def beyond_items(result: dict, k: int) -> list[int] | None:
-    """The answers (1 right, 0 wrong) whose key-query distance lies in a bucket wholly beyond SWA's receptive
-    field, in validation order; None for a cell saved without its answers."""
-    items = result["scores"][k].get("items")
-    start = _beyond_from(result)
-    if items is None or start is None:
-        return None
-    return [hit for distance, hit in items if distance >= start]
-
-
-def beyond_by_eval_seed(result: dict, k: int) -> list[float] | None:
-    """Accuracy beyond SWA's receptive field under each σ seed the cell was validated under at K (``score_cell``),
-    or None where it was validated once."""
-    score, start = result["scores"][k], _beyond_from(result)
-    runs = score.get("hits_by_eval_seed")
-    if not runs or len(runs) < 2 or start is None or not score.get("items"):
-        return None
-    far = [j for j, (distance, _) in enumerate(score["items"]) if distance >= start]
-    return [sum(hits[j] for j in far) / len(far) for hits in runs] if far else None
-
-
-def sigma_sd(result: dict, k: int) -> float | None:
-    """The σ seeds' spread: the standard deviation of the cell's accuracy beyond SWA's field at K over the evaluation
-    σ seeds it was validated under; None where it was validated once."""
-    per_seed = beyond_by_eval_seed(result, k)
-    return None if per_seed is None else statistics.stdev(per_seed)
-
-
-def beyond(result: dict, k: int) -> float:
-    """Accuracy beyond SWA's receptive field L * (w - 1): the share of right answers over the buckets lying
-    wholly beyond it (a cell saved without its answers: the mean of those buckets' accuracies)."""
-    items = beyond_items(result, k)
-    if items:
-        return sum(items) / len(items)
-    accs = [a for name, a in result["scores"][k]["buckets"].items()
-            if _bucket_bounds(name)[0] > result["receptive_field"] and not math.isnan(a)]
-    return sum(accs) / len(accs) if accs else math.nan
-
-
-def beyond_interval(result: dict, k: int):
-    """``beyond`` with its 95% interval (``utils.stats.bootstrap_mean`` over the answers), or None."""
-    from ..utils.stats import bootstrap_mean, derived_seed
-
-    items = beyond_items(result, k)
-    seed = derived_seed(0, *(result[key] for key in ("task", "variant", "depth", "window", "seed")), k)
-    return bootstrap_mean(items, seed=seed) if items and len(items) > 1 else None
-
-
+# ---- the views: a table of every cell, the reach of each mask, accuracy by distance ------------------
 def rows(results: list[dict]) -> list[dict]:
     """One flat row per (cell, K) for ``results.csv``."""
     out = []
@@ -329,16 +217,6 @@ def learned_line(section: trained.Section) -> str:
                         for r in section.summaries if r["setting"][3] == first) + ".")
 
 
-def beyond_logps(result: dict, k: int) -> list[float] | None:
-    """The log-probability of each answer beyond SWA's field at K (``beyond_items``' answers), or None for a cell
-    saved without them."""
-    score, start = result["scores"][k], _beyond_from(result)
-    logps, items = score.get("logps"), score.get("items")
-    if not logps or not items or len(logps) != len(items) or start is None:
-        return None
-    return [lp for (distance, _), lp in zip(items, logps) if distance >= start]
-
-
 def answers(results: list[dict], k: int, outcome: str) -> dict[tuple, "trained.Units"]:
     """Per setting (task, L, w): each variant's items beyond SWA's field at K (B's at 1 where it draws nothing),
     per training seed, for ``outcome`` (``acc``: 1 right, 0 wrong; ``logp``). A seed's variants share their
@@ -412,7 +290,7 @@ def plot(results: list[dict], path: Path) -> None:
                 continue
             series.append({"label": spec.label + (f" (K={k})" if k > 1 else ""), "color": spec.color,
                            "marker": spec.marker, "reference": not spec.sparse, "dotted": k > 1,
-                           "x": [sum(_bucket_bounds(b)) / 2 for b in buckets],
+                           "x": [sum(bucket_bounds(b)) / 2 for b in buckets],
                            "per_seed": [[r["scores"][k]["buckets"].get(b, math.nan) for b in buckets] for r in cells_]})
         fewest, most = min(len(c) for c in by_arm.values()), max(len(c) for c in by_arm.values())
         seeds = f"{most} training seed{'s' * (most > 1)}" if fewest == most else f"{fewest}–{most} training seeds"
@@ -443,6 +321,9 @@ class LongRange(TrainedExperiment):
              *(Flag(key, f"override the config's {key}", str if key in ("tasks", "variants") else int)
                for key in GRID_KEYS))
     required = GRID_KEYS
+    grid = (("task", "tasks"), ("variant", "variants"), ("depth", "depths"), ("window", "windows"))
+    swaps = {"model.arch.attention.variant": "variant", "model.arch.n_layer": "depth",
+             "model.arch.attention.window": "window", "seed_everything": "seed"}
     outcomes = OUTCOMES
     setting = SETTING
     thresholds = {"acc": (TARGET, "seeds that learned")}
@@ -457,50 +338,17 @@ class LongRange(TrainedExperiment):
         return spec.color, spec.marker, spec.label
 
     def check(self, cfg, given):
-        """Beside the shared checks: K, depths and windows; ``seeds_by_variant`` narrowed by ``--variants`` and
-        ``--seeds``; each windowed variant's window; each task's fit config."""
-        from ..attention import AttentionSpec
-
-        super().check(cfg, given)
+        """Beside the shared checks (``TrainedExperiment.check``: the seeds, each cell's fit config and window): K,
+        depths and windows."""
         cfg.eval_samples = cfg.eval_samples or [1]
         for key, values in (("eval_samples", cfg.eval_samples), ("depths", cfg.depths), ("windows", cfg.windows)):
             bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool) or v < 1]
             if bad:
                 raise ValueError(f"{key} must be integers >= 1, got {bad[0]!r} in {values!r}; nothing was trained.")
-        own = cfg.seeds_by_variant or {}
-        if given.get("variants"):  # --variants narrows the grid: a preset's seeds for the others no longer apply
-            own = {v: s for v, s in own.items() if v in cfg.variants}
-        if given.get("seeds"):  # and --seeds narrows every variant's seeds, those of seeds_by_variant too
-            own = {v: [s for s in seeds if s in cfg.seeds] for v, seeds in own.items()}
-        unknown = sorted(set(own) - set(cfg.variants))
-        if unknown:
-            raise ValueError(f"seeds_by_variant names {', '.join(unknown)}, not among the variants {cfg.variants!r}; "
-                             "nothing was trained.")
-        cfg.seeds_by_variant = {v: runner.unique_seeds(seeds, f"seeds_by_variant.{v}") for v, seeds in own.items()}
-        for variant in cfg.variants:
-            for window in cfg.windows if get_variant(variant).windowed else ():
-                AttentionSpec(variant, window)  # a window below a control's least (3), before any cell trains
-        for task in cfg.tasks:
-            if not Path(cfg.fit_config.format(task=task)).is_file():
-                raise ValueError(f"task {task!r} has no fit config {cfg.fit_config.format(task=task)!r}; nothing "
-                                 "was trained.")
-
-    def cells(self, cfg):
-        """Every (task, variant, depth, window, seed), seed by seed (a run stopped part-way holds whole seeds of
-        every arm, which pair); a variant in ``seeds_by_variant`` takes its own seeds."""
-        own = cfg.seeds_by_variant or {}
-        grid = [dict(task=t, variant=v, depth=int(d), window=int(w), seed=int(s))
-                for t, v, d, w in product(cfg.tasks, cfg.variants, cfg.depths, cfg.windows)
-                for s in own.get(v, cfg.seeds)]
-        return sorted(grid, key=lambda c: c["seed"])  # stable: the grid's order within a seed
+        super().check(cfg, given)
 
     def cell_id(self, cell):
         return f"{cell['task']}_{cell['variant']}_L{cell['depth']}_w{cell['window']}_s{cell['seed']}"
-
-    def fit_swaps(self, cell, cfg):
-        return cfg.fit_config.format(task=cell["task"]), {
-            "model.arch.attention.variant": cell["variant"], "model.arch.n_layer": cell["depth"],
-            "model.arch.attention.window": cell["window"], "seed_everything": cell["seed"]}
 
     def scoring(self, cell, cfg):
         return {"eval_samples": sorted(set(cfg.eval_samples)), "eval_seeds": self.eval_seeds(cell["variant"], cfg)}

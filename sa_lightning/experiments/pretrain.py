@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from itertools import product
 
 import numpy as np
 
@@ -75,50 +74,16 @@ def parse_model(name: str) -> tuple[str, int | None]:
     get_variant(variant)
     if sep and (not window.isdigit() or int(window) < 1):
         raise ValueError(f"a model is <variant>@<window>, the window an integer >= 1, got {name!r}.")
-    if sep:
-        from ..attention import AttentionSpec
-
-        AttentionSpec(variant, int(window))  # a window below a control's least (3), before any cell trains
     return variant, int(window) if sep else None
 
 
 # ---- one cell --------------------------------------------------------------------------------------
-def validation_items(model, dm, eval_seed: int = 0) -> dict[str, list[float]]:
-    """Each validation block's mean NLL per token, in the validation order (``val_ppl``); where the data planted
-    repeats (``data.repeats``), the text's tokens there and the copies' apart: their NLL (``repeat_nll``) and the
-    share of them the model's top guess gets right (``repeat_acc``, the accuracy of recall). SA draws σ as
-    validation does, from streams of its own for each ``eval_seed`` (0: validation's)."""
-    import torch
-    import torch.nn.functional as F
-
-    from ..data.repeats import text_targets
-
-    model.eval()
-    model.eval_seed = eval_seed
-    text, repeats, hits = [], [], []
-    with torch.no_grad():
-        for i, batch in enumerate(dm.val_dataloader()):
-            inputs, targets = model.targets_of(batch)
-            scores = model.eval_scores(inputs, model.val_stream(i)).float()
-            nll = F.cross_entropy(scores.flatten(0, 1), targets.flatten(), reduction="none", ignore_index=-100)
-            nll = nll.view(targets.shape)
-            copy = batch["repeat"] if isinstance(batch, dict) and "repeat" in batch else None
-            if copy is None:
-                text += nll.mean(dim=1).tolist()
-                continue
-            plain = text_targets(batch)
-            text += ((nll * plain).sum(dim=1) / plain.sum(dim=1)).tolist()
-            repeats += ((nll * copy).sum(dim=1) / copy.sum(dim=1)).tolist()
-            right = (scores.argmax(dim=-1) == targets) & copy
-            hits += (right.sum(dim=1) / copy.sum(dim=1)).tolist()
-    return {"val_ppl": text, **({"repeat_nll": repeats, "repeat_acc": hits} if repeats else {})}
-
-
 def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
     """A trained cell's record, scored item by item (``cli``: its model and data, trained for ``steps`` steps in
     ``trained`` seconds, by its own fit or as a member of an ensemble of seeds, ``experiments.ensemble``)."""
     from ..eval.harness import run_tasks_with_items
     from ..eval.lm import SALM
+    from ..lit.items import validation_items
 
     scoring = time.perf_counter()
     model, dm = cli.model, cli.datamodule
@@ -153,30 +118,6 @@ def sigma_sd(results: list[dict], model: str, column: str) -> float | None:
            for r in results if r["model"] == model and len(r.get("scores_by_eval_seed") or []) > 1
            and all(column in s for s in r["scores_by_eval_seed"])]
     return float(np.mean(sds)) if sds else None
-
-
-def units(results: list[dict], column: str) -> dict[tuple, "trained.Units"]:
-    """The run's one setting: {model: {training seed: items}} on ``column``, every run cut to the items all scored
-    (one ``seed_everything`` gives a seed's models the same initialisation and data order, so they pair seed by
-    seed); none where no cell scored ``column``."""
-    runs = [r for r in results if column in r["scores"]]
-    width = min((len(r["scores"][column]) for r in runs), default=0)
-    out: dict[str, dict[int, list[float]]] = {}
-    for r in sorted(runs, key=lambda r: r["seed"]):
-        out.setdefault(r["model"], {})[r["seed"]] = list(r["scores"][column][:width])
-    return {(): out} if out else {}
-
-
-def unpaired(results: list[dict], comparisons: list[dict]) -> list[str]:
-    """The configured comparisons this run cannot make: a model it leaves out, or no seed that trained both."""
-    seeds = {m: {r["seed"] for r in results if r["model"] == m} for m in {r["model"] for r in results}}
-    out = []
-    for c in comparisons:
-        if not {c["a"], c["b"]} <= set(seeds):
-            out.append(f"{label(c['a'])} − {label(c['b'])}")
-        elif not seeds[c["a"]] & seeds[c["b"]]:
-            out.append(f"{label(c['a'])} − {label(c['b'])} (no training seed trained both)")
-    return out
 
 
 def label(model: str) -> str:
@@ -224,23 +165,6 @@ def table(parts: list[trained.Section], cfg: PretrainConfig, results: list[dict]
                               "over its training seeds (σ):", "", *spread]) + "\n"
 
 
-def csv_rows(parts: list[trained.Section], results: list[dict]) -> list[dict]:
-    """``results.csv``: one row per (model, outcome), the numbers as they print (a perplexity for validation)."""
-    out = []
-    eval_seeds_of = eval_seed_counts(results)
-    for part in parts:
-        o = part.outcome
-        for r in part.summaries:
-            out.append({"model": r["arm"], "outcome": o.key, "mean": o.value(r["mean"]),
-                        "lo": None if r.get("lo") is None else o.value(r["lo"]),
-                        "hi": None if r.get("hi") is None else o.value(r["hi"]), "form": r.get("form"),
-                        "seeds": r["seeds"], "items_all_seeds": r.get("items"),
-                        "per_seed": " ".join(f"{o.value(v):.6g}" for v in r["per_seed"].values()),
-                        "seed_sd": trained.seed_sd(r, o), "sigma_sd": sigma_sd(results, r["arm"], o.key),
-                        "eval_seeds": eval_seeds_of.get(r["arm"], 1)})
-    return out
-
-
 # ---- the experiment -------------------------------------------------------------------------------
 def line(result: dict) -> str:
     s = result["scores"]
@@ -259,6 +183,7 @@ class Pretrain(TrainedExperiment):
              Flag("seeds", "override the config's training seeds", int),
              Flag("limit", "override the config's documents per offline task", int, None))
     required = GRID_KEYS
+    grid, arm = (("model", "models"),), "model"
     outcomes = OUTCOMES
     thresholds = {"repeat_nll": (COPIED, f"seeds that copy (≤ {COPIED:g} nat)")}
     line = staticmethod(line)
@@ -273,9 +198,6 @@ class Pretrain(TrainedExperiment):
         for name in cfg.models:
             parse_model(name)
 
-    def cells(self, cfg):
-        return [dict(model=m, seed=int(s)) for m, s in product(cfg.models, cfg.seeds)]
-
     def cell_id(self, cell):
         return f"{cell['model'].replace('@', '_w')}_s{cell['seed']}"
 
@@ -288,9 +210,6 @@ class Pretrain(TrainedExperiment):
 
     def scoring(self, cell, cfg):
         return {"limit": cfg.limit, "eval_seeds": self.eval_seeds(cell["model"], cfg)}
-
-    def units(self, records, outcome):
-        return units(records, outcome.key)
 
     def control(self, records):
         """Full attention against SWA at B's window (or A's): the headroom without which no long-range model can
@@ -305,15 +224,17 @@ class Pretrain(TrainedExperiment):
 
     def report(self, cfg, records, out):
         parts = self.sections(records, cfg.comparisons, cfg.margins, cfg.models)
-        missing = unpaired(records, cfg.comparisons or [])
+        missing = self.unpaired(records, cfg.comparisons or [])
         preface = ("A − B on the same items (validation blocks: NLL per token in nats, lower is better; tasks: "
                    "points), paired by training seed. ")
         compare = self.compare_lines(parts, cfg.margins, cfg.preregistered, preface=preface) + (
             [f"Not compared (a model this run leaves out): {', '.join(missing)}."] if missing else [])
         steps = (cfg.fit_overrides or {}).get("trainer.max_steps", "the fit config's")
+        seeds = eval_seed_counts(records)
         title = f"{steps} steps, training seeds {cfg.seeds}, {cfg.limit or 'all'} documents per task"
         return Report(table=table(parts, cfg, records), compare="\n".join(compare) + "\n",
-                      comparisons=[r for part in parts for r in part.comparisons], rows=csv_rows(parts, records),
+                      comparisons=[r for part in parts for r in part.comparisons], rows=self.summary_rows(parts, {
+                          "sigma_sd": lambda m, o: sigma_sd(records, m, o.key), "eval_seeds": lambda m, o: seeds.get(m, 1)}),
                       figures={"table1.png": lambda path: self.seeds_figure(parts, path, lambda _, o: o.name, title)})
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +22,9 @@ from ..attention.variants import FULL, SWA
 from ..utils import runner, trained
 from ..utils.quiet import quiet_lightning
 from .base import Experiment
+
+#: the ``fit`` arguments that name a cell's variant and window
+VARIANT_KEY, WINDOW_KEY = "model.arch.attention.variant", "model.arch.attention.window"
 
 
 @dataclass(kw_only=True)
@@ -54,6 +58,14 @@ class TrainedExperiment(Experiment):
     the config has ``fit_config`` and ``fit_overrides`` (``--set KEY=VALUE``, repeatable, adds to them)."""
 
     announce = True
+    #: the grid: (a cell's field, the config's list it runs over) in the cells' order; every cell trains once per
+    #: training seed (``seeds``, or its arm's own in ``seeds_by_variant`` where the config has that field)
+    grid: tuple[tuple[str, str], ...] = ()
+    #: the cell's field that names its arm (a comparison's a or b)
+    arm: str = "variant"
+    #: the ``fit`` arguments a cell swaps into ``fit_config`` (``{task}`` filled in), each from one of its fields,
+    #: in the fit line's order (``{"model.arch.n_layer": "depth"}``)
+    swaps: dict[str, str] = {}
     #: what a cell is scored on (``utils.trained.Outcome``), in the report's order; a margin names one's key
     outcomes: tuple = ()
     #: a setting's fields as the tables name them (``task, L, w, K``); none where a run is one setting
@@ -82,6 +94,8 @@ class TrainedExperiment(Experiment):
         """The settings every trained experiment has, before the first cell trains (a bad one found after hours
         of training would waste them): the ensemble's size, the seeds (each once), the comparisons' arms and the
         margins' outcomes."""
+        if hasattr(cfg, "seeds_by_variant"):
+            cfg.seeds_by_variant = self.own_seeds(cfg, cfg.seeds_by_variant or {}, given)
         if cfg.ensemble is not None and cfg.ensemble < 1:
             raise ValueError(f"ensemble must be >= 1 (seeds trained as one model), got {cfg.ensemble}; nothing was "
                              "trained.")
@@ -97,11 +111,75 @@ class TrainedExperiment(Experiment):
                                                 or not v > 0 for k, v in margins.items()):
             raise ValueError(f"margins maps an outcome ({', '.join(keys)}) to an equivalence margin > 0 in its unit, "
                              f"got {margins!r}; nothing was trained.")
+        self.check_cells(cfg)
+
+    def own_seeds(self, cfg, own: dict, given: dict) -> dict[str, list[int]]:
+        """``seeds_by_variant`` as this run trains it: narrowed by the command line's arms (a preset's seeds for the
+        arms it leaves out no longer apply) and by its ``--seeds`` (every arm's seeds); each arm among the grid's."""
+        arms = getattr(cfg, dict(self.grid)[self.arm])
+        if given.get(dict(self.grid)[self.arm]):
+            own = {arm: seeds for arm, seeds in own.items() if arm in arms}
+        if given.get("seeds"):
+            own = {arm: [s for s in seeds if s in cfg.seeds] for arm, seeds in own.items()}
+        unknown = sorted(set(own) - set(arms))
+        if unknown:
+            raise ValueError(f"seeds_by_variant names {', '.join(unknown)}, not among the variants {arms!r}; "
+                             "nothing was trained.")
+        return {arm: runner.unique_seeds(seeds, f"seeds_by_variant.{arm}") for arm, seeds in own.items()}
+
+    def check_cells(self, cfg) -> None:
+        """Every cell's fit, before the first trains: its config is a file, and its window suits its variant (a
+        control's least is 3)."""
+        from ..attention import AttentionSpec
+
+        for config, swaps in {self.cell_id(c): self.fit_swaps(c, cfg) for c in self.cells(cfg)}.values():
+            if not Path(config).is_file():
+                raise ValueError(f"the fit config {config!r} is not a file; nothing was trained.")
+            variant, window = swaps.get(VARIANT_KEY), swaps.get(WINDOW_KEY)
+            if variant is not None and window is not None and get_variant(variant).windowed:
+                AttentionSpec(variant, int(window))
 
     # ---- the report over training seeds (``utils.trained``) -------------------------------------------
     def units(self, records: list[dict], outcome: trained.Outcome) -> dict[tuple, trained.Units]:
-        """Per setting (a tuple of ``setting``'s fields), each arm's items on ``outcome`` per training seed."""
-        raise NotImplementedError
+        """Per setting (a tuple of ``setting``'s fields), each arm's items on ``outcome`` per training seed. Here a
+        run is one setting: ``{arm: {training seed: scores[outcome]}}``, every run cut to the items all scored (one
+        ``seed_everything`` gives a seed's models the same initialisation and data order, so they pair seed by
+        seed); none where no cell scored the outcome."""
+        runs = [r for r in records if outcome.key in r["scores"]]
+        width = min((len(r["scores"][outcome.key]) for r in runs), default=0)
+        out: dict[str, dict[int, list[float]]] = {}
+        for r in sorted(runs, key=lambda r: r["seed"]):
+            out.setdefault(r[self.arm], {})[r["seed"]] = list(r["scores"][outcome.key][:width])
+        return {(): out} if out else {}
+
+    def unpaired(self, records: list[dict], comparisons: list[dict]) -> list[str]:
+        """The configured comparisons this run cannot make: an arm it leaves out, or no seed that trained both."""
+        seeds: dict[str, set] = {}
+        for r in records:
+            seeds.setdefault(r[self.arm], set()).add(r["seed"])
+        out = []
+        for c in comparisons:
+            if not {c["a"], c["b"]} <= set(seeds):
+                out.append(f"{self.label(c['a'])} − {self.label(c['b'])}")
+            elif not seeds[c["a"]] & seeds[c["b"]]:
+                out.append(f"{self.label(c['a'])} − {self.label(c['b'])} (no training seed trained both)")
+        return out
+
+    def summary_rows(self, sections: list[trained.Section], extra: dict[str, Callable] | None = None) -> list[dict]:
+        """``results.csv``: one row per (arm, outcome), the numbers as they print (a perplexity, say), then the
+        ``extra`` columns, each ``f(arm, outcome)``."""
+        out = []
+        for section in sections:
+            o = section.outcome
+            for r in section.summaries:
+                out.append({self.arm: r["arm"], "outcome": o.key, "mean": o.value(r["mean"]),
+                            "lo": None if r.get("lo") is None else o.value(r["lo"]),
+                            "hi": None if r.get("hi") is None else o.value(r["hi"]), "form": r.get("form"),
+                            "seeds": r["seeds"], "items_all_seeds": r.get("items"),
+                            "per_seed": " ".join(f"{o.value(v):.6g}" for v in r["per_seed"].values()),
+                            "seed_sd": trained.seed_sd(r, o),
+                            **{name: f(r["arm"], o) for name, f in (extra or {}).items()}})
+        return out
 
     def control(self, records: list[dict]):
         """The positive control whose headroom each comparison carries (``utils.trained.comparisons``)."""
@@ -172,9 +250,21 @@ class TrainedExperiment(Experiment):
             cfg.fit_overrides = {**(cfg.fit_overrides or {}), key: value}
         return cfg
 
+    def seeds_of(self, cfg, arm: str) -> list[int]:
+        """An arm's training seeds: its own in ``seeds_by_variant``, else ``seeds``."""
+        return (getattr(cfg, "seeds_by_variant", None) or {}).get(arm, cfg.seeds)
+
+    def cells(self, cfg) -> list[dict]:
+        """Every point of the grid once per training seed, seed by seed (a run stopped part-way holds whole seeds of
+        every arm, which pair)."""
+        fields = [field for field, _ in self.grid]
+        points = [dict(zip(fields, values)) for values in product(*(getattr(cfg, key) for _, key in self.grid))]
+        cells = [{**point, "seed": int(seed)} for point in points for seed in self.seeds_of(cfg, point[self.arm])]
+        return sorted(cells, key=lambda c: c["seed"])  # stable: the grid's order within a seed
+
     def fit_swaps(self, cell, cfg) -> tuple[str, dict]:
         """The ``fit`` config a cell trains and what it swaps in (variant, window, seed, ...)."""
-        raise NotImplementedError
+        return cfg.fit_config.format(**cell), {key: cell[field] for key, field in self.swaps.items()}
 
     def fit_args(self, cell, cfg, folder: Path) -> list[str]:
         config, swaps = self.fit_swaps(cell, cfg)
