@@ -171,3 +171,32 @@ def test_a_quiet_cell_says_where_it_is_at_least_every_30_seconds(capsys, monkeyp
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["passkey_sa_L4_w16_s0: training at step 31 of 600, 31 s",
                      "passkey_sa_L4_w16_s0: validating at step 40 of 600, 62 s"]
+
+
+def test_both_studies_take_their_grid_seeds_and_fit_checks_from_one_shared_home(tmp_path, monkeypatch):
+    """The grid, the seeds by arm, the order of the cells and each cell's fit check are ``TrainedExperiment``'s: the
+    cells run seed by seed (a run stopped part-way holds whole seeds, which pair), a fit config that is not a file and
+    a window below a control's least are refused before any cell trains, in both studies."""
+    from sa_lightning.experiments import long_range, pretrain
+    from tests.helpers import ROOT
+
+    monkeypatch.chdir(ROOT)
+    cfg = pretrain.EXPERIMENT.load(pretrain.EXPERIMENT.config_file, None, {"models": ["full", "sa@32"],
+                                                                           "seeds": [0, 1]})
+    assert [(c["model"], c["seed"]) for c in pretrain.EXPERIMENT.cells(cfg)] == [
+        ("full", 0), ("sa@32", 0), ("full", 1), ("sa@32", 1)]
+    lr = long_range.EXPERIMENT
+    cfg = lr.load(lr.config_file, "quick", {"variants": ["full", "sa"], "seeds": [0, 1], "depths": [2],
+                                            "windows": [8], "tasks": ["passkey"], "seeds_by_variant": {"full": [0]}})
+    assert [(c["variant"], c["seed"]) for c in lr.cells(cfg)] == [("full", 0), ("sa", 0), ("sa", 1)]
+    assert lr.fit_swaps(lr.cells(cfg)[1], cfg) == ("configs/synthetic/passkey.yaml", {
+        "model.arch.attention.variant": "sa", "model.arch.n_layer": 2, "model.arch.attention.window": 8,
+        "seed_everything": 0})
+    for experiment, overrides in ((pretrain.EXPERIMENT, {"models": ["full"], "seeds": [0]}),
+                                  (lr, {"tasks": ["passkey"], "variants": ["sa"], "seeds": [0]})):
+        with pytest.raises(ValueError, match=r"the fit config '.*nowhere.yaml' is not a file; nothing was trained"):
+            experiment.load(experiment.config_file, "quick", {**overrides, "fit_config": str(tmp_path / "nowhere.yaml")})
+    with pytest.raises(ValueError, match="random needs a window >= 3"):
+        pretrain.EXPERIMENT.load(pretrain.EXPERIMENT.config_file, None, {"models": ["random@2"], "seeds": [0]})
+    with pytest.raises(ValueError, match="random needs a window >= 3"):
+        lr.load(lr.config_file, "quick", {"variants": ["random"], "windows": [2], "seeds": [0]})

@@ -140,9 +140,9 @@ def test_a_model_that_draws_is_scored_under_every_sigma_seed_and_its_spread_show
               "scores_by_eval_seed": [{"val_ppl": d, "shakespeare_lastword": [0.0], "shakespeare_choice": [100.0]}
                                       for d in draws]}
     want = float(np.std([math.exp(4.5), math.exp(4.7), math.exp(4.9)], ddof=1))
-    assert pretrain.sigma_sd([result], "sa@32", "val_ppl") == pytest.approx(want)
-    assert pretrain.sigma_sd([result], "sa@32", "shakespeare_lastword") == 0.0
-    assert pretrain.sigma_sd([_result("swa@32", 0, [4.0], [0.0], [0.0])], "swa@32", "val_ppl") is None
+    assert pretrain.EXPERIMENT.sigma_sd([result], "sa@32", "val_ppl") == pytest.approx(want)
+    assert pretrain.EXPERIMENT.sigma_sd([result], "sa@32", "shakespeare_lastword") == 0.0
+    assert pretrain.EXPERIMENT.sigma_sd([_result("swa@32", 0, [4.0], [0.0], [0.0])], "swa@32", "val_ppl") is None
 
 
 @pytest.mark.slow

@@ -2,8 +2,8 @@
 bootstrap interval, and compare.md pairs two variants answer by answer, worded from the interval."""
 import random
 
-from sa_lightning.eval.recall import beyond, beyond_interval
-from sa_lightning.experiments.long_range import compare, table
+from sa_lightning.eval.recall import beyond, beyond_interval, table
+from sa_lightning.experiments.long_range import compare
 
 BUCKETS = ["2-15", "16-31", "32-63", "64-127", "128-255"]
 

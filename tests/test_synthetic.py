@@ -354,7 +354,7 @@ def _fake_result(variant, depth, window, ks=(1,)):
 def test_study_figure_keeps_legend_and_receptive_field_label_off_the_curves(panels, tmp_path, monkeypatch):
     """The L·(w−1) label once sat under the curves and the legend over the SA+SWA line: the label now sits above
     each panel's plotting area and one legend below all panels, outside every axis."""
-    import sa_lightning.experiments.long_range as study
+    from sa_lightning.eval import recall
     from sa_lightning.utils import atomic
 
     figures = []
@@ -363,7 +363,7 @@ def test_study_figure_keeps_legend_and_receptive_field_label_off_the_curves(pane
                         lambda fig, path, **kw: (figures.append(fig), real_savefig(fig, path, **kw)))
     results = [_fake_result(v, d, w, (1, 16) if v in ("sa", "sa_swa") else (1,))
                for d, w in panels for v in ("full", "swa", "sa", "sa_swa")]
-    study.plot(results, tmp_path / "fig.png")
+    recall.plot(results, tmp_path / "fig.png")
     assert (tmp_path / "fig.png").stat().st_size > 1000
     (fig,) = figures
     from matplotlib.backends.backend_agg import FigureCanvasAgg

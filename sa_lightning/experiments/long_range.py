@@ -9,24 +9,23 @@ Each cell, one (task, variant, depth, window, training seed), trains the synthet
 averaged) and, at K = 1, once per evaluation σ seed for a model that draws. Every answer is kept as (key–query
 distance, right or not) with its log-probability, so accuracy past SWA's receptive field L·(w−1) pairs answer by
 answer and over training seeds. The report (``experiments.training``'s shared one, over training seeds, then each
-trained model alone): ``table.md`` (accuracy per distance bucket per cell), ``compare.md``/``compare.json``,
-``reach.md`` (the depth at which each variant passes 90% beyond the field, beside what its mask can reach),
-``accuracy_vs_distance.png`` and ``over_seeds.png``. Each preset writes its own folder (``out``).
+trained model alone): ``table.md`` (accuracy per distance bucket per cell, ``eval.recall``),
+``compare.md``/``compare.json``, ``reach.md`` (the depth at which each variant passes 90% beyond the field, beside
+what its mask can reach), ``accuracy_vs_distance.png`` and ``over_seeds.png``. Each preset writes its own folder (``out``).
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..analysis.mechanism import PATTERNED
-from ..attention import VARIANTS, get_variant, variant_names
+from ..attention import get_variant, variant_names
 from ..attention.variants import FULL, SWA
-from ..eval.recall import (TARGET, beyond, beyond_interval, beyond_items, beyond_logps, bucket_bounds, far_buckets,
-                           learned_step, learning_curve, sigma_sd)
+from ..eval.recall import (TARGET, answers, beyond, beyond_logps, far_buckets, learned_step, learning_curve, plot, rows,
+                           several_seeds, table)
 from ..utils import trained
-from ..utils.report import head, number, ranked_cells, row
+from ..utils.report import head, row
 from .base import Flag, Report
 from .base import main as run_experiment
 from .training import TrainedConfig, TrainedExperiment
@@ -85,81 +84,7 @@ def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
             "eval_seeds": seeds if model.net.variant.draws else seeds[:1], "scores": scores, "curve": curve}
 
 
-# ---- the views: a table of every cell, the reach of each mask, accuracy by distance ------------------
-def rows(results: list[dict]) -> list[dict]:
-    """One flat row per (cell, K) for ``results.csv``."""
-    out = []
-    for r in results:
-        for k, s in sorted(r["scores"].items()):
-            flat = {key: r[key] for key in ("task", "variant", "depth", "window", "seed", "seq_len", "receptive_field",
-                                            "steps", "train_seconds")}
-            ci = beyond_interval(r, k)
-            flat.update(eval_samples=k, acc=round(s["acc"], 4), acc_beyond_rf=round(beyond(r, k), 4),
-                        loss=round(s["loss"], 4))
-            sd = sigma_sd(r, k)
-            flat.update(acc_beyond_rf_sigma_sd=None if sd is None else round(sd, 4),
-                        eval_seeds=len(s.get("hits_by_eval_seed") or [None]))
-            flat.update(acc_beyond_rf_lo=None if ci is None else round(ci.lo, 4),
-                        acc_beyond_rf_hi=None if ci is None else round(ci.hi, 4),
-                        answers_beyond_rf=None if ci is None else ci.items)
-            flat.update({f"acc@{name}": round(a, 4) for name, a in s["buckets"].items()})
-            out.append(flat)
-    return out
-
-
-def several_seeds(results: list[dict]) -> bool:
-    """Whether the study trained more than one seed: then its tables name each row's seed."""
-    return len({r["seed"] for r in results}) > 1
-
-
-def table(results: list[dict]) -> str:
-    """Accuracy (%) per distance bucket; rows (task, L, w, variant, K); best **bold** per group and column."""
-    flat = rows(results)
-    if not flat:
-        return ""
-    buckets = [c for c in flat[0] if c.startswith("acc@")]
-    cols = ["acc", "acc_beyond_rf", *buckets]
-    seeded = several_seeds(results)
-    sigma = any(r["acc_beyond_rf_sigma_sd"] is not None for r in flat)
-    names = ["task", "L", "w", "L·(w−1)", "variant", *(["seed"] if seeded else []), "K", "all", "beyond L·(w−1)",
-             *(["σ SD"] if sigma else []), *(c[4:] for c in buckets)]
-    lines = head(names, ["---"] * (7 if seeded else 6) + ["---:"] * (len(names) - (7 if seeded else 6)))
-    groups: dict[tuple, list[dict]] = {}
-    for r in flat:
-        groups.setdefault((r["task"], r["depth"], r["window"]), []).append(r)
-    for (task, depth, window), group in groups.items():
-        marked = [ranked_cells([r[c] for r in group], [_percent(r, c) for r in group], top=1, rank_alone=True)
-                  for c in cols]
-        for i, r in enumerate(group):
-            sd = r["acc_beyond_rf_sigma_sd"]
-            spread = ["–" if sd is None else f"{100 * sd:.1f} ({r['eval_seeds']} σ)"] if sigma else []
-            lines.append(row([task, depth, window, r["receptive_field"], r["variant"], *([r["seed"]] if seeded else []),
-                              r["eval_samples"], marked[0][i], marked[1][i], *spread,
-                              *(column[i] for column in marked[2:])]))
-    if any(r.get("acc_beyond_rf_lo") is not None for r in flat):
-        lines += ["", TABLE_NOTE]
-    if sigma:
-        lines += ["", SIGMA_NOTE]
-    return "\n".join(lines) + "\n"
-
-
-def _percent(r: dict, col: str) -> str:
-    """A cell in %, beyond-RF accuracy with its 95% interval where the answers were kept."""
-    text = number(100 * r[col], ".1f")
-    if col == "acc_beyond_rf" and r.get("acc_beyond_rf_lo") is not None:
-        text += f" [{100 * r['acc_beyond_rf_lo']:.1f}, {100 * r['acc_beyond_rf_hi']:.1f}]"
-    return text
-
-
-SIGMA_NOTE = ("σ SD: the standard deviation, over the evaluation σ seeds (``eval_seeds``), of the accuracy "
-              "beyond L·(w−1) of a model that draws, validated at K = 1 once per seed; its row's numbers count each "
-              "answer as its mean over those seeds. Larger K average K draws of the first seed.")
-TABLE_NOTE = ("beyond L·(w−1): the share of right answers whose key–query distance lies in a bucket wholly beyond "
-              "SWA's receptive field, with its 95% interval (a percentile bootstrap over those answers, 2000 "
-              "resamples; one trained model, so it holds the validation set's noise, not the training seed's; at "
-              "K = 1 a model that draws counts each answer as its mean over the evaluation σ seeds).")
-
-
+# ---- the views beside the shared report: the comparisons, the reach of each mask -----------------------
 def scored_at(results: list[dict]):
     """``scored(task, L, w, variant, K)``: whether the variant was validated at K in that setting itself: K = 1
     always; a larger K only for a model that draws (the others stand in at K = 1 as the B side of a comparison,
@@ -217,25 +142,6 @@ def learned_line(section: trained.Section) -> str:
                         for r in section.summaries if r["setting"][3] == first) + ".")
 
 
-def answers(results: list[dict], k: int, outcome: str) -> dict[tuple, "trained.Units"]:
-    """Per setting (task, L, w): each variant's items beyond SWA's field at K (B's at 1 where it draws nothing),
-    per training seed, for ``outcome`` (``acc``: 1 right, 0 wrong; ``logp``). A seed's variants share their
-    validation answers (the data seed is the training seed); a cell validated on other answers is left out."""
-    out: dict[tuple, dict] = {}
-    reference: dict[tuple, list] = {}
-    for r in sorted(results, key=lambda r: (r["task"], r["depth"], r["window"], r["seed"], r["variant"])):
-        kk = k if k in r["scores"] else 1
-        if kk not in r["scores"] or not r["scores"][kk].get("items"):
-            continue
-        values = beyond_items(r, kk) if outcome == "acc" else beyond_logps(r, kk)
-        distances = [d for d, _ in r["scores"][kk]["items"]]
-        key = (r["task"], r["depth"], r["window"], r["seed"])
-        if values is None or not values or reference.setdefault(key, distances) != distances:
-            continue
-        out.setdefault(key[:3], {}).setdefault(r["variant"], {})[r["seed"]] = [float(v) for v in values]
-    return out
-
-
 def reach(results: list[dict]) -> str:
     """Per (task, variant, window): the first depth whose accuracy beyond L * (w - 1) reaches 90%, beside
     the coverage analysis's prediction for that depth (``cli.py analyze coverage``, causal convention) and the share
@@ -267,39 +173,6 @@ def reach(results: list[dict]) -> str:
             lines.append(row([task, variant, window, *([seed] if seeded else []), k,
                               first or f"not within {max(depths)}", acc_text, cov_text, reached]))
     return "\n".join(lines) + "\n"
-
-
-def plot(results: list[dict], path: Path) -> None:
-    """``accuracy_vs_distance.png``: one panel per (task, L, w), accuracy per distance bucket of each variant over
-    its training seeds (``utils.trained.profile``: the mean, its interval over the seeds, the series side by side),
-    full attention as the band under the rest, SWA's receptive field L·(w−1) as a dashed line, and each model that
-    draws averaged over its largest K permutations beside it (hollow, dotted)."""
-    order = sorted(VARIANTS, key=lambda v: (VARIANTS[v].sparse, variant_names().index(v)))  # the reference first
-    groups: dict[tuple, dict[tuple, list[dict]]] = {}
-    for r in results:
-        for k in r["scores"]:
-            groups.setdefault((r["task"], r["depth"], r["window"]), {}).setdefault((r["variant"], k), []).append(r)
-    panels = []
-    for (task, depth, window), by_arm in sorted(groups.items()):
-        series = []
-        largest = {v: max(k for vv, k in by_arm if vv == v) for v, _ in by_arm}
-        for (variant, k), cells_ in sorted(by_arm.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
-            spec = get_variant(variant)
-            buckets = list(cells_[0]["scores"][k]["buckets"])
-            if k > 1 and (not spec.sparse or k != largest[variant]):  # K = 1 and the largest K of each model
-                continue
-            series.append({"label": spec.label + (f" (K={k})" if k > 1 else ""), "color": spec.color,
-                           "marker": spec.marker, "reference": not spec.sparse, "dotted": k > 1,
-                           "x": [sum(bucket_bounds(b)) / 2 for b in buckets],
-                           "per_seed": [[r["scores"][k]["buckets"].get(b, math.nan) for b in buckets] for r in cells_]})
-        fewest, most = min(len(c) for c in by_arm.values()), max(len(c) for c in by_arm.values())
-        seeds = f"{most} training seed{'s' * (most > 1)}" if fewest == most else f"{fewest}–{most} training seeds"
-        rf = depth * (window - 1)
-        panels.append({"title": f"{task}, L={depth}, w={window}, {seeds}",
-                       "series": series, "lines": [(rf, f"SWA's field L·(w−1)={rf}")]})
-    sizes = sorted({(r["seq_len"], r.get("steps", "?")) for r in results}, key=str)
-    trained.profile(panels, path, "; ".join(f"n = {n}, {steps} training steps" for n, steps in sizes),
-                    xlabel="key–query distance", ylabel="accuracy", ylim=(-0.03, 1.05))
 
 
 # ---- the experiment -------------------------------------------------------------------------------

@@ -22,11 +22,10 @@ import numpy as np
 from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..utils import trained
-from ..utils.report import head, row
 from ..utils.stats import MIN_UNITS
 from .base import Flag, Report
 from .base import main as run_experiment
-from .training import TrainedConfig, TrainedExperiment
+from .training import TrainedConfig, TrainedExperiment, over_eval_seeds
 
 GRID_KEYS = ("models", "seeds")
 #: what each cell is scored on, in the table's order: the validation blocks' NLL (shown as a perplexity, its
@@ -97,59 +96,23 @@ def score_cell(cell: dict, spec: dict, cli, trained: float, steps: int) -> dict:
         for task, metric in TASK_METRICS.items():
             scores[task] = [100.0 * item["scores"][metric] for item in sorted(items[task], key=lambda r: r["doc_id"])]
         by_seed.append(scores)
-    mean = {column: [round(float(x), 5) for x in np.mean([s[column] for s in by_seed], axis=0)]
-            for column in by_seed[0]}
     return {**cell, "steps": steps, "train_seconds": round(trained, 1),
             "seconds": round(trained + time.perf_counter() - scoring, 1), "eval_seeds": list(spec["eval_seeds"]),
-            "scores": mean, "scores_by_eval_seed": by_seed}
+            **over_eval_seeds(by_seed)}
 
 
 # ---- the report: through utils.trained -------------------------------------------------------------
-def _score(values, column: str) -> float:
-    """A run's score on ``column`` as it prints: the perplexity of the mean NLL, or the mean."""
-    outcome = next(o for o in OUTCOMES if o.key == column)
-    return outcome.value(float(np.mean(values)))
-
-
-def sigma_sd(results: list[dict], model: str, column: str) -> float | None:
-    """σ's own noise: the SD over evaluation σ seeds of a trained model's score, averaged over its training seeds
-    (None for a model scored under one σ seed)."""
-    sds = [float(np.std([_score(s[column], column) for s in r["scores_by_eval_seed"]], ddof=1))
-           for r in results if r["model"] == model and len(r.get("scores_by_eval_seed") or []) > 1
-           and all(column in s for s in r["scores_by_eval_seed"])]
-    return float(np.mean(sds)) if sds else None
-
-
 def label(model: str) -> str:
     variant, window = parse_model(model)
     return variant_label(variant) + (f" (w={window})" if window else "")
-
-
-def eval_seed_counts(results: list[dict]) -> dict[str, int]:
-    """Each model's count of evaluation σ seeds (the most any of its cells was scored under)."""
-    out: dict[str, int] = {}
-    for r in results:
-        out[r["model"]] = max(out.get(r["model"], 1), len(r.get("eval_seeds") or [0]))
-    return out
 
 
 def table(parts: list[trained.Section], cfg: PretrainConfig, results: list[dict]) -> str:
     """``table.md``: Table 1's layout (a model a row, an outcome a column, mean [95% over training seeds]), then the
     spread of each score over training seeds and over evaluation σ seeds."""
     models = list(dict.fromkeys(r["arm"] for part in parts for r in part.summaries))
-    eval_seeds_of = eval_seed_counts(results)
+    eval_seeds_of = EXPERIMENT.eval_seed_counts(results)
     lines = trained.wide_table(parts, models, label=label, extra={"σ seeds": lambda m: eval_seeds_of.get(m, 1)})
-    by = {(part.outcome.key, r["arm"]): r for part in parts for r in part.summaries}
-
-    def sd(value, outcome) -> str:
-        return "–" if value is None else f"{value:{outcome.spec}}"
-
-    spread = head(["Model", *(f"{p.outcome.name}: {kind}" for p in parts for kind in ("training", "σ"))],
-                  ["---"] + ["---:"] * 2 * len(parts))
-    for m in models:
-        spread.append(row([label(m), *(cell for p in parts for cell in (
-            trained.shown_sd(by[(p.outcome.key, m)], p.outcome) if (p.outcome.key, m) in by else "–",
-            sd(sigma_sd(results, m, p.outcome.key), p.outcome)))]))
     seeds = cfg.eval_seeds or [0]
     note = (f"Each score is mean [95% interval] over the training seeds {cfg.seeds}: a t interval over each "
             f"seed's mean over the items (validation blocks, task documents), since a training seed moves every item "
@@ -160,9 +123,7 @@ def table(parts: list[trained.Section], cfg: PretrainConfig, results: list[dict]
             "text's own targets, neither the planted segments nor their copies). LW: last-word accuracy (%); MC: "
             "four-way choice acc_norm (%), chance 25%. NLL on the repeats: nats per token on the planted copies that "
             "only a look back over the gap predicts (``data.repeats``).")
-    return "\n".join(lines + ["", note, "", "Spread: the SD over training seeds of each trained model's score "
-                              "(training), and the SD over evaluation σ seeds of one trained model's score, averaged "
-                              "over its training seeds (σ):", "", *spread]) + "\n"
+    return "\n".join(lines + ["", note, "", *EXPERIMENT.spread_lines(parts, results, models)]) + "\n"
 
 
 # ---- the experiment -------------------------------------------------------------------------------
@@ -192,11 +153,6 @@ class Pretrain(TrainedExperiment):
 
     def variant(self, arm):
         return parse_model(arm)[0]
-
-    def check(self, cfg, given):
-        super().check(cfg, given)
-        for name in cfg.models:
-            parse_model(name)
 
     def cell_id(self, cell):
         return f"{cell['model'].replace('@', '_w')}_s{cell['seed']}"
@@ -230,11 +186,13 @@ class Pretrain(TrainedExperiment):
         compare = self.compare_lines(parts, cfg.margins, cfg.preregistered, preface=preface) + (
             [f"Not compared (a model this run leaves out): {', '.join(missing)}."] if missing else [])
         steps = (cfg.fit_overrides or {}).get("trainer.max_steps", "the fit config's")
-        seeds = eval_seed_counts(records)
         title = f"{steps} steps, training seeds {cfg.seeds}, {cfg.limit or 'all'} documents per task"
+        seeds = self.eval_seed_counts(records)
+        columns = {"sigma_sd": lambda m, o: self.sigma_sd(records, m, o.key),
+                   "eval_seeds": lambda m, o: seeds.get(m, 1)}
         return Report(table=table(parts, cfg, records), compare="\n".join(compare) + "\n",
-                      comparisons=[r for part in parts for r in part.comparisons], rows=self.summary_rows(parts, {
-                          "sigma_sd": lambda m, o: sigma_sd(records, m, o.key), "eval_seeds": lambda m, o: seeds.get(m, 1)}),
+                      comparisons=[r for part in parts for r in part.comparisons],
+                      rows=self.summary_rows(parts, columns),
                       figures={"table1.png": lambda path: self.seeds_figure(parts, path, lambda _, o: o.name, title)})
 
 

@@ -21,6 +21,7 @@ from ..attention import get_variant, sigma_seeds, variant_label
 from ..attention.variants import FULL, SWA
 from ..utils import runner, trained
 from ..utils.quiet import quiet_lightning
+from ..utils.report import head, row
 from .base import Experiment
 
 #: the ``fit`` arguments that name a cell's variant and window
@@ -201,6 +202,42 @@ class TrainedExperiment(Experiment):
                                           threshold=self.thresholds.get(outcome.key, (None, ""))[0]))
         return out
 
+    # ---- σ seeds: a model that draws is scored under each, an item counting as its mean over them ------------
+    def sigma_sd(self, records: list[dict], arm: str, key: str) -> float | None:
+        """σ's own noise: the SD over evaluation σ seeds of a trained model's score on outcome ``key`` (as it prints:
+        a perplexity, say), averaged over the arm's training seeds; None for an arm scored under one σ seed. Reads
+        records that keep each σ seed's items (``scores_by_eval_seed``, ``over_eval_seeds``)."""
+        import numpy as np
+
+        outcome = next(o for o in self.outcomes if o.key == key)
+        sds = [float(np.std([outcome.value(float(np.mean(s[key]))) for s in r["scores_by_eval_seed"]], ddof=1))
+               for r in records if r[self.arm] == arm and len(r.get("scores_by_eval_seed") or []) > 1
+               and all(key in s for s in r["scores_by_eval_seed"])]
+        return float(np.mean(sds)) if sds else None
+
+    def eval_seed_counts(self, records: list[dict]) -> dict[str, int]:
+        """Each arm's count of evaluation σ seeds (the most any of its cells was scored under)."""
+        out: dict[str, int] = {}
+        for r in records:
+            out[r[self.arm]] = max(out.get(r[self.arm], 1), len(r.get("eval_seeds") or [0]))
+        return out
+
+    def spread_lines(self, sections: list[trained.Section], records: list[dict], arms: list[str]) -> list[str]:
+        """The spread of each arm's score on each outcome: the SD over training seeds and the SD over σ seeds."""
+        by = {(s.outcome.key, r["arm"]): r for s in sections for r in s.summaries}
+        lines = ["Spread: the SD over training seeds of each trained model's score (training), and the SD over "
+                 "evaluation σ seeds of one trained model's score, averaged over its training seeds (σ):", "",
+                 *head(["Model", *(f"{s.outcome.name}: {kind}" for s in sections for kind in ("training", "σ"))],
+                       ["---"] + ["---:"] * 2 * len(sections))]
+        for arm in arms:
+            cells = []
+            for s in sections:
+                sigma = self.sigma_sd(records, arm, s.outcome.key)
+                cells += [trained.shown_sd(by[(s.outcome.key, arm)], s.outcome) if (s.outcome.key, arm) in by
+                          else "–", "–" if sigma is None else f"{sigma:{s.outcome.spec}}"]
+            lines.append(row([self.label(arm), *cells]))
+        return lines
+
     def compare_lines(self, sections: list[trained.Section], margins: dict | None = None,
                       preregistered: str | None = None, notes: dict[str, str] | None = None,
                       preface: str = "") -> list[str]:
@@ -332,6 +369,15 @@ class TrainedExperiment(Experiment):
         datasets'): several workers' bars share the terminal with the runner's lines, which they would cut into."""
         os.environ["TQDM_DISABLE"] = "1"
         quiet_lightning("fit")
+
+
+def over_eval_seeds(by_seed: list[dict[str, list[float]]]) -> dict:
+    """A record's scores from its scoring under each σ seed (``{outcome: items}`` per seed, the same items in each):
+    each item its mean over the seeds (``scores``), each seed's kept (``scores_by_eval_seed``)."""
+    import numpy as np
+
+    mean = {key: [round(float(x), 5) for x in np.mean([s[key] for s in by_seed], axis=0)] for key in by_seed[0]}
+    return {"scores": mean, "scores_by_eval_seed": by_seed}
 
 
 def fit_args(config: str, swaps: dict, overrides: dict | None, folder: Path) -> list[str]:
