@@ -195,7 +195,8 @@ def test_both_studies_take_their_grid_seeds_and_fit_checks_from_one_shared_home(
     for experiment, overrides in ((pretrain.EXPERIMENT, {"models": ["full"], "seeds": [0]}),
                                   (lr, {"tasks": ["passkey"], "variants": ["sa"], "seeds": [0]})):
         with pytest.raises(ValueError, match=r"the fit config '.*nowhere.yaml' is not a file; nothing was trained"):
-            experiment.load(experiment.config_file, "quick", {**overrides, "fit_config": str(tmp_path / "nowhere.yaml")})
+            experiment.load(experiment.config_file, "quick",
+                            {**overrides, "fit_config": str(tmp_path / "nowhere.yaml")})
     with pytest.raises(ValueError, match="random needs a window >= 3"):
         pretrain.EXPERIMENT.load(pretrain.EXPERIMENT.config_file, None, {"models": ["random@2"], "seeds": [0]})
     with pytest.raises(ValueError, match="random needs a window >= 3"):

@@ -11,7 +11,8 @@ distance, right or not) with its log-probability, so accuracy past SWA's recepti
 answer and over training seeds. The report (``experiments.training``'s shared one, over training seeds, then each
 trained model alone): ``table.md`` (accuracy per distance bucket per cell, ``eval.recall``),
 ``compare.md``/``compare.json``, ``reach.md`` (the depth at which each variant passes 90% beyond the field, beside
-what its mask can reach), ``accuracy_vs_distance.png`` and ``over_seeds.png``. Each preset writes its own folder (``out``).
+what its mask can reach), ``accuracy_vs_distance.png`` and ``over_seeds.png``. Each preset writes its own folder
+(``out``).
 """
 from __future__ import annotations
 
