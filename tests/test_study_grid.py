@@ -201,3 +201,11 @@ def test_both_studies_take_their_grid_seeds_and_fit_checks_from_one_shared_home(
         pretrain.EXPERIMENT.load(pretrain.EXPERIMENT.config_file, None, {"models": ["random@2"], "seeds": [0]})
     with pytest.raises(ValueError, match="random needs a window >= 3"):
         lr.load(lr.config_file, "quick", {"variants": ["random"], "windows": [2], "seeds": [0]})
+    with pytest.raises(ValueError, match="random needs a window >= 3"):  # an arm without seeds is checked too
+        lr.load(lr.config_file, "quick", {"variants": ["random", "full"], "windows": [2], "seeds": [0],
+                                          "seeds_by_variant": {"random": []}})
+    with pytest.raises(ValueError, match="random needs a window >= 3"):  # and a comparison's arm the run leaves out
+        pretrain.EXPERIMENT.load(pretrain.EXPERIMENT.config_file, None, {
+            "models": ["full"], "seeds": [0], "comparisons": [{"a": "random@2", "b": "full"}]})
+    with pytest.raises(ValueError, match="windows must be integers >= 1"):  # the grid's own check before any fit's
+        lr.load(lr.config_file, "quick", {"windows": [0], "fit_config": str(tmp_path / "nowhere.yaml")})

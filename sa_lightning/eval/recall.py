@@ -147,7 +147,7 @@ def answers(records: list[dict], k: int, outcome: str) -> dict[tuple, dict]:
 
 
 def rows(records: list[dict]) -> list[dict]:
-    """One flat row per (cell, K) for ``records.csv``."""
+    """One flat row per (cell, K) for ``results.csv``."""
     out = []
     for r in records:
         for k, s in sorted(r["scores"].items()):

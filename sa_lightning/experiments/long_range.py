@@ -94,7 +94,7 @@ def scored_at(results: list[dict]):
     return lambda task, depth, window, variant, k: k == 1 or (task, depth, window, variant, k) in validated
 
 
-def unpaired(results: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
+def unpaired_answers(results: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
     """The configured comparisons whose two cells of one seed both trained but cannot be paired at K = 1 (an answer
     list missing, or other answers)."""
     paired, by = answers(results, 1, "acc"), {(r["task"], r["depth"], r["window"], r["seed"], r["variant"])
@@ -126,7 +126,7 @@ def compare(results: list[dict], comparisons: list[dict], margins: dict | None =
     alone_lines = trained.within_seed_table(alone, accuracy, list(SETTING)) + [
         "", trained.WITHIN_NOTE + " Here the items are the validation answers beyond SWA's receptive field L·(w−1), "
         "each answer of a model that draws counted as its mean over the evaluation σ seeds at K = 1."]
-    missing = unpaired(results, pairs)
+    missing = unpaired_answers(results, pairs)
     if missing:
         alone_lines += ["", "Not compared (a cell saved without its answers, or validated on other data; run it "
                         "again): " + "; ".join(missing) + "."]
@@ -211,15 +211,13 @@ class LongRange(TrainedExperiment):
         spec = get_variant(arm)
         return spec.color, spec.marker, spec.label
 
-    def check(self, cfg, given):
-        """Beside the shared checks (``TrainedExperiment.check``: the seeds, each cell's fit config and window): K,
-        depths and windows."""
+    def check_grid(self, cfg):
+        """Beside the shared checks (``TrainedExperiment.check``): K, depths and windows, before each cell's fit."""
         cfg.eval_samples = cfg.eval_samples or [1]
         for key, values in (("eval_samples", cfg.eval_samples), ("depths", cfg.depths), ("windows", cfg.windows)):
             bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool) or v < 1]
             if bad:
                 raise ValueError(f"{key} must be integers >= 1, got {bad[0]!r} in {values!r}; nothing was trained.")
-        super().check(cfg, given)
 
     def cell_id(self, cell):
         return f"{cell['task']}_{cell['variant']}_L{cell['depth']}_w{cell['window']}_s{cell['seed']}"

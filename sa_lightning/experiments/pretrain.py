@@ -73,6 +73,10 @@ def parse_model(name: str) -> tuple[str, int | None]:
     get_variant(variant)
     if sep and (not window.isdigit() or int(window) < 1):
         raise ValueError(f"a model is <variant>@<window>, the window an integer >= 1, got {name!r}.")
+    if sep:
+        from ..attention import AttentionSpec
+
+        AttentionSpec(variant, int(window))  # a window below a control's least (3), before any cell trains
     return variant, int(window) if sep else None
 
 

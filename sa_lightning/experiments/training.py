@@ -64,8 +64,8 @@ class TrainedExperiment(Experiment):
     grid: tuple[tuple[str, str], ...] = ()
     #: the cell's field that names its arm (a comparison's a or b)
     arm: str = "variant"
-    #: the ``fit`` arguments a cell swaps into ``fit_config`` (``{task}`` filled in), each from one of its fields,
-    #: in the fit line's order (``{"model.arch.n_layer": "depth"}``)
+    #: the ``fit`` arguments a cell swaps into ``fit_config`` (its fields filled in by name: ``{task}``), each from one
+    #: of its fields, in the fit line's order (``{"model.arch.n_layer": "depth"}``)
     swaps: dict[str, str] = {}
     #: what a cell is scored on (``utils.trained.Outcome``), in the report's order; a margin names one's key
     outcomes: tuple = ()
@@ -94,9 +94,8 @@ class TrainedExperiment(Experiment):
     def check(self, cfg, given: dict) -> None:
         """The settings every trained experiment has, before the first cell trains (a bad one found after hours
         of training would waste them): the ensemble's size, the seeds (each once), the comparisons' arms and the
-        margins' outcomes."""
-        if hasattr(cfg, "seeds_by_variant"):
-            cfg.seeds_by_variant = self.own_seeds(cfg, cfg.seeds_by_variant or {}, given)
+        margins' outcomes; then ``seeds_by_variant`` (``own_seeds``), the experiment's own grid (``check_grid``)
+        and every cell's fit (``check_cells``)."""
         if cfg.ensemble is not None and cfg.ensemble < 1:
             raise ValueError(f"ensemble must be >= 1 (seeds trained as one model), got {cfg.ensemble}; nothing was "
                              "trained.")
@@ -112,7 +111,13 @@ class TrainedExperiment(Experiment):
                                                 or not v > 0 for k, v in margins.items()):
             raise ValueError(f"margins maps an outcome ({', '.join(keys)}) to an equivalence margin > 0 in its unit, "
                              f"got {margins!r}; nothing was trained.")
+        if hasattr(cfg, "seeds_by_variant"):
+            cfg.seeds_by_variant = self.own_seeds(cfg, cfg.seeds_by_variant or {}, given)
+        self.check_grid(cfg)
         self.check_cells(cfg)
+
+    def check_grid(self, cfg) -> None:
+        """The experiment's own checks of its grid (and normalising it in place), before every cell's fit is."""
 
     def own_seeds(self, cfg, own: dict, given: dict) -> dict[str, list[int]]:
         """``seeds_by_variant`` as this run trains it: narrowed by the command line's arms (a preset's seeds for the
@@ -129,16 +134,20 @@ class TrainedExperiment(Experiment):
         return {arm: runner.unique_seeds(seeds, f"seeds_by_variant.{arm}") for arm, seeds in own.items()}
 
     def check_cells(self, cfg) -> None:
-        """Every cell's fit, before the first trains: its config is a file, and its window suits its variant (a
-        control's least is 3)."""
+        """Every point of the grid's fit, before the first cell trains: its window suits its variant (a control's
+        least is 3), then its config is a file."""
         from ..attention import AttentionSpec
 
-        for config, swaps in {self.cell_id(c): self.fit_swaps(c, cfg) for c in self.cells(cfg)}.values():
-            if not Path(config).is_file():
-                raise ValueError(f"the fit config {config!r} is not a file; nothing was trained.")
+        fields = [field for field, _ in self.grid]
+        points = [dict(zip(fields, values), seed=0) for values in product(*(getattr(cfg, key) for _, key in self.grid))]
+        fits = [self.fit_swaps(point, cfg) for point in points]
+        for _, swaps in fits:
             variant, window = swaps.get(VARIANT_KEY), swaps.get(WINDOW_KEY)
             if variant is not None and window is not None and get_variant(variant).windowed:
                 AttentionSpec(variant, int(window))
+        for config in dict.fromkeys(config for config, _ in fits):
+            if not Path(config).is_file():
+                raise ValueError(f"the fit config {config!r} is not a file; nothing was trained.")
 
     # ---- the report over training seeds (``utils.trained``) -------------------------------------------
     def units(self, records: list[dict], outcome: trained.Outcome) -> dict[tuple, trained.Units]:
