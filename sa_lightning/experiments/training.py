@@ -138,9 +138,7 @@ class TrainedExperiment(Experiment):
         least is 3), then its config is a file."""
         from ..attention import AttentionSpec
 
-        fields = [field for field, _ in self.grid]
-        points = [dict(zip(fields, values), seed=0) for values in product(*(getattr(cfg, key) for _, key in self.grid))]
-        fits = [self.fit_swaps(point, cfg) for point in points]
+        fits = [self.fit_swaps({**point, "seed": 0}, cfg) for point in self.points(cfg)]  # the seed changes no check
         for _, swaps in fits:
             variant, window = swaps.get(VARIANT_KEY), swaps.get(WINDOW_KEY)
             if variant is not None and window is not None and get_variant(variant).windowed:
@@ -300,12 +298,16 @@ class TrainedExperiment(Experiment):
         """An arm's training seeds: its own in ``seeds_by_variant``, else ``seeds``."""
         return (getattr(cfg, "seeds_by_variant", None) or {}).get(arm, cfg.seeds)
 
+    def points(self, cfg) -> list[dict]:
+        """The grid's points, each a cell without its seed, in the grid's order."""
+        fields = [field for field, _ in self.grid]
+        return [dict(zip(fields, values)) for values in product(*(getattr(cfg, key) for _, key in self.grid))]
+
     def cells(self, cfg) -> list[dict]:
         """Every point of the grid once per training seed, seed by seed (a run stopped part-way holds whole seeds of
         every arm, which pair)."""
-        fields = [field for field, _ in self.grid]
-        points = [dict(zip(fields, values)) for values in product(*(getattr(cfg, key) for _, key in self.grid))]
-        cells = [{**point, "seed": int(seed)} for point in points for seed in self.seeds_of(cfg, point[self.arm])]
+        cells = [{**point, "seed": int(seed)} for point in self.points(cfg)
+                 for seed in self.seeds_of(cfg, point[self.arm])]
         return sorted(cells, key=lambda c: c["seed"])  # stable: the grid's order within a seed
 
     def fit_swaps(self, cell, cfg) -> tuple[str, dict]:
