@@ -5,7 +5,9 @@ at validation, ``scores[K]``: ``acc``, ``loss``, ``buckets`` (accuracy per dista
 (each answer in validation order as ``[distance, 1 right / 0 wrong]``, a mean where it was validated under several
 σ seeds), ``logps`` (each answer's log-probability, in the same order) and, under several σ seeds,
 ``hits_by_eval_seed``; beside them the cell's ``receptive_field`` L·(w−1) and its learning ``curve``. Everything
-here reads those fields: it draws nothing and trains nothing.
+here reads those fields, and trains or validates nothing: the answers beyond the field (with their bootstrap
+interval, ``utils.stats``), each arm's answers per training seed (``answers``), a run's per-cell table and CSV rows
+(``table``, ``rows``) and its figure of accuracy by distance (``plot``).
 """
 from __future__ import annotations
 
