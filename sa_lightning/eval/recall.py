@@ -174,9 +174,10 @@ def several_seeds(records: list[dict]) -> bool:
     return len({r["seed"] for r in records}) > 1
 
 
-def table(records: list[dict]) -> str:
-    """Accuracy (%) per distance bucket; rows (task, L, w, variant, K); best **bold** per group and column."""
-    flat = rows(records)
+def table(records: list[dict], flat: list[dict] | None = None) -> str:
+    """Accuracy (%) per distance bucket; rows (task, L, w, variant, K); best **bold** per group and column. ``flat``:
+    the records' ``rows`` where the caller made them already (each holds a bootstrap interval per cell and K)."""
+    flat = rows(records) if flat is None else flat
     if not flat:
         return ""
     buckets = [c for c in flat[0] if c.startswith("acc@")]

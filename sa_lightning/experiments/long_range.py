@@ -29,7 +29,7 @@ from ..utils import trained
 from ..utils.report import head, row
 from .base import Flag, Report
 from .base import main as run_experiment
-from .training import TrainedConfig, TrainedExperiment
+from .training import VARIANT_KEY, WINDOW_KEY, TrainedConfig, TrainedExperiment
 
 GRID_KEYS = ("tasks", "variants", "depths", "windows", "seeds")
 SETTING = ("task", "L", "w", "K")
@@ -196,8 +196,7 @@ class LongRange(TrainedExperiment):
                for key in GRID_KEYS))
     required = GRID_KEYS
     grid = (("task", "tasks"), ("variant", "variants"), ("depth", "depths"), ("window", "windows"))
-    swaps = {"model.arch.attention.variant": "variant", "model.arch.n_layer": "depth",
-             "model.arch.attention.window": "window", "seed_everything": "seed"}
+    swaps = {VARIANT_KEY: "variant", "model.arch.n_layer": "depth", WINDOW_KEY: "window", "seed_everything": "seed"}
     outcomes = OUTCOMES
     setting = SETTING
     thresholds = {"acc": (TARGET, "seeds that learned")}
@@ -260,10 +259,11 @@ class LongRange(TrainedExperiment):
         size = "; ".join(f"n = {n}, {steps} training steps" for n, steps in sorted({(r["seq_len"], r["steps"])
                                                                                    for r in records}))
         title = f"{size}, validated at K = 1 under {max(len(r.get('eval_seeds') or [0]) for r in records)} σ seed(s)"
-        return Report(table=table(records),
+        flat = rows(records)  # results.csv's rows, which the table shows
+        return Report(table=table(records, flat),
                       compare=compare(records, cfg.comparisons or [], cfg.margins, cfg.preregistered, parts),
                       comparisons=[r for s in parts for r in s.comparisons],
-                      rows=rows(records), views={"reach.md": reach(records)},
+                      rows=flat, views={"reach.md": reach(records)},
                       figures={"accuracy_vs_distance.png": lambda path: plot(records, path),
                                "over_seeds.png": lambda path: several_seeds(records) and self.seeds_figure(
                                    at_one, path, lambda s, o: f"{s[0]}, L={s[1]}, w={s[2]}: {o.name}", title)})

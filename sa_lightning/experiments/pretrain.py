@@ -25,7 +25,7 @@ from ..utils import trained
 from ..utils.stats import MIN_UNITS
 from .base import Flag, Report
 from .base import main as run_experiment
-from .training import TrainedConfig, TrainedExperiment, over_eval_seeds
+from .training import VARIANT_KEY, WINDOW_KEY, TrainedConfig, TrainedExperiment, over_eval_seeds
 
 GRID_KEYS = ("models", "seeds")
 #: what each cell is scored on, in the table's order: the validation blocks' NLL (shown as a perplexity, its
@@ -163,9 +163,9 @@ class Pretrain(TrainedExperiment):
 
     def fit_swaps(self, cell, cfg):
         variant, window = parse_model(cell["model"])
-        swaps = {"model.arch.attention.variant": variant, "seed_everything": cell["seed"]}
+        swaps = {VARIANT_KEY: variant, "seed_everything": cell["seed"]}
         if window is not None:
-            swaps["model.arch.attention.window"] = window
+            swaps[WINDOW_KEY] = window
         return cfg.fit_config, swaps
 
     def scoring(self, cell, cfg):
