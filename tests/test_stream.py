@@ -152,6 +152,40 @@ def test_a_shard_that_fails_is_named_and_no_process_is_left(tok, tmp_path, monke
     assert not mp.active_children() and not list((tmp_path / "c").rglob("*"))
 
 
+def test_a_shard_process_ended_while_it_shows_progress_leaves_the_commands_progress_bars_free(tok, tmp_path,
+                                                                                             monkeypatch):
+    """The shards still running are ended by SIGTERM (the cap reached, a shard failed). One that dies inside a
+    progress bar (datasets draws one while it opens the shard) must not take the command's bar lock with it:
+    before, the next progress bar in the command waited forever (CI: two tests hung 600 s in ``load_dataset``)."""
+    import time
+
+    from tqdm.std import TqdmDefaultWriteLock, tqdm
+
+    from sa_lightning.data import packing
+
+    tqdm(disable=True).close()  # the command has shown a bar before it forks, so tqdm's process lock exists
+    held = tmp_path / "held"
+
+    def holds_or_fails(task):
+        if task[1] == 1:  # dies, by SIGTERM, while it holds tqdm's write lock
+            tqdm.get_lock().acquire()
+            held.write_text("")
+            time.sleep(120)
+        for _ in range(600):  # shard 0 fails only once shard 1 holds the lock
+            if held.exists():
+                break
+            time.sleep(0.05)
+        raise ValueError("unreadable line 3")
+
+    monkeypatch.setattr(packing, "_tokenize_shard", holds_or_fails)
+    src = _write_shards(tmp_path / "src", 2, 5)
+    with pytest.raises(ValueError, match="tokenizing shard 0 of 2 .* failed: ValueError: unreadable line 3"):
+        prepare_tokens(src, tok, "embedded", tmp_path / "c", progress=False, num_proc=2)
+    lock = TqdmDefaultWriteLock.mp_lock
+    assert lock.acquire(timeout=10), "a shard process ended holding the command's progress-bar lock"
+    lock.release()
+
+
 def test_a_stale_or_foreign_cache_folder_is_refused(tok, tmp_path):
     src = _write_shards(tmp_path / "src", 2, 5)
     folder = prepare_tokens(src, tok, "embedded", tmp_path / "c", progress=False)
