@@ -261,3 +261,44 @@ def test_cache_mode_on_several_ranks_without_a_cache_names_cli_prepare(tmp_path)
         dm.check_launch(2)
     dm.prepare()
     dm.check_launch(2)
+
+
+class _HoldsTheBarLock(torch.utils.data.IterableDataset):
+    """Yields one block, then holds tqdm's write lock (as ``datasets`` does while it opens a stream) until ended."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __iter__(self):
+        import time
+
+        from tqdm.std import tqdm
+
+        yield torch.zeros(4, dtype=torch.long)
+        tqdm.get_lock().acquire()
+        self.marker.write_text("")
+        time.sleep(120)
+
+
+@pytest.mark.slow
+def test_a_stream_worker_ended_while_it_shows_progress_leaves_the_trainers_progress_bars_free(tmp_path):
+    """A stream loader's worker still busy when the loader shuts down is ended by SIGTERM after 5 s; one ended inside
+    a progress bar must not keep the trainer's bar lock, or the next validation bar waits forever."""
+    import time
+
+    from tqdm.std import TqdmDefaultWriteLock, tqdm
+
+    tqdm(disable=True).close()  # the trainer has drawn a bar before the workers fork
+    marker = tmp_path / "held"
+    loader = stream_mod.StreamLoader(_HoldsTheBarLock(marker), batch_size=1, num_workers=1)
+    batches = iter(loader)
+    next(batches)
+    for _ in range(600):
+        if marker.exists():
+            break
+        time.sleep(0.05)
+    assert marker.exists()
+    loader._iterator._shutdown_workers()
+    lock = TqdmDefaultWriteLock.mp_lock
+    assert lock.acquire(timeout=10), "a loader worker ended holding the trainer's progress-bar lock"
+    lock.release()

@@ -137,6 +137,26 @@ def embedded_file(split: str) -> Path:
     return path
 
 
+def own_progress_locks(*_) -> None:
+    """Give this forked process (a shard of ``prepare``, a stream loader's worker) progress-bar locks of its own.
+    tqdm's write lock holds a process semaphore shared with the parent, and ``datasets`` draws a bar as it opens a
+    stream. A child ended by SIGTERM inside such a bar (``prepare``'s cap reached or a shard failed; a loader
+    worker still busy when its loader shuts down) would keep the semaphore held, and the parent's next bar (a
+    validation bar, the next ``prepare``) would wait forever. The ignored arguments let it be a
+    ``worker_init_fn``."""
+    import threading
+
+    from tqdm.std import TqdmDefaultWriteLock, tqdm
+
+    TqdmDefaultWriteLock.mp_lock, TqdmDefaultWriteLock.th_lock = None, threading.RLock()
+    classes = [tqdm]
+    while classes:  # every bar class that made its lock before the fork gets a fresh one
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        if "_lock" in vars(cls):
+            cls._lock = TqdmDefaultWriteLock()
+
+
 def open_stream(source: SourceConfig):
     """``source`` as a ``datasets.IterableDataset`` (``load_dataset(..., streaming=True)``): nothing is
     downloaded or copied before iteration. The embedded corpus is one jsonl.gz shard."""

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .corpus import SourceConfig, documents, open_stream, resolve_files, text_view, texts_of
+from .corpus import SourceConfig, documents, open_stream, own_progress_locks, resolve_files, text_view, texts_of
 from .tokenizer import encode
 
 FORMAT_VERSION = 2  # 2: meta.json records the tokenizer's and the source files' fingerprints
@@ -219,29 +219,11 @@ def _tokenize_shard(task) -> tuple[int, int, int]:
     return index, n_tokens, n_docs
 
 
-def _own_progress_locks() -> None:
-    """Give this forked shard process progress-bar locks of its own. tqdm's write lock holds a process semaphore
-    shared with the command; a shard ended by SIGTERM (the cap reached, another shard failed) while it draws a
-    bar (``datasets`` draws one as it opens the shard) would keep it held, and the command's next bar would wait
-    forever."""
-    import threading
-
-    from tqdm.std import TqdmDefaultWriteLock, tqdm
-
-    TqdmDefaultWriteLock.mp_lock, TqdmDefaultWriteLock.th_lock = None, threading.RLock()
-    classes = [tqdm]
-    while classes:  # every bar class that made its lock before the fork gets a fresh one
-        cls = classes.pop()
-        classes.extend(cls.__subclasses__())
-        if "_lock" in vars(cls):
-            cls._lock = TqdmDefaultWriteLock()
-
-
 def _shard_process(tokenizer_name: str, counter, task) -> None:
     """One shard in a process of its own: its tokens into its part file, then ``<part>.count`` (tokens and
     documents), or ``<part>.error`` (what went wrong) and a non-zero exit."""
     part = Path(task[3])
-    _own_progress_locks()
+    own_progress_locks()
     try:
         _init_worker(tokenizer_name, counter)
         _, tokens, docs = _tokenize_shard(task)

@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from .corpus import DataSourceError, SourceConfig, sentence, text_view, texts_of
+from .corpus import DataSourceError, SourceConfig, own_progress_locks, sentence, text_view, texts_of
 
 log = logging.getLogger(__name__)
 _SEED_MIX = 1_000_003
@@ -255,7 +255,8 @@ class StreamLoader(StatefulDataLoader):
         with warnings.catch_warnings():  # torchdata 0.11's __init__ calls the deprecated torch.set_vital
             warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
             super().__init__(dataset, batch_size=batch_size, num_workers=num_workers,
-                             persistent_workers=num_workers > 0, snapshot_every_n_steps=snapshot_every)
+                             persistent_workers=num_workers > 0, snapshot_every_n_steps=snapshot_every,
+                             worker_init_fn=own_progress_locks if num_workers > 0 else None)
         self.rank, self.world_size = rank, world_size
         self._pending: deque = deque()  # the state after each fetched batch not yet used, oldest first
         self._used_state: dict | None = None
