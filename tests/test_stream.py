@@ -152,6 +152,18 @@ def test_a_shard_that_fails_is_named_and_no_process_is_left(tok, tmp_path, monke
     assert not mp.active_children() and not list((tmp_path / "c").rglob("*"))
 
 
+def _assert_the_bar_lock_is_free(lock_class, message):
+    """If a child kept tqdm's lock, this process gets fresh locks before failing, so that the worker's next tests
+    do not each wait their 600 s on it."""
+    from sa_lightning.data.corpus import own_progress_locks
+
+    lock = lock_class.mp_lock
+    if not lock.acquire(timeout=10):
+        own_progress_locks()
+        pytest.fail(message)
+    lock.release()
+
+
 def test_a_shard_process_ended_while_it_shows_progress_leaves_the_commands_progress_bars_free(tok, tmp_path,
                                                                                              monkeypatch):
     """The shards still running are ended by SIGTERM (the cap reached, a shard failed). One that dies inside a
@@ -181,9 +193,7 @@ def test_a_shard_process_ended_while_it_shows_progress_leaves_the_commands_progr
     src = _write_shards(tmp_path / "src", 2, 5)
     with pytest.raises(ValueError, match="tokenizing shard 0 of 2 .* failed: ValueError: unreadable line 3"):
         prepare_tokens(src, tok, "embedded", tmp_path / "c", progress=False, num_proc=2)
-    lock = TqdmDefaultWriteLock.mp_lock
-    assert lock.acquire(timeout=10), "a shard process ended holding the command's progress-bar lock"
-    lock.release()
+    _assert_the_bar_lock_is_free(TqdmDefaultWriteLock, "a shard process ended holding the command's progress-bar lock")
 
 
 def test_a_stale_or_foreign_cache_folder_is_refused(tok, tmp_path):
@@ -299,6 +309,4 @@ def test_a_stream_worker_ended_while_it_shows_progress_leaves_the_trainers_progr
         time.sleep(0.05)
     assert marker.exists()
     loader._iterator._shutdown_workers()
-    lock = TqdmDefaultWriteLock.mp_lock
-    assert lock.acquire(timeout=10), "a loader worker ended holding the trainer's progress-bar lock"
-    lock.release()
+    _assert_the_bar_lock_is_free(TqdmDefaultWriteLock, "a loader worker ended holding the trainer's progress-bar lock")
