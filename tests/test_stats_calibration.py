@@ -96,9 +96,14 @@ def test_a_seed_difference_pairs_each_seed_with_its_own_items():
     assert stats.per_seed(pairs) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
 
 
-def test_segments_cut_long_documents_into_equal_units():
+def test_segments_cut_long_documents_into_equal_units_that_cover_every_token():
     tokens = np.arange(10.0).reshape(1, 10)
-    assert stats.segments(tokens, 4).tolist() == [1.5, 5.5]  # the last two tokens left out
+    assert stats.segments(tokens, 4).tolist() == [2.0, 7.0]  # two segments of five: no token left out
+    late = np.r_[np.zeros(192), np.ones(63)]  # a window's loss where it lies: the last 63 of 255 tokens
+    assert stats.segments(late, 64).mean() == pytest.approx(late.mean())  # before: 0, the last part left out
+    two = np.stack([np.arange(1023.0), -np.arange(1023.0)])  # 1023 tokens: 15 segments of 68 or 69
+    units = stats.segments(two, 64)
+    assert units.shape == (30,) and units[:15].mean() == pytest.approx(511, rel=0.005)  # sizes 69 and 68: near
     with pytest.raises(ValueError, match="at least 16 tokens"):
         stats.segments(tokens, 16)
 
