@@ -320,9 +320,9 @@ def _scheme(scheme: str) -> str:
 def segments(tokens, length: int) -> np.ndarray:
     """Per-token values (documents, tokens) cut into consecutive segments, each one unit (its mean): a block
     bootstrap's units, for documents too few or too long to resample whole. A document of T tokens makes
-    T // ``length`` segments that cover every token, their sizes within one token of each other, so the units
-    weigh nearly the same and their mean is the mean over all tokens. (Leaving out a last part shorter than
-    ``length`` dropped 63 of 255 tokens at n = 256: the ones where a window loses most.)"""
+    T // ``length`` segments that cover every token, their sizes within one token of each other: the units weigh
+    nearly the same, and their mean is the mean over all tokens to within that difference. No last part is left
+    out: the end of a document is where a window loses most."""
     tokens = np.asarray(tokens, dtype=np.float64)
     if tokens.ndim == 1:
         tokens = tokens[None, :]
