@@ -152,12 +152,35 @@ def test_a_shard_that_fails_is_named_and_no_process_is_left(tok, tmp_path, monke
     assert not mp.active_children() and not list((tmp_path / "c").rglob("*"))
 
 
-def _assert_the_bar_lock_is_free(lock_class, message):
+def _hold_the_bar_lock(marker) -> None:
+    """In a forked child: take tqdm's write lock (as ``datasets`` does while it opens a stream), say so in
+    ``marker``, and keep it until the child is ended."""
+    import time
+
+    from tqdm.std import tqdm
+
+    tqdm.get_lock().acquire()
+    marker.write_text("")
+    time.sleep(120)
+
+
+def _wait_for(marker, seconds: float = 30.0) -> bool:
+    import time
+
+    end = time.monotonic() + seconds
+    while not marker.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    return marker.exists()
+
+
+def _assert_the_bar_lock_is_free(message):
     """If a child kept tqdm's lock, this process gets fresh locks before failing, so that the worker's next tests
     do not each wait their 600 s on it."""
+    from tqdm.std import TqdmDefaultWriteLock
+
     from sa_lightning.data.corpus import own_progress_locks
 
-    lock = lock_class.mp_lock
+    lock = TqdmDefaultWriteLock.mp_lock
     if not lock.acquire(timeout=10):
         own_progress_locks()
         pytest.fail(message)
@@ -169,9 +192,7 @@ def test_a_shard_process_ended_while_it_shows_progress_leaves_the_commands_progr
     """The shards still running are ended by SIGTERM (the cap reached, a shard failed). One that dies inside a
     progress bar (datasets draws one while it opens the shard) must not take the command's bar lock with it:
     before, the next progress bar in the command waited forever (CI: two tests hung 600 s in ``load_dataset``)."""
-    import time
-
-    from tqdm.std import TqdmDefaultWriteLock, tqdm
+    from tqdm.std import tqdm
 
     from sa_lightning.data import packing
 
@@ -180,20 +201,15 @@ def test_a_shard_process_ended_while_it_shows_progress_leaves_the_commands_progr
 
     def holds_or_fails(task):
         if task[1] == 1:  # dies, by SIGTERM, while it holds tqdm's write lock
-            tqdm.get_lock().acquire()
-            held.write_text("")
-            time.sleep(120)
-        for _ in range(600):  # shard 0 fails only once shard 1 holds the lock
-            if held.exists():
-                break
-            time.sleep(0.05)
+            _hold_the_bar_lock(held)
+        _wait_for(held)  # shard 0 fails only once shard 1 holds the lock
         raise ValueError("unreadable line 3")
 
     monkeypatch.setattr(packing, "_tokenize_shard", holds_or_fails)
     src = _write_shards(tmp_path / "src", 2, 5)
     with pytest.raises(ValueError, match="tokenizing shard 0 of 2 .* failed: ValueError: unreadable line 3"):
         prepare_tokens(src, tok, "embedded", tmp_path / "c", progress=False, num_proc=2)
-    _assert_the_bar_lock_is_free(TqdmDefaultWriteLock, "a shard process ended holding the command's progress-bar lock")
+    _assert_the_bar_lock_is_free("a shard process ended holding the command's progress-bar lock")
 
 
 def test_a_stale_or_foreign_cache_folder_is_refused(tok, tmp_path):
@@ -280,33 +296,21 @@ class _HoldsTheBarLock(torch.utils.data.IterableDataset):
         self.marker = marker
 
     def __iter__(self):
-        import time
-
-        from tqdm.std import tqdm
-
         yield torch.zeros(4, dtype=torch.long)
-        tqdm.get_lock().acquire()
-        self.marker.write_text("")
-        time.sleep(120)
+        _hold_the_bar_lock(self.marker)
 
 
 @pytest.mark.slow
 def test_a_stream_worker_ended_while_it_shows_progress_leaves_the_trainers_progress_bars_free(tmp_path):
     """A stream loader's worker still busy when the loader shuts down is ended by SIGTERM after 5 s; one ended inside
     a progress bar must not keep the trainer's bar lock, or the next validation bar waits forever."""
-    import time
-
-    from tqdm.std import TqdmDefaultWriteLock, tqdm
+    from tqdm.std import tqdm
 
     tqdm(disable=True).close()  # the trainer has drawn a bar before the workers fork
     marker = tmp_path / "held"
     loader = stream_mod.StreamLoader(_HoldsTheBarLock(marker), batch_size=1, num_workers=1)
     batches = iter(loader)
     next(batches)
-    for _ in range(600):
-        if marker.exists():
-            break
-        time.sleep(0.05)
-    assert marker.exists()
+    assert _wait_for(marker)
     loader._iterator._shutdown_workers()
-    _assert_the_bar_lock_is_free(TqdmDefaultWriteLock, "a loader worker ended holding the trainer's progress-bar lock")
+    _assert_the_bar_lock_is_free("a loader worker ended holding the trainer's progress-bar lock")
