@@ -209,3 +209,31 @@ def test_both_studies_take_their_grid_seeds_and_fit_checks_from_one_shared_home(
             "models": ["full"], "seeds": [0], "comparisons": [{"a": "random@2", "b": "full"}]})
     with pytest.raises(ValueError, match="windows must be integers >= 1"):  # the grid's own check before any fit's
         lr.load(lr.config_file, "quick", {"windows": [0], "fit_config": str(tmp_path / "nowhere.yaml")})
+
+
+def test_a_run_with_margins_says_before_its_first_cell_where_swa_trains_fewer_seeds_than_a_comparison_pairs(
+        tmp_path, monkeypatch):
+    """The floor rule ("equivalent" needs both arms to beat SWA by more than δ) is judged over the seeds SWA and the
+    arms share. Table 12c's preset trained SWA on 5 of 20 seeds, too few to clear the margin; the header says so
+    before the first cell, and says nothing where SWA trains every paired seed or no margin is set."""
+    from sa_lightning.experiments import long_range, pretrain
+    from tests.helpers import ROOT
+
+    monkeypatch.chdir(ROOT)
+    lr = long_range.EXPERIMENT
+    cfg = lr.load(lr.config_file, "mqar-decide", {})
+    header = lr.header(cfg, "mqar-decide", tmp_path, lr.cells(cfg))
+    assert header.splitlines()[0].endswith(f"50 cell(s), results in {tmp_path}/")
+    assert "note: the floor rule is judged over the seeds SWA trains" in header
+    assert "sa_swa − random_swa (5 of its 20 seeds)" in header
+    assert "full − swa" not in header and "sa_swa − swa" not in header  # rows against the floor are their own
+    every = lr.load(lr.config_file, "mqar-decide", {"seeds_by_variant": {"full": [20, 21, 22, 23, 24]}})
+    assert lr.floor_note(every) is None and "note:" not in lr.header(every, None, tmp_path, [])
+    assert lr.floor_note(lr.load(lr.config_file, "mqar-decide", {"margins": {}})) is None
+    no_swa = lr.load(lr.config_file, "mqar-decide", {"variants": ["sa_swa", "random_swa"], "seeds_by_variant": {}})
+    assert lr.floor_note(no_swa) is None  # no floor trained: the report says "cannot decide" itself
+    pre = pretrain.EXPERIMENT  # no seeds by arm there: SWA trains every seed the arms pair
+    cfg = pre.load(pre.config_file, None, {"models": ["full", "swa@16", "sa@16", "random@16"], "seeds": [0, 1],
+                                           "comparisons": [{"a": "sa@16", "b": "random@16"}],
+                                           "margins": {"repeat_nll": 0.1}})
+    assert pre.floor_note(cfg) is None

@@ -119,6 +119,33 @@ class TrainedExperiment(Experiment):
     def check_grid(self, cfg) -> None:
         """The experiment's own checks of its grid (and normalising it in place), before every cell's fit is."""
 
+    def header(self, cfg, preset, out, todo) -> str:
+        note = self.floor_note(cfg)
+        return super().header(cfg, preset, out, todo) + (f"\nnote: {note}" if note else "")
+
+    def floor_note(self, cfg) -> str | None:
+        """Before the first cell, where the run has margins: the comparisons whose floor (an equivalence needs both
+        arms to beat SWA by more than δ) is judged over fewer seeds than the comparison pairs, because no SWA arm
+        trains them all. Five SWA seeds against arms whose seeds spread widely cannot clear a margin that twenty
+        clear (docs/results/long_range.md, Table 12c). None where every floor is measured on every paired seed."""
+        if not cfg.margins:
+            return None
+        arms = getattr(cfg, dict(self.grid)[self.arm])
+        floors = [set(self.seeds_of(cfg, arm)) for arm in arms if self.variant(arm) == SWA.name]
+        short = []
+        for c in cfg.comparisons or []:
+            a, b = c["a"], c["b"]
+            if not floors or not {a, b} <= set(arms) or {self.variant(a), self.variant(b)} & {SWA.name, FULL.name}:
+                continue
+            paired = set(self.seeds_of(cfg, a)) & set(self.seeds_of(cfg, b))
+            most = max(len(paired & floor) for floor in floors)
+            if paired and most < len(paired):
+                short.append(f"{self.label(a)} − {self.label(b)} ({most} of its {len(paired)} seeds)")
+        return None if not short else (
+            "the floor rule is judged over the seeds SWA trains, fewer than the comparison pairs for "
+            + "; ".join(short) + ". Where an arm's seeds spread widely, a floor on few seeds may fail to clear the "
+            "margin; train SWA on every seed the comparison judges (docs/results/long_range.md, Table 12c).")
+
     def own_seeds(self, cfg, own: dict, given: dict) -> dict[str, list[int]]:
         """``seeds_by_variant`` as this run trains it: narrowed by the command line's arms (a preset's seeds for the
         arms it leaves out no longer apply) and by its ``--seeds`` (every arm's seeds); each arm among the grid's."""
