@@ -125,22 +125,27 @@ class TrainedExperiment(Experiment):
 
     def floor_note(self, cfg) -> str | None:
         """Before the first cell, where the run has margins: the comparisons whose floor (an equivalence needs both
-        arms to beat SWA by more than δ) is judged over fewer seeds than the comparison pairs, because no SWA arm
-        trains them all. Five SWA seeds against arms whose seeds spread widely cannot clear a margin that twenty
-        clear (docs/results/long_range.md, Table 12c). None where every floor is measured on every paired seed."""
+        arms to beat SWA by more than δ; the floor is the second arm of the row's positive control, ``control``, as
+        the report takes it) trains fewer of the seeds the comparison pairs. Five SWA seeds against arms whose seeds
+        spread widely cannot clear a margin that twenty clear (docs/results/long_range.md, Table 12c). None where
+        every floor trains every paired seed."""
         if not cfg.margins:
             return None
         arms = getattr(cfg, dict(self.grid)[self.arm])
-        floors = [set(self.seeds_of(cfg, arm)) for arm in arms if self.variant(arm) == SWA.name]
+        control = self.control([{self.arm: arm} for arm in arms])  # the arms as the records will name them
         short = []
         for c in cfg.comparisons or []:
             a, b = c["a"], c["b"]
-            if not floors or not {a, b} <= set(arms) or {self.variant(a), self.variant(b)} & {SWA.name, FULL.name}:
-                continue
+            if not {a, b} <= set(arms) or {self.variant(a), self.variant(b)} & {SWA.name, FULL.name}:
+                continue  # an arm the run leaves out, or a row against the floor or the reference itself
+            ctrl = control(a, b) if callable(control) else control
+            floor = ctrl[1] if ctrl else None
+            if floor not in arms:
+                continue  # no floor trained: the report says "cannot decide" itself
             paired = set(self.seeds_of(cfg, a)) & set(self.seeds_of(cfg, b))
-            most = max(len(paired & floor) for floor in floors)
-            if paired and most < len(paired):
-                short.append(f"{self.label(a)} − {self.label(b)} ({most} of its {len(paired)} seeds)")
+            shared = len(paired & set(self.seeds_of(cfg, floor)))
+            if paired and shared < len(paired):
+                short.append(f"{self.label(a)} − {self.label(b)} ({shared} of its {len(paired)} seeds)")
         return None if not short else (
             "the floor rule is judged over the seeds SWA trains, fewer than the comparison pairs for "
             + "; ".join(short) + ". Where an arm's seeds spread widely, a floor on few seeds may fail to clear the "
