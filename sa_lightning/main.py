@@ -20,6 +20,7 @@
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
     python cli.py bench profile [--preset cpu|paper]         where each variant's time goes; the bytes its reorders move
     python cli.py bench seeds [--preset cpu|gpu] [--ks ...]  training seeds per hour: each alone, and K as one ensemble
+    python cli.py bench cell [--variants ...] [--seq_lens ...] where a study cell's time goes, against its FLOP floor
     python cli.py study long-range [--preset NAME]            synthetic recall by key-query distance, per variant
     python cli.py study pretrain [--preset NAME]              Table 1 at micro scale: variants, controls, training seeds
     python cli.py study reach [--preset NAME]                 each mask's reach past SWA's field by depth, over draw seeds
@@ -82,6 +83,7 @@ COMMANDS: dict[str, Command | Group] = {
         "generate": Command("sa_lightning.bench.generate"),
         "data": Command("sa_lightning.bench.data"),
         "seeds": Command("sa_lightning.bench.seeds"),
+        "cell": Command("sa_lightning.experiments.cell_cost"),  # reads a study's cell: the experiments' layer
     }, heavy=True),
     "study": Group("a study", "python cli.py study long-range --preset quick",
                    {"long-range": Command("sa_lightning.experiments.long_range"),

@@ -159,7 +159,7 @@ def test_bench_full_window_is_the_swa_kernel_with_w_equal_to_n():
     (["bench", "attention", "--window", "0"], "--window: must be >= 1, got 0"),
     (["bench", "prefill", "--lengths", "512", "0"], "--lengths: must be >= 1, got 0"),
     (["bench", "attention", "--heads", "3", "--kv-heads", "2"], "divisible"),
-    (["bench", "nope"], "bench' takes a benchmark: attention, train, profile, eval, prefill, generate, data or seeds"),
+    (["bench", "nope"], "bench' takes a benchmark: attention, train, profile, eval, prefill, generate, data, seeds or cell"),
     (["analyze", "coverage", "--n", "0"], "--n must be >= 1"),
     (["study", "long-range", "--config", str(Path(__file__).parents[1] / "configs/study/long_range.yaml"),
       "--windows", "16", "0"], "windows must be integers >= 1, got 0 in [16, 0]; nothing was trained."),

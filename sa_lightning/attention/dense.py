@@ -8,6 +8,7 @@ softmax (SA and SWA in the union, a variant and its sinks).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .band_common import softmax_dtype
 
@@ -34,6 +35,15 @@ def dense_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ma
     scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, dim=-1).to(v.dtype).view(B, Hkv, G * n, m)
     return torch.matmul(probs, v).view(B, Hq, n, d)
+
+
+def fused_masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, *,
+                           scale: float) -> torch.Tensor:
+    """``dense_masked_attention``'s output through PyTorch's fused SDPA (on the CPU its flash kernel takes the
+    mask, tile by tile, with no n x n scores kept for the backward). Every query row of ``mask`` must hold a key:
+    a row without one would come out NaN, where the unfused path averages every key (``Variant.fused_route``
+    sends only rows that read their own key)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
 
 def merge_partials(y_a: torch.Tensor, lse_a: torch.Tensor, y_b: torch.Tensor, lse_b: torch.Tensor):

@@ -29,7 +29,13 @@ import torch
 from . import masks, sinks
 from ._checks import BACKENDS, check_lengths, check_nonnegative, check_positive, check_qkv, default_scale
 from ._finite import checking_finite, guard_nonfinite, kv_finite
+from .dense import fused_masked_attention
 from .flex import MIN_HEAD_DIM
+
+
+#: the version of ``auto``'s kernel routes. A trained cell's spec names it (``experiments.training``): a model trained
+#: under other routes differs in its rounding, so its cell trains again instead of standing for one made this way.
+KERNEL_ROUTES = "2"  # 2 (2026-12-07): the CPU's fused route for short training rows (``Variant.fused_route``)
 
 
 @dataclass(frozen=True)
@@ -184,6 +190,12 @@ class Variant:
     #: the smallest window it is defined at (the controls read 2 * ceil(w/2) - 2 >= 1 other keys: w >= 3), checked
     #: where a spec is made, before any cell or step runs
     min_window: int = 1
+    #: the CPU's training route at short rows (``fused_route``): below ``fused_below`` x its keys computed per query,
+    #: its mask in original positions runs as an n x n bool mask through PyTorch's fused SDPA instead of its own
+    #: kernel; None: never. Measured forward and backward, one thread, w = 16, batch 32, 2 heads of 32
+    #: (docs/benchmarks/training.md, "A seed at its compute floor"): the band kernels win from about 12 x their keys
+    #: (SA at n = 128: 7.1 ms fused against 18.2 banded; n = 256: 26.6 against 24.3)
+    fused_below: float | None = 12.0
     description: str = ""
     #: a figure's panel title (the label when empty)
     title: str = ""
@@ -254,7 +266,32 @@ class Variant:
                                  "returns no log-sum-exp.")
             out = self._guarded(lambda call: sinks.attend_with_sinks(self, call), call)
             return out if return_lse else out[:1]
-        return self._guarded(self.kernel, call)
+        return self._guarded(self._fused if self.fused_route(call) else self.kernel, call)
+
+    def fused_route(self, call: Call) -> bool:
+        """Whether ``call`` runs as its n x n mask through PyTorch's fused SDPA (``fused_kernel``): ``auto`` on the
+        CPU, in a training step (q needs a gradient) on rows without padding, a single-path variant whose mask
+        reads nothing from the data, and n under ``fused_below`` x its keys computed per query. There every row
+        reads at least its own key, so no row of the mask is empty; evaluation and training-free inference keep
+        the variant's own kernel. Exact to rounding (the tests hold both to the oracle)."""
+        if (self.fused_below is None or self.mask is None or self.select is not None or len(self.paths) != 1
+                or call.spec.backend != "auto" or call.q.device.type != "cpu" or call.lengths is not None
+                or not (torch.is_grad_enabled() and call.q.requires_grad)):
+            return False
+        n = call.q.shape[2]
+        return n < self.fused_below * self.keys_computed(call.spec, n)
+
+    def _fused(self, call: Call) -> tuple:
+        """The variant's output through its n x n mask and PyTorch's fused SDPA (``fused_route``)."""
+        n, draw = call.q.shape[2], call.perm
+        per_row = draw is not None and draw.dim() > self.draw_ndim and draw.shape[0] > 1
+        if self.uses_permutation and self.circular and call.inv is not None:  # σ's slots known: SA's band on them
+            mod = masks.stochastic(call.inv if call.inv.dim() == 2 else call.inv.unsqueeze(0), call.spec.window)
+        else:
+            mod = self.mask(call.spec, n, draw, None)
+        mask = masks.dense(mod, n, batch=call.q.shape[0] if per_row else 1,
+                           device=call.q.device)  # a draw the batch shares: one mask, broadcast
+        return (fused_masked_attention(call.q, call.k, call.v, mask, scale=call.scale),)
 
     def checked_draw(self, spec: AttentionSpec, draw, generator, batch: int, n: int, device,
                      lengths: torch.Tensor | None = None, validate: bool = True):

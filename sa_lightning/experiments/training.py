@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..attention import get_variant, sigma_seeds, variant_label
+from ..attention.registry import KERNEL_ROUTES
 from ..attention.variants import FULL, SWA
 from ..utils import runner, trained
 from ..utils.quiet import quiet_lightning
@@ -356,7 +357,7 @@ class TrainedExperiment(Experiment):
 
     def spec(self, cell, cfg, out: Path) -> dict:
         args = self.fit_args(cell, cfg, out / "runs" / self.cell_id(cell))
-        spec = {"fit_args": args, **self.scoring(cell, cfg)}
+        spec = {"fit_args": args, "kernels": KERNEL_ROUTES, **self.scoring(cell, cfg)}
         inputs = config_fingerprint(args)
         return spec if inputs is None else {**spec, "inputs": inputs}
 
@@ -455,7 +456,8 @@ def trained_checkpoint(saved: dict, spec: dict) -> dict | None:
     args = [str(a) for a in spec.get("fit_args") or []]
     kept = (saved or {}).get("spec") or {}
     if not args or portable(kept).get("fit_args") != portable(spec).get("fit_args") \
-            or kept.get("inputs") != spec.get("inputs") or "--trainer.default_root_dir" not in args[:-1]:
+            or kept.get("inputs") != spec.get("inputs") or kept.get("kernels") != spec.get("kernels") \
+            or "--trainer.default_root_dir" not in args[:-1]:
         return None
     folder = Path(args[args.index("--trainer.default_root_dir") + 1])
     found = sorted(folder.glob("tb/version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)

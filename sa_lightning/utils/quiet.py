@@ -1,6 +1,14 @@
 """The lines of Lightning and torch a user can do nothing about, silenced by their exact text: for the command line
-(``main``) and for the worker processes a study trains its cells in (``experiments.training``)."""
+(``main``) and for the worker processes a study trains its cells in (``experiments.training``); and the profiler's
+own lines on file descriptor 2 (``quiet_profiler``)."""
 from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from typing import Iterator
 
 
 class _LightningAdverts:
@@ -38,3 +46,36 @@ def quiet_lightning(command: str) -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _LightningAdverts) for f in logger.filters):
             logger.addFilter(_LightningAdverts())
+
+
+#: what the CPU profiler itself writes to the process's stderr (fd 2, from C++) on every start and stop:
+#: Kineto's ``USDT:/STAGE: ... SyncActivityProfilerHandler.cpp:52] profiler_start`` lines and c10's warning
+#: that a block allocated before the profile started has no free event (which ``peak_bytes`` expects)
+PROFILER_CHATTER = re.compile(r"Profiler\w*\.cpp:\d+\]|allocated before the profiling started")
+
+
+@contextlib.contextmanager
+def quiet_profiler() -> Iterator[None]:
+    """Hold back the profiler's own lines (``PROFILER_CHATTER``), which C++ writes straight to file
+    descriptor 2, where no Python filter reaches: fd 2 goes to a temporary file while the block runs, then
+    every other line in it (an error, a warning of the code under measurement) is written to stderr."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 to redirect (a closed stderr): nothing to hold back either
+        yield
+        return
+    with tempfile.TemporaryFile(mode="w+b") as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().decode(errors="replace").splitlines(keepends=True)
+                    if not PROFILER_CHATTER.search(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()

@@ -21,5 +21,6 @@ VARIANT = FULL = Variant(
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.full_mask(q.shape[2], q.device),
     keys_attended_row=lambda spec, length, row: causal_keys(length),
     keys_computed_at=lambda spec, n: n / 2,  # a fused causal kernel skips the blocks above the diagonal
+    fused_below=None,  # its own kernel is the fused one
     description="causal attention over all previous tokens", title="Full Attention",
 )

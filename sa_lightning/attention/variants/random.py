@@ -59,5 +59,6 @@ VARIANT = RANDOM = Variant(
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(budget(spec.window) + 1, n),  # about the table's width, plus itself
     draw=draw_keys, check_draw=check_keys, draw_ndim=0, windowed=True, min_window=3,
+    fused_below=72.0,  # measured: docs/benchmarks/training.md
     description="control: each earlier key independently at SA's connection probability",
 )

@@ -47,6 +47,7 @@ VARIANT = STRIDED_LOCAL = Variant(
                                                                            lengths, q.device),
     keys_attended_row=keys_attended_row, keys_computed_at=keys_computed_at,
     windowed=True, min_window=3,
+    fused_below=24.0,  # measured: docs/benchmarks/training.md
     description="control: a local band and every s-th earlier key, reaching the whole row in a few layers at SA's "
                 "kernel cost",
 )
