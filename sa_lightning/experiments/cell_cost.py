@@ -9,24 +9,32 @@ process, on ``--threads`` threads (1: one ``--jobs`` worker's share of the cores
    Lightning's ``SimpleProfiler``, validating once at the end, then saves a checkpoint and scores the model as the
    study does (its σ seeds). The parts, per step or per event, are scaled to the whole cell: its ``max_steps``
    steps, its validations (every ``val_check_interval`` steps, and the sanity check), its checkpoint saves and its
-   scoring. Lightning's own work is what the training loop took beyond the parts its profiler names.
+   scoring. Lightning's own work is what the training loop took beyond the parts its profiler names. The first
+   two steps are timed apart (a compiled model compiles in them): only their excess over the rest is added, once.
 2. **splits forward and backward** by op (``torch.profiler`` over ``--profile_steps`` steps of the same model and
    batches, outside Lightning): the linear layers' matrix products, the attention kernels (the variant's own ops
    and its batched products), the draw, the loss, and the element-wise rest (norms, RoPE, gates, SwiGLU, residual
    adds, their backward). The profiler's shares are applied to the unprofiled forward and backward time.
-3. **counts the step's FLOPs** (``torch.utils.flop_counter.FlopCounterMode`` on one forward and backward: every
-   matrix product the step runs, attention included, as its kernel computes it) beside the FLOPs the variant
-   needs (``models.flops.train_flops_per_token``: 6N + 12·L·d·keys per token, keys the variant's
-   ``keys_computed``).
+3. **counts the step's FLOPs**: the matrix products the step runs (``torch.utils.flop_counter.FlopCounterMode``
+   on one forward and backward: the linear layers and the band kernels' batched products; PyTorch's fused SDPA
+   kernels on the CPU are not counted by it), beside the FLOPs the variant needs
+   (``models.flops.train_flops_per_token``: 6N + 12·L·d·keys per token, keys the variant's ``keys_computed``:
+   w for a band, n/2 for full attention).
 4. **measures this machine's fp32 GEMM rate at the step's own shapes**: each distinct 2-D product of the step
-   (the linear layers' forward and backward), timed alone on the same threads. The **floor** is the counted
-   FLOPs at that rate (FLOP-weighted over the shapes), times the cell's steps: the time of the arithmetic alone.
-   ``× floor`` is the cell's training time over it.
+   (the linear layers' forward and backward), timed alone on the same threads. The **floor** is the FLOPs the
+   variant needs at that rate (FLOP-weighted over the shapes), times the cell's steps: the time of its arithmetic
+   alone. ``× floor`` is the cell's training time over it.
+
+``--against banded`` (or ``dense``) also times forward and backward of the same model on the same batches with every
+layer on that backend, in turns with the cell's own route, round by round: the CPU's fused route against the
+variants' own kernels, side by side. ``--against eager``, for a cell with ``--set model.compile=true``: its compiled
+blocks against the same blocks eager.
 
 Seeds per core-hour = 3600 / (the cell's projected seconds × threads). The table names the machine, its threads,
 and its load at the start and the end (``os.getloadavg``).
 
-    python cli.py bench cell [--variants sa random swa full] [--seq_lens 128 512] [--steps 60]
+    python cli.py bench cell [--variants sa random swa full] [--seq_lens 128 512] [--steps 60] [--against banded]
+    python cli.py bench cell --set model.compile=true --against eager
     python cli.py bench cell --config configs/tiny.yaml --steps 20
 """
 from __future__ import annotations
@@ -34,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
 from datetime import date
@@ -124,7 +133,7 @@ def schedule(cli) -> dict:
 
 
 # ---- 1. the cell under Lightning's profiler ---------------------------------------------------------------------
-def lightning_split(args: list[str], steps: int, cell=None, spec=None) -> dict:
+def lightning_split(args: list[str], steps: int, cell=None, spec=None, warmup: int = 2) -> dict:
     """Train ``steps`` steps of the fit line (validating once, at the end) under Lightning's ``SimpleProfiler``,
     save a checkpoint, score the model as the study does: each part's seconds per step (or per event), the whole
     cell's schedule, and the model and a batch for the op-level split."""
@@ -163,9 +172,16 @@ def lightning_split(args: list[str], steps: int, cell=None, spec=None) -> dict:
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     d = profiler.recorded_durations
 
-    def total(*names, contains=False):
-        return sum(sum(v) for k, v in d.items() if (any(n in k for n in names) if contains else k in names))
+    timed = steps - warmup  # the first steps (a compile, the allocator's first touches) are a part of their own
 
+    def total(*names, contains=False):
+        """Seconds of the named actions, an action run once a step counted from step ``warmup`` on."""
+        return sum(sum(v[warmup:] if len(v) >= steps else v) for k, v in d.items()
+                   if (any(n in k for n in names) if contains else k in names))
+
+    batches = d.get("run_training_batch", [])
+    first = max(0.0, sum(batches[:warmup]) - warmup * (sum(batches[warmup:]) / max(1, len(batches) - warmup)))
+    steps = timed  # every per-step part below is a mean over the timed steps
     per_step = {part: total(*names, contains=True) / steps for part, names in STEP_ACTIONS.items()}
     opt = total(*[k for k in d if k.endswith(".optimizer_step")]) / steps
     zero = total(*[k for k in d if k.endswith("optimizer_zero_grad")]) / steps
@@ -173,14 +189,17 @@ def lightning_split(args: list[str], steps: int, cell=None, spec=None) -> dict:
     in_closure_hooks = total(*[k for k in d if k.startswith("[Callback]") and any(
         h in k for h in ("on_before_backward", "on_after_backward", "on_before_optimizer_step", "on_before_zero_grad"))])
     per_step["optimizer"] = max(0.0, opt - inner - in_closure_hooks / steps) + zero
-    batch_hooks = [k for k in d if (k.startswith("[Callback]") or k.startswith("[LightningModule]"))
-                   and any(h in k for h in ("on_train_batch_start", "on_train_batch_end", "on_before_backward",
-                                            "on_after_backward", "on_before_zero_grad", "lr_scheduler_step"))
-                   and "ModelCheckpoint" not in k]
-    cb_lm = [k for k in d if k.startswith("[Callback]") and "on_before_optimizer_step" in k]
-    per_step["callbacks and logging"] = (total(*batch_hooks) + total(*cb_lm)) / steps
+    # every callback's hooks in training (a zero-shot evaluation every N steps, attention maps at the end), and the
+    # module's own batch hooks; validation's hooks are in validation's time, the checkpoint callback's apart
+    in_training = [k for k in d if (k.startswith("[Callback]") and "ModelCheckpoint" not in k
+                                    and not any(h in k for h in ("validation", "sanity", "before_optimizer_step",
+                                                                 "before_backward", "after_backward",
+                                                                 "before_zero_grad")))
+                   or (k.startswith("[LightningModule]") and any(h in k for h in (
+                       "on_train_batch_start", "on_train_batch_end", "lr_scheduler_step", "on_train_end")))]
+    per_step["callbacks and logging"] = (total(*in_training) + in_closure_hooks) / steps
     per_step["checkpoint callback"] = total(*[k for k in d if "ModelCheckpoint" in k and "train_batch_end" in k]) / steps
-    loop = (clock.marks["train_end"] - clock.marks["train_start"])
+    loop = clock.marks["train_end"] - clock.marks["train_start"] - sum(batches[:warmup])
     val_fit = sum(s for sanity, s in clock.val if not sanity)
     sanity = sum(s for sanity, s in clock.val if sanity)
     saves_in_fit = total("save_checkpoint")
@@ -202,6 +221,7 @@ def lightning_split(args: list[str], steps: int, cell=None, spec=None) -> dict:
         scoring = time.perf_counter() - t
     n_val = max(1, sum(1 for sanity_, _ in clock.val if not sanity_))
     return {"per_step": per_step, "validation": val_fit / n_val, "sanity": sanity, "save": save, "setup": setup,
+            "first": first,
             "scoring": scoring, "schedule": full, "cli": cli}
 
 
@@ -217,6 +237,41 @@ def step_fn(cli, batches):
         model.loss(batches[i], 10_000 + state["i"]).backward()
 
     return step
+
+
+def interleaved(cli, batches, backend: str, rounds: int, steps: int) -> dict:
+    """Forward and backward of the cell's model on its own route and with every layer on ``backend`` instead, in
+    turns (``steps`` steps each, ``rounds`` rounds): seconds a step of each (medians), and the ratio within each
+    round (a shared machine's drifting load moves both sides of it)."""
+    from dataclasses import replace
+
+    net = cli.model.net
+    layers, compiled = [b.attn for b in net.blocks], net._compiled_blocks  # our model's own: None when eager
+    if backend == "eager" and compiled is None:
+        raise SystemExit("error: --against eager compares a compiled cell with its eager blocks: give --set "
+                         "model.compile=true.")
+    own = [layer.spec for layer in layers]
+    step = step_fn(cli, batches)
+    step()  # a compiled model compiles here, before either side is timed
+    times = {"own": [], backend: []}
+    for _ in range(rounds):
+        for case in ("own", backend):
+            if backend == "eager":
+                net._compiled_blocks = compiled if case == "own" else None
+            for layer, spec in zip(layers, own):
+                layer.spec = spec if case == "own" or backend == "eager" else replace(spec, backend=backend)
+            step()  # the first step of a turn is not timed
+            t = time.perf_counter()
+            for _ in range(steps):
+                step()
+            times[case].append((time.perf_counter() - t) / steps)
+    for layer, spec in zip(layers, own):
+        layer.spec = spec
+    net._compiled_blocks = compiled
+    ratios = sorted(b / a for a, b in zip(times["own"], times[backend]))
+    return {"backend": backend, "own_s": statistics.median(times["own"]),
+            "against_s": statistics.median(times[backend]), "ratio": statistics.median(ratios),
+            "range": (ratios[0], ratios[-1])}
 
 
 def op_split(step, calls: int) -> dict[str, float]:
@@ -294,7 +349,8 @@ def flops_and_rate(cli, batch) -> dict:
 
 
 # ---- one cell, all four ---------------------------------------------------------------------------------------
-def measure(label: str, args: list[str], steps: int, profile_steps: int, cell=None, spec=None) -> dict:
+def measure(label: str, args: list[str], steps: int, profile_steps: int, cell=None, spec=None,
+            against: str | None = None, rounds: int = 5) -> dict:
     print(f"{label}: training {steps} steps under Lightning's profiler ...", flush=True)
     split = lightning_split(args, steps, cell, spec)
     cli, sched = split.pop("cli"), split["schedule"]
@@ -305,20 +361,26 @@ def measure(label: str, args: list[str], steps: int, profile_steps: int, cell=No
     cli.model.train()
     shares = op_split(step_fn(cli, batches), profile_steps)
     flops = flops_and_rate(cli, batches[0])
+    versus = None
+    if against:
+        print(f"{label}: its route against backend {against}, {rounds} rounds in turns ...", flush=True)
+        versus = interleaved(cli, batches, against, rounds, max(2, profile_steps))
     per = split["per_step"]
     train_step = sum(per.values())
     cell_steps = sched["steps"]
-    parts = {"setup (parse, model, data)": split["setup"], **{k: v * cell_steps for k, v in per.items()},
+    parts = {"setup (parse, model, data)": split["setup"],
+             "first steps beyond the rest (a compile)": split["first"],
+             **{k: v * cell_steps for k, v in per.items()},
              "validation": split["validation"] * sched["validations"] + split["sanity"],
              "checkpoint saves": split["save"] * sched["saves"]}
     if split["scoring"] is not None:
         parts["scoring (σ seeds)"] = split["scoring"]
-    floor = flops["counted"] / flops["rate"] * cell_steps
+    floor = flops["needed"] / flops["rate"] * cell_steps
     training = train_step * cell_steps
     compute = (per["forward"] + per["backward"]) * cell_steps
     return {"label": label, "parts": parts, "total": sum(parts.values()), "training": training, "floor": floor,
             "shares": {k: v * compute for k, v in shares.items()}, "flops": flops, "schedule": sched,
-            "steps_timed": steps, "ms_per_step": 1000 * train_step}
+            "steps_timed": steps, "ms_per_step": 1000 * train_step, "versus": versus}
 
 
 def markdown(rows: list[dict], args, loads: tuple, threads: int) -> str:
@@ -342,13 +404,15 @@ def markdown(rows: list[dict], args, loads: tuple, threads: int) -> str:
     lines += head(["op part"] + [r["label"] for r in rows], ["---"] + ["---:"] * len(rows))
     for part in STEP_PARTS:
         lines.append(row([part] + [f"{r['shares'][part]:.1f}" for r in rows]))
-    lines += ["", "The floor: the step's matrix-product FLOPs (counted) at this machine's fp32 GEMM rate at the "
-                  "step's own 2-D shapes (measured alone), times the cell's steps:", ""]
+    lines += ["", "The floor: the FLOPs the variant needs a step (6N + 12·L·d·keys per token) at this machine's fp32 "
+                  "GEMM rate at the step's own 2-D shapes (measured alone), times the cell's steps; the counted FLOPs "
+                  "(`FlopCounterMode`: the linear layers and the band kernels' products, not the fused SDPA "
+                  "kernels) beside them:", ""]
     lines += head(["", *[r["label"] for r in rows]], ["---"] + ["---:"] * len(rows))
     table = [
         ("ms per training step", lambda r: f"{r['ms_per_step']:.1f}"),
-        ("GFLOP per step, counted", lambda r: f"{r['flops']['counted'] / 1e9:.2f}"),
         ("GFLOP per step, the variant needs", lambda r: f"{r['flops']['needed'] / 1e9:.2f}"),
+        ("GFLOP per step, counted", lambda r: f"{r['flops']['counted'] / 1e9:.2f}"),
         ("GEMM rate at the step's shapes, GFLOP/s", lambda r: f"{r['flops']['rate'] / 1e9:.0f}"),
         ("floor, s", lambda r: f"{r['floor']:.1f}"),
         ("training, s", lambda r: f"{r['training']:.1f}"),
@@ -358,6 +422,18 @@ def markdown(rows: list[dict], args, loads: tuple, threads: int) -> str:
     ]
     for name, fn in table:
         lines.append(row([name] + [fn(r) for r in rows]))
+    if rows[0].get("versus"):
+        b = rows[0]["versus"]["backend"]
+        lines += ["", f"Side by side (`--against {b}`): forward and backward of the same model on the same batches, "
+                      f"its own route and {'its blocks eager' if b == 'eager' else f'every layer on the `{b}` backend'} in turns, {args.rounds} rounds of "
+                      f"{max(2, args.profile_steps)} steps; × is `{b}`'s seconds over the route's within each round "
+                      "(median [range]):", ""]
+        lines += head(["", *[r["label"] for r in rows]], ["---"] + ["---:"] * len(rows))
+        lines.append(row(["ms, its route"] + [f"{1000 * r['versus']['own_s']:.1f}" for r in rows]))
+        lines.append(row([f"ms, {b}"] + [f"{1000 * r['versus']['against_s']:.1f}" for r in rows]))
+        lines.append(row([f"**{b} × its route**"] + [
+            f"**{r['versus']['ratio']:.2f}** [{r['versus']['range'][0]:.2f}, {r['versus']['range'][1]:.2f}]"
+            for r in rows]))
     return "\n".join(lines) + "\n"
 
 
@@ -371,6 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=60, help="training steps timed per cell (then scaled)")
     p.add_argument("--profile_steps", type=positive_int, default=5, help="steps under torch.profiler per cell")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1: a study worker's share)")
+    p.add_argument("--against", choices=["banded", "dense", "eager"], default=None,
+                   help="also time forward and backward in turns with the cell's own: every layer on this backend "
+                        "(banded: the variants' own kernels, the CPU's route before the fused one), or, for a cell "
+                        "with --set model.compile=true, its blocks eager")
+    p.add_argument("--rounds", type=positive_int, default=5, help="rounds of --against's turns")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="a fit argument of the cell (repeatable), e.g. --set model.compile=true")
     p.add_argument("--out", type=output_folder, default="outputs/bench")
@@ -383,6 +464,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     bad = [s for s in args.sets if "=" not in s]
     if bad:
         raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {bad[0]!r}.")
+    if args.against == "eager" and str(dict(x.split("=", 1) for x in args.sets).get("model.compile")).lower() \
+            not in ("true", "1"):
+        raise SystemExit("error: --against eager compares a compiled cell with its eager blocks: give --set "
+                         "model.compile=true.")
     if args.config and not Path(args.config).is_file():
         raise SystemExit(f"error: --config {args.config} is not a file.")
     if not args.config:
@@ -408,10 +493,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 folder = Path(tmp) / label.replace(" ", "_").replace("=", "")
                 if args.config:
                     rows.append(measure(label, config_fit_line(args.config, n, sets, folder), args.steps,
-                                        args.profile_steps))
+                                        args.profile_steps, against=args.against, rounds=args.rounds))
                 else:
                     fit, cell, spec = study_fit_line(variant, n, sets, folder)
-                    rows.append(measure(label, fit, args.steps, args.profile_steps, cell, spec))
+                    rows.append(measure(label, fit, args.steps, args.profile_steps, cell, spec, args.against,
+                                        args.rounds))
                 r = rows[-1]
                 print(f"{label}: {r['ms_per_step']:.0f} ms a step, the cell {r['total']:.0f} s, training "
                       f"{r['training'] / r['floor']:.2f}x its floor", flush=True)
