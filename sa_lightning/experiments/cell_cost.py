@@ -352,19 +352,22 @@ def flops_and_rate(cli, batch) -> dict:
 def measure(label: str, args: list[str], steps: int, profile_steps: int, cell=None, spec=None,
             against: str | None = None, rounds: int = 5) -> dict:
     print(f"{label}: training {steps} steps under Lightning's profiler ...", flush=True)
+    # a compiled model's graphs start afresh for each cell: the profiler's and the FLOP counter's modes of the cell
+    # before made its blocks trace again, up to the compiler's limit, past which they would run eagerly
+    torch.compiler.reset()
     split = lightning_split(args, steps, cell, spec)
     cli, sched = split.pop("cli"), split["schedule"]
     dm = cli.datamodule
     it = iter(dm.train_dataloader())
     batches = [next(it) for _ in range(max(2, profile_steps))]
-    print(f"{label}: forward and backward by op over {profile_steps} steps, FLOPs, the GEMM rate ...", flush=True)
     cli.model.train()
-    shares = op_split(step_fn(cli, batches), profile_steps)
-    flops = flops_and_rate(cli, batches[0])
     versus = None
-    if against:
+    if against:  # first: the profiler's and the FLOP counter's modes below make a compiled model trace again
         print(f"{label}: its route against backend {against}, {rounds} rounds in turns ...", flush=True)
         versus = interleaved(cli, batches, against, rounds, max(2, profile_steps))
+    print(f"{label}: forward and backward by op over {profile_steps} steps, FLOPs, the GEMM rate ...", flush=True)
+    shares = op_split(step_fn(cli, batches), profile_steps)
+    flops = flops_and_rate(cli, batches[0])
     per = split["per_step"]
     train_step = sum(per.values())
     cell_steps = sched["steps"]
