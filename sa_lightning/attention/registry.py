@@ -196,6 +196,9 @@ class Variant:
     #: (docs/benchmarks/training.md, "A seed at its compute floor"): the band kernels win from about 12 x their keys
     #: (SA at n = 128: 7.1 ms fused against 18.2 banded; n = 256: 26.6 against 24.3)
     fused_below: float | None = 12.0
+    #: slot_mask(spec, slots) -> its mask from each token's slot (σ's inverse, (1 or B, n)), where a caller gave the
+    #: inverse with σ (``Call.inv``: a benchmark precomputes both), so the fused route inverts nothing; None: ``mask``
+    slot_mask: Callable[..., masks.MaskMod] | None = field(default=None, repr=False)
     description: str = ""
     #: a figure's panel title (the label when empty)
     title: str = ""
@@ -285,8 +288,8 @@ class Variant:
         """The variant's output through its n x n mask and PyTorch's fused SDPA (``fused_route``)."""
         n, draw = call.q.shape[2], call.perm
         per_row = draw is not None and draw.dim() > self.draw_ndim and draw.shape[0] > 1
-        if self.uses_permutation and self.circular and call.inv is not None:  # σ's slots known: SA's band on them
-            mod = masks.stochastic(call.inv if call.inv.dim() == 2 else call.inv.unsqueeze(0), call.spec.window)
+        if self.slot_mask is not None and call.inv is not None:  # σ's inverse given: the mask from it, not inverted
+            mod = self.slot_mask(call.spec, call.inv if call.inv.dim() == 2 else call.inv.unsqueeze(0))
         else:
             mod = self.mask(call.spec, n, draw, None)
         mask = masks.dense(mod, n, batch=call.q.shape[0] if per_row else 1,

@@ -82,6 +82,7 @@ VARIANT = SA = Variant(
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.sa_mask(perm, spec.window, q.shape[0], lengths),
     keys_attended_row=keys_attended_row,
     keys_computed_at=lambda spec, n: min(spec.window, n),  # the band is computed; the causal test keeps about half
+    slot_mask=lambda spec, slots: masks.stochastic(slots, spec.window),
     uses_permutation=True, draw=draw_permutation, check_draw=check_permutation, windowed=True,
     slot_order=slot_order, slot_kernel=slot_kernel, slot_backends=("flex",),
     description="sliding-window attention in a random permutation of the tokens",
