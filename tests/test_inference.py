@@ -46,7 +46,7 @@ SETTINGS = {"full": {}, "swa": {"window": 16}, "sa": {"window": 16}, "sa_swa_uni
             "moba": {"block_size": 16, "top_k": 2}, "strided": {"window": 16}, "strided_swa_union": {"window": 16},
             "random": {"window": 16}, "random_swa_union": {"window": 16}, "sa_bucket": {"window": 16},
             "sa_bucket_swa_union": {"window": 16}, "sa_fixed": {"window": 16}, "strided_local": {"window": 16},
-            "strided_local_swa_union": {"window": 16}}
+            "strided_local_swa_union": {"window": 16}, "radix": {"window": 16}}
 
 
 def _ids(batch=2, n=96, seed=0):

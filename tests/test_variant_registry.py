@@ -30,6 +30,7 @@ ROWS = {
     "strided_local": dict(window=16),
     "strided_local_swa": dict(window=16),
     "strided_local_swa_union": dict(window=16),
+    "radix": dict(window=16),
     "random": dict(window=16),
     "random_swa": dict(window=16),
     "random_swa_union": dict(window=16),

@@ -144,6 +144,22 @@ def strided_local(window: int, n: int, lengths: torch.Tensor | None = None) -> M
     return mask
 
 
+def radix(window: int, n: int, lengths: torch.Tensor | None = None) -> MaskMod:
+    """The radix control: j <= i and i - j is 0 or one of the row's digit offsets (``radix.radix_offsets`` for
+    each row's valid length; n without ``lengths``)."""
+    from .radix import gap_table
+
+    table = gap_table(n, window, lengths)
+
+    def mask(b, h, q_idx, kv_idx):
+        gap = q_idx - kv_idx
+        rows = table.to(gap.device)
+        row = b if rows.shape[0] > 1 else torch.zeros_like(b)
+        return (gap >= 0) & rows[row, gap.clamp(min=0)]
+
+    return mask
+
+
 #: the random keys' counter-based hash: 32-bit values held in int64, every product below 2**63 (multipliers
 #: below 2**31), so CPU tensors, Triton's integers, numpy's uint64 and Python's ints compute the same bits
 HASH_MASK = 0xFFFFFFFF

@@ -119,6 +119,23 @@ def strided_local_mask(n: int, window: int, batch: int, lengths: torch.Tensor | 
     return out.to(device)
 
 
+def radix_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None, device=None) -> torch.Tensor:
+    """(B, 1, n, n): query i reads j = i and j = i - o for each of the row's digit offsets o
+    (``radix.radix_offsets`` of its own length); written out row by row, independently of ``masks.radix``."""
+    from .radix import radix_offsets
+
+    rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]
+    out = torch.zeros(batch, 1, n, n, dtype=torch.bool)
+    for b, length in enumerate(rows):
+        offsets = radix_offsets(max(length, 1), window)
+        for i in range(n):
+            out[b, 0, i, i] = True
+            for o in offsets:
+                if o <= i:
+                    out[b, 0, i, i - o] = True
+    return out.to(device)
+
+
 def strided_local_swa_union_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None,
                                  device=None) -> torch.Tensor:
     """The local-band strided pattern or SWA's window (one softmax over both key sets)."""

@@ -16,6 +16,7 @@ ORDER = ("full", "swa", "sa",
          "sa_swa", "moba", "sa_swa_union",
          "strided", "strided_swa_union", "strided_swa",  # the controls
          "strided_local", "strided_local_swa_union", "strided_local_swa",  # the deterministic control that reaches
+         "radix",  # the deterministic control that reaches in the fewest layers SA's budget allows
          "random", "random_swa_union", "random_swa",
          "sa_bucket", "sa_bucket_swa_union", "sa_bucket_swa")  # bucketed SA
 

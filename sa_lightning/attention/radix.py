@@ -1,0 +1,101 @@
+"""The radix control: a deterministic pattern at SA's budget that reaches every earlier token in the fewest layers
+that budget allows. Query i reads itself and the earlier keys at the offsets a·p_k (1 <= a < b_k, p_k the product of
+the bases below k): the digits of a mixed-radix number with bases b_0 >= b_1 >= ... Any distance below the bases'
+product is a sum of at most K such offsets, one per nonzero digit, so K layers carry every key of the row to every
+later query; the lowest digit's offsets 1 .. b_0 - 1 are its local band. Power-of-two offsets (PowerAttention,
+arXiv 2503.03588) are the case b_k = 2, and a base-b number with K digits reads (b - 1)·K keys.
+
+Its budget is SA's: the row's other keys, the sum of (b_k - 1), at most 2⌈w/2⌉ - 2 (SA's band's others). Within it
+``radix_bases`` takes the fewest digits K whose bases reach the row's n valid tokens, and for that K the fewest keys
+(growing the smallest base first keeps the product largest for its sum). Where no K within the budget reaches n,
+it takes the pattern that reaches furthest (every base 2: distances below 2^budget), and ``analyze reach`` says how
+much of the row that is: a finding about the budget, not a failure of the kernel.
+
+The kernel reads each query's offsets as shifted views of k and v: O(n·K·d), nothing n x n, no gather.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .band_common import softmax_dtype
+from .masks import sa_band_others
+
+
+@functools.lru_cache(maxsize=4096)
+def radix_bases(n: int, window: int) -> tuple[int, ...]:
+    """The bases (largest first) for a row of n valid tokens at window w: the fewest digits whose product reaches n
+    with at most SA's 2⌈w/2⌉ - 2 other keys, and of those the fewest keys; every base 2 (the furthest reach) where
+    none does. () for a row of one token."""
+    if window < 3:
+        raise ValueError(f"the radix control needs a window >= 3 (it reads 2*ceil(w/2) - 2 keys), got {window}.")
+    budget = sa_band_others(window)
+    if n <= 1:
+        return ()
+    if budget >= n - 1:  # one digit holds the whole row: causal attention
+        return (n,)
+    for digits in range(1, budget + 1):
+        bases = [2] * digits
+        while math.prod(bases) < n and sum(bases) - digits < budget:
+            bases[bases.index(min(bases))] += 1
+        if math.prod(bases) >= n:
+            return tuple(sorted(bases, reverse=True))
+    return (2,) * budget
+
+
+@functools.lru_cache(maxsize=4096)
+def radix_offsets(n: int, window: int) -> tuple[int, ...]:
+    """The offsets i - j > 0 a query reads (below n), ascending."""
+    out, place = [], 1
+    for base in radix_bases(n, window):
+        out += [a * place for a in range(1, base) if a * place < n]
+        place *= base
+    return tuple(sorted(out))
+
+
+def radix_layers(n: int, window: int) -> int | None:
+    """The layers in which every earlier token of a row of n reaches every later query (its digits), or None where
+    the bases do not reach n."""
+    bases = radix_bases(n, window)
+    return len(bases) if math.prod(bases) >= n else None
+
+
+def gap_table(n: int, window: int, lengths: torch.Tensor | None = None, device=None) -> torch.Tensor:
+    """(1 or B, n) bool: [b, g] when a query of row b reads the key g tokens back (g = 0: itself); a host read of
+    ``lengths`` (inference's padding), as the strided control's."""
+    rows = [n] if lengths is None else [int(x) for x in lengths.view(-1).tolist()]
+    table = torch.zeros(len(rows), max(n, 1), dtype=torch.bool)
+    for b, length in enumerate(rows):
+        table[b, 0] = True
+        table[b, list(radix_offsets(max(length, 1), window))] = True
+    return table.to(device)
+
+
+def radix_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, *, scale: float,
+                    lengths: torch.Tensor | None = None, return_lse: bool = False):
+    """The radix control's output for q (B, Hq, n, d), k, v (B, Hkv, n, d): one softmax over each query's own key and
+    its offsets' keys, read as shifted views (a row of its own length reads its own offsets). With ``return_lse``,
+    also each query's log-sum-exp (B, Hq, n), so sinks and unions merge with it. Every query reads at least itself,
+    so no row is empty."""
+    B, Hq, n, d = q.shape
+    Hkv = k.shape[1]
+    table = gap_table(n, window, lengths, q.device)  # (1 or B, n)
+    used = [0] + [g for g in range(1, n) if bool(table[:, g].any())]
+    top = used[-1]
+    kp, vp = (F.pad(t, (0, 0, top, 0)) for t in (k, v))  # row top + i holds token i; rows before it are zeros
+    keys = torch.stack([kp[:, :, top - g:top - g + n] for g in used], dim=3)  # (B, Hkv, n, U, d): key i - g
+    values = torch.stack([vp[:, :, top - g:top - g + n] for g in used], dim=3)
+    qg = q.reshape(B, Hkv, Hq // Hkv, n, d)
+    acc = softmax_dtype(q.dtype)  # fp32 scores for half inputs
+    scores = torch.einsum("bhgnd,bhnud->bhgnu", qg.to(acc), keys.to(acc)) * scale
+    gaps = torch.tensor(used, device=q.device)
+    ok = (torch.arange(n, device=q.device).view(n, 1) >= gaps.view(1, -1))  # (n, U): the key exists
+    ok = ok.view(1, n, len(used)) & table[:, gaps].view(table.shape[0], 1, len(used))  # (1 or B, n, U)
+    scores = scores.masked_fill(~ok.view(ok.shape[0], 1, 1, n, len(used)), float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    probs = torch.exp(scores - lse.unsqueeze(-1)).to(v.dtype)
+    out = torch.einsum("bhgnu,bhnud->bhgnd", probs, values).reshape(B, Hq, n, d)
+    return (out, lse.reshape(B, Hq, n)) if return_lse else out
