@@ -137,7 +137,7 @@ def test_registry_names_and_errors():
     assert set(VARIANTS) == {"full", "swa", "sa", "sa_fixed", "sa_swa", "sa_swa_union", "moba", "strided",
                              "strided_swa", "strided_swa_union", "strided_local", "strided_local_swa",
                              "strided_local_swa_union", "random", "random_swa", "random_swa_union", "sa_bucket",
-                             "sa_bucket_swa_union", "sa_bucket_swa"}
+                             "sa_bucket_swa_union", "sa_bucket_swa", "radix"}
     assert get_variant("sa_swa").paths == ("sa", "swa") and get_variant("sa").uses_permutation
     with pytest.raises(ValueError, match="unknown attention variant 'sa-swa'.*sa_swa"):
         get_variant("sa-swa")

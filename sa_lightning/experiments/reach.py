@@ -3,9 +3,8 @@
 A control stands against SA only if its mask reaches what the task asks. Each cell (variant, depth, window, draw
 seed) stacks ``depth`` layers of the variant's own causal mask over a row of ``n`` tokens and measures, for every
 key-query distance d past SWA's field L·(w−1), the chance that the last query reaches the key d back
-(``analysis.mechanism.reach_by_distance``, over ``trials`` draws of every layer from that seed). Those distances
-are the cell's items; a draw seed stands for the seed of a trained model, which fixes its draws. Fixed patterns
-draw nothing, so their seeds agree.
+(``analysis.mechanism.reach_by_distance``, over ``trials`` draws of every layer from that seed): the cell's items. A
+draw seed stands for a trained model's seed, which fixes its draws; fixed patterns draw nothing, so theirs agree.
 """
 from __future__ import annotations
 
