@@ -194,7 +194,7 @@ class Variant:
     #: its mask in original positions runs as an n x n bool mask through PyTorch's fused SDPA instead of its own
     #: kernel; None: never. Measured forward and backward, one thread, w = 16, batch 32, 2 heads of 32
     #: (docs/benchmarks/training.md, "A seed at its compute floor"): the band kernels win from about 12 x their keys
-    #: (SA at n = 128: 7.1 ms fused against 18.2 banded; n = 256: 26.6 against 24.3)
+    #: (SA at n = 128: 7.9 ms fused against 16.1 banded; n = 256: 25.2 against 24.4)
     fused_below: float | None = 12.0
     #: slot_mask(spec, slots) -> its mask from each token's slot (σ's inverse, (1 or B, n)), where a caller gave the
     #: inverse with σ (``Call.inv``: a benchmark precomputes both), so the fused route inverts nothing; None: ``mask``
@@ -272,7 +272,7 @@ class Variant:
         return self._guarded(self._fused if self.fused_route(call) else self.kernel, call)
 
     def fused_route(self, call: Call) -> bool:
-        """Whether ``call`` runs as its n x n mask through PyTorch's fused SDPA (``fused_kernel``): ``auto`` on the
+        """Whether ``call`` runs as its n x n mask through PyTorch's fused SDPA (``_fused``): ``auto`` on the
         CPU, in a training step (q needs a gradient) on rows without padding, a single-path variant whose mask
         reads nothing from the data, and n under ``fused_below`` x its keys computed per query. There every row
         reads at least its own key, so no row of the mask is empty; evaluation and training-free inference keep

@@ -1,7 +1,7 @@
 """``cli.py bench cell``: where a trained cell's time goes, and how far it runs above its FLOP floor on this machine.
 
 The cell is a study's, trained as the study trains it: the fit line ``study long-range --preset decide-l4`` would
-run for the variant (its config, swaps and ``fit_overrides``; ``--seq_len`` and ``--set`` change it), in this
+run for the variant (its config, swaps and ``fit_overrides``; ``--seq_lens`` and ``--set`` change it), in this
 process, on ``--threads`` threads (1: one ``--jobs`` worker's share of the cores). ``--config FILE`` times a plain
 ``cli.py fit --config FILE`` instead (the README's tiny fit). Each cell:
 
@@ -50,10 +50,9 @@ from pathlib import Path
 
 import torch
 
-from ..utils.argtypes import doc_help
+from ..utils.argtypes import doc_help, positive_int
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, row
-from ..utils.argtypes import positive_int
 from ..utils.host import cpu_name
 
 #: the study and preset whose cell is timed by default: the deciding pass-key cell (n = 128, L = 4, w = 16, d = 64,
@@ -71,7 +70,7 @@ OP_PARTS = (
 STEP_PARTS = tuple(name for name, _ in OP_PARTS) + ("element-wise and other",)
 #: Lightning's profiler actions per training step, by the part they are counted in
 STEP_ACTIONS = {
-    "data": ("[_TrainingEpochLoop].train_dataloader_next", "batch_to_device", "transfer_batch_to_device"),
+    "data": ("[_TrainingEpochLoop].train_dataloader_next", ".batch_to_device"),  # the strategy's, the module's in it
     "forward": ("training_step",),
     "backward": ("backward",),
     "gradient clip and norm": ("on_before_optimizer_step", "configure_gradient_clipping"),
@@ -175,9 +174,10 @@ def lightning_split(args: list[str], steps: int, cell=None, spec=None, warmup: i
     timed = steps - warmup  # the first steps (a compile, the allocator's first touches) are a part of their own
 
     def total(*names, contains=False):
-        """Seconds of the named actions, an action run once a step counted from step ``warmup`` on."""
+        """Seconds of the named actions, an action run once a step counted from step ``warmup`` on; ``contains``
+        matches the loop's, the strategy's and the module's actions by part of their name (callbacks apart)."""
         return sum(sum(v[warmup:] if len(v) >= steps else v) for k, v in d.items()
-                   if (any(n in k for n in names) if contains else k in names))
+                   if (any(n in k for n in names) and not k.startswith("[Callback]") if contains else k in names))
 
     batches = d.get("run_training_batch", [])
     first = max(0.0, sum(batches[:warmup]) - warmup * (sum(batches[warmup:]) / max(1, len(batches) - warmup)))
