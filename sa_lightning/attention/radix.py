@@ -82,8 +82,9 @@ def radix_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: i
     so no row is empty."""
     B, Hq, n, d = q.shape
     Hkv = k.shape[1]
-    table = gap_table(n, window, lengths, q.device)  # (1 or B, n)
-    used = [0] + [g for g in range(1, n) if bool(table[:, g].any())]
+    host = gap_table(n, window, lengths)  # (1 or B, n), on the host: the offsets are read there, once
+    used = [0] + host[:, 1:].any(0).nonzero().add(1).view(-1).tolist()
+    table = host.to(q.device)
     top = used[-1]
     kp, vp = (F.pad(t, (0, 0, top, 0)) for t in (k, v))  # row top + i holds token i; rows before it are zeros
     keys = torch.stack([kp[:, :, top - g:top - g + n] for g in used], dim=3)  # (B, Hkv, n, U, d): key i - g
