@@ -97,6 +97,11 @@ def test_a_cell_trained_with_the_same_fit_arguments_is_scored_again_from_its_las
     other = {**spec, "fit_args": args + ["--trainer.max_steps", "8"]}
     assert training.trained_checkpoint(saved, other) is None  # trained another way
     assert training.trained_checkpoint({}, spec) is None
+    # trained under other kernel routes (another rounding): trained again, never scored as if made this way
+    routed = {**spec, "kernels": training.KERNEL_ROUTES}
+    assert training.trained_checkpoint(saved, routed) is None
+    assert training.trained_checkpoint({**saved, "spec": {**saved["spec"], "kernels": training.KERNEL_ROUTES}},
+                                       routed)["steps"] == 4
     # the study folder moved: the record made there stands, and the checkpoint is the one in this run's folder
     moved = ["fit", "--config", "x.yaml", "--trainer.default_root_dir", str(tmp_path / "elsewhere" / "runs" / "c1")]
     kept = {**saved, "spec": {**saved["spec"], "fit_args": moved}}
@@ -237,3 +242,16 @@ def test_a_run_with_margins_says_before_its_first_cell_where_swa_trains_fewer_se
                                            "comparisons": [{"a": "sa@16", "b": "random@16"}],
                                            "margins": {"repeat_nll": 0.1}})
     assert pre.floor_note(cfg) is None
+
+
+def test_a_trained_cells_spec_names_the_kernel_routes(tmp_path):
+    """A trained cell's spec names ``KERNEL_ROUTES``, so a record made under other routes (another rounding) is not
+    reused: its spec differs."""
+    from sa_lightning.experiments.long_range import EXPERIMENT
+
+    cfg = EXPERIMENT.load("configs/study/long_range.yaml", "quick")
+    cell = EXPERIMENT.cells(cfg)[0]
+    spec = EXPERIMENT.spec(cell, cfg, tmp_path)
+    assert spec["kernels"] == training.KERNEL_ROUTES
+    assert not EXPERIMENT.reuse({"spec": {k: v for k, v in spec.items() if k != "kernels"}}, spec)
+    assert EXPERIMENT.reuse({"spec": spec}, spec)
