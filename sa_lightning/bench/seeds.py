@@ -28,7 +28,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..utils.argtypes import doc_help
+from ..utils.argtypes import doc_help, key_values
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, row
 from .machine import apply_preset, describe, positive_int, sync
@@ -114,7 +114,7 @@ def run(args) -> list[dict]:
     seconds a step, and of its seeds a second over alone's in the same round (the ratio a shared machine's drifting
     load moves least)."""
     device = torch.device(args.device)
-    sets = {**CELL, **dict(s.split("=", 1) for s in args.sets)}
+    sets = {**CELL, **key_values(args.sets)}
     cell_steps = int(sets["trainer.max_steps"])
     ensembles = {k: Ensemble(args.config, sets, k, device) for k in args.ks}
     rounds: list[dict] = []
@@ -138,7 +138,7 @@ def run(args) -> list[dict]:
 
 
 def markdown(rows: list[dict], args, loads: tuple) -> str:
-    sets = {**CELL, **dict(s.split("=", 1) for s in args.sets)}
+    sets = {**CELL, **key_values(args.sets)}
     lines = [f"# Training seeds per hour: each alone against K as one ensemble ({date.today().isoformat()})", "",
              f"Machine: {describe(args.device)}; load average {loads[0]:.2f} at the start, {loads[1]:.2f} at the "
              f"end (`os.getloadavg`, 1 min). Cell: `{args.config}` with "
@@ -176,9 +176,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     preset_sets = PRESETS[args.preset].get("sets", [])
     apply_preset(args, {name: {k: v for k, v in p.items() if k != "sets"} for name, p in PRESETS.items()})
     args.sets = preset_sets + (args.sets or [])
-    bad = [s for s in args.sets if "=" not in s]
-    if bad:
-        raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {bad[0]!r}.")
+    key_values(args.sets)  # each KEY=VALUE, checked before anything trains
     if not Path(args.config).is_file():
         raise SystemExit(f"error: --config {args.config} not found.")
     if args.threads:

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from ..utils.argtypes import doc_help, positive_int
+from ..utils.argtypes import doc_help, key_values, positive_int
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, row
 from ..utils.host import cpu_name
@@ -464,11 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = build_parser().parse_args(argv)
-    bad = [s for s in args.sets if "=" not in s]
-    if bad:
-        raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {bad[0]!r}.")
-    if args.against == "eager" and str(dict(x.split("=", 1) for x in args.sets).get("model.compile")).lower() \
-            not in ("true", "1"):
+    sets = key_values(args.sets)
+    if args.against == "eager" and str(sets.get("model.compile")).lower() not in ("true", "1"):
         raise SystemExit("error: --against eager compares a compiled cell with its eager blocks: give --set "
                          "model.compile=true.")
     if args.config and not Path(args.config).is_file():
@@ -486,7 +483,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from ..utils.quiet import quiet_lightning
 
     quiet_lightning("fit")
-    sets = dict(s.split("=", 1) for s in args.sets)
     loads = [os.getloadavg()[0]]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_cell_") as tmp:

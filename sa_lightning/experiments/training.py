@@ -21,6 +21,7 @@ from ..attention import get_variant, sigma_seeds, variant_label
 from ..attention.registry import KERNEL_ROUTES
 from ..attention.variants import FULL, SWA
 from ..utils import runner, trained
+from ..utils.argtypes import key_values
 from ..utils.quiet import quiet_lightning
 from ..utils.report import head, row
 from .base import Experiment
@@ -320,11 +321,8 @@ class TrainedExperiment(Experiment):
 
     def settings(self, args):
         cfg = super().settings(args)
-        for item in args.set:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {item!r}.")
-            cfg.fit_overrides = {**(cfg.fit_overrides or {}), key: value}
+        if args.set:
+            cfg.fit_overrides = {**(cfg.fit_overrides or {}), **key_values(args.set)}
         return cfg
 
     def seeds_of(self, cfg, arm: str) -> list[int]:

@@ -49,3 +49,15 @@ def seed(text: str) -> int:
     if not 0 <= value < 2**32:
         raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**32 - 1, got {value}")
     return value
+
+
+def key_values(items: list[str]) -> dict[str, str]:
+    """``--set KEY=VALUE`` items (repeatable) as ``{KEY: VALUE}``, the later winning; an item without ``=`` or a key is
+    refused in one line, before anything runs."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {item!r}.")
+        out[key] = value
+    return out
