@@ -21,8 +21,36 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_cli(*args, cwd=ROOT, **env) -> subprocess.CompletedProcess:
     """``python cli.py *args`` in a subprocess (the shell's one-line error path), with this checkout importable."""
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
+    return run_or_dump([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
+
+
+def run_or_dump(args: list[str], *, timeout: float, env: dict, cwd=ROOT) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, capture_output=True, text=True)`` in a process group of its own. On a timeout every
+    Python process of the group (DDP ranks, data-loader workers) first prints its threads' stacks
+    (``PYTHONFAULTHANDLER`` and SIGABRT), then the test fails with their tail: a hang says where it hung."""
+    import signal
+
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**env, "PYTHONFAULTHANDLER": "1"}, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGABRT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        raise AssertionError(f"{' '.join(args[:4])} ... still ran after {timeout:.0f} s; the stacks of its processes "
+                             f"(stdout's tail first):\n{out[-2000:]}\n---\n{err[-12000:]}") from None
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def run_cli_here(*args) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import ddp_port, run_cli_here
+from tests.helpers import ddp_port, run_cli_here, run_or_dump
 
 pytestmark = pytest.mark.slow  # every test trains, or reads the checkpoints of a run trained for the module
 
@@ -48,9 +48,8 @@ def _fit_here(root: Path, record: Path, *callbacks, ckpt_path=None, extra=()):
 def _fit(root: Path, record: Path, *callbacks, ckpt_path=None, extra=(), env=None):
     args = [sys.executable, str(ROOT / "cli.py"), *_fit_args(root, record, *callbacks, ckpt_path=ckpt_path, extra=extra)]
     # as many threads as this process (conftest.py), so that its losses equal those of runs in this process
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(torch.get_num_threads()),
-                               **(env or {})})
+    return run_or_dump(args, timeout=420, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                               "OMP_NUM_THREADS": str(torch.get_num_threads()), **(env or {})})
 
 
 @pytest.fixture(scope="module")

@@ -22,3 +22,17 @@ def test_a_hanging_test_fails_named_and_the_run_goes_on(tmp_path):
     assert proc.returncode == 1, out[-3000:]
     assert "FAILED test_hang.py::test_hangs - Failed: Timeout" in out and "1 failed, 4 passed" in out, out[-3000:]
     assert "INTERNALERROR" not in out and "node down" not in out, out[-3000:]
+
+
+def test_a_hanging_subprocess_fails_with_the_stacks_of_its_processes():
+    """``run_or_dump`` (the DDP fits' runner): a child and its own child that hang are both stopped, and each one's
+    Python stack is in the failure, so a hang in CI says where it hung."""
+    from tests.helpers import run_or_dump
+
+    script = ("import subprocess, sys, time\n"
+              "subprocess.Popen([sys.executable, '-c', 'import time\\ndef grandchild_waits():\\n    time.sleep(60)\\n"
+              "grandchild_waits()'])\n"
+              "def parent_waits():\n    time.sleep(60)\nparent_waits()\n")
+    with pytest.raises(AssertionError, match="still ran after 3 s") as failed:
+        run_or_dump([sys.executable, "-c", script], timeout=3, env={})
+    assert "in parent_waits" in str(failed.value) and "in grandchild_waits" in str(failed.value), str(failed.value)
