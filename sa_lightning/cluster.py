@@ -12,7 +12,9 @@ pretrain: ``srun`` with one task per GPU, ``--signal=SIGUSR1@90``, requeue into 
 ``cli.py prepare`` goes first and training (``--data.mode cache``) waits for it (``afterok``). prepare:
 that CPU job alone. sweep: a job array with one
 (mode, window) pair per array task, then a report job (``--dependency=afterany``) that writes the
-tables and plots from the finished cells.
+tables and plots from the finished cells (and runs any cell a task left unfinished). The sweep's script and
+every job's log (``slurm-<job>_<task>.out``; the report job's ``slurm-<job>.out``) are kept in ``<out>/slurm/``,
+with the sweep.
 
 The jobs run ``python <checkout>/cli.py`` from a checkout of the repository and ``python -m sa_lightning.main``
 (the ``sa-lightning`` command) from an installed copy, which has no cli.py.
@@ -34,6 +36,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+from .utils.atomic import SUBMIT_FOLDER
 from .utils.checkout import PACKAGE, checkout_root
 from .utils.argtypes import doc_help
 
@@ -103,27 +106,30 @@ def sweep_pairs(config: str, extra: list[str] = ()):
 
 def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(prog="cli.py submit", **doc_help(__doc__))
-    p.add_argument("job", choices=("pretrain", "prepare", "sweep"))
-    p.add_argument("--config", required=True)
-    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("job", choices=("pretrain", "prepare", "sweep"),
+                   help="pretrain: a training job; prepare: a tokenizing CPU job; sweep: a job array and its report job")
+    p.add_argument("--config", required=True, help="the fit config (pretrain, prepare) or sweep config (sweep)")
+    p.add_argument("--nodes", type=int, default=1, help="pretrain: nodes to train on")
     # sbatch spells these with dashes: both spellings are this command's, never passed on to the job
     p.add_argument("--gpus_per_node", "--gpus-per-node", type=int, default=None,
-                   help="default: 4 for pretrain, 1 for sweep")
+                   help="GPUs per node (pretrain) or per array task (sweep) (default: 4 for pretrain, 1 for sweep)")
     p.add_argument("--cpus_per_task", "--cpus-per-task", type=int, default=None,
-                   help="default: 8 (pretrain, sweep), 32 (prepare)")
+                   help="CPU cores per task (default: 8 for pretrain and sweep, 32 for prepare)")
     p.add_argument("--prepare", action="store_true",
                    help="pretrain: tokenize into the cache in a CPU job first, then train with --data.mode cache")
     p.add_argument("--prepare_time", "--prepare-time", default="12:00:00",
                    help="--prepare: the tokenizing job's time limit")
-    p.add_argument("--time", default="48:00:00")
-    p.add_argument("--job_name", "--job-name", default=None)
+    p.add_argument("--time", default="48:00:00", help="each job's time limit (HH:MM:SS)")
+    p.add_argument("--job_name", "--job-name", default=None,
+                   help="the jobs' name (default: sa_<config name>, sweep_<config name> for a sweep)")
     p.add_argument("--run_dir", "--run-dir", default=None,
                    help="pretrain: the fixed run directory (default runs/<config name>)")
     p.add_argument("--sbatch", action="append", default=[], help="an extra #SBATCH option, e.g. --sbatch=--account=abc")
     p.add_argument("--offline", action="store_true",
                    help="the jobs export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 (local caches only); "
                         "by default they unset them and may use the Hugging Face Hub")
-    p.add_argument("--dry_run", "--dry-run", action="store_true")
+    p.add_argument("--dry_run", "--dry-run", action="store_true",
+                   help="write and print the script and the sbatch command; submit nothing")
     args, extra = p.parse_known_args(argv)
     if not Path(args.config).is_file():
         raise FileNotFoundError(f"config {args.config!r} does not exist.")
@@ -183,7 +189,13 @@ def main(argv: list[str] | None = None) -> Path:
         fields = {**common, "job_name": args.job_name or f"sweep_{stem}", "gpus_per_node": args.gpus_per_node or 1,
                   "out": shlex.quote(cfg.out), "last_index": len(pairs) - 1,
                   "cells": " ".join(shlex.quote(f"{m} {s}") for m, s in pairs)}
-        script = Path(cfg.out) / "submit_sweep.sbatch"
+        # the script and SLURM's logs go in a folder of the sweep's own inside --out (utils.atomic.SUBMIT_FOLDER,
+        # which the sweep's folder check takes as its own), not among the tables (which a folder of other files
+        # refuses) nor beside --out (files the user did not name, left in the folder above it): the sweep's
+        # results, its job script and what each job printed stay together, to read, move or remove as one.
+        # SLURM opens a job's log before the job starts and fails it when the log's folder is missing: it is
+        # made here (_write), at submission.
+        script = Path(cfg.out) / SUBMIT_FOLDER / "submit_sweep.sbatch"
         text = render("sweep_array.sbatch", fields)
     _write(script, text, args.dry_run)
     job = _submit(script, args.dry_run, after)
@@ -192,7 +204,7 @@ def main(argv: list[str] | None = None) -> Path:
                   f"python {common['cli']} sweep --config {common['config']} --out {fields['out']} "
                   f"{common['extra_args']}").rstrip()
         _submit_wrap(report, f"afterany:{job or '<array job>'}", fields["job_name"] + "_report", args.dry_run,
-                     args.sbatch)
+                     [f"--output={script.parent}/slurm-%j.out", *args.sbatch])
     return script
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import run_cli_here
+from tests.test_sweep_reuse import two_models  # noqa: F401  (a fixture: tiny Qwen3 models)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIM = """#!/usr/bin/env bash
@@ -93,7 +94,7 @@ def test_pretrain_with_prepare_tokenizes_in_a_cpu_job_first_and_trains_from_the_
 def test_sweep_submission_is_a_job_array_plus_a_report_job(tmp_path, monkeypatch):
     proc, env = _submit(tmp_path, monkeypatch, "sweep", "--config", str(ROOT / "configs/sweep/qwen3_8b.yaml"))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    script = tmp_path / "outputs/sweep/qwen3_8b/submit_sweep.sbatch"
+    script = tmp_path / "outputs/sweep/qwen3_8b/slurm/submit_sweep.sbatch"
     text = script.read_text()
     assert "#SBATCH --array=0-16" in text  # full + 6 swa + 6 sa + 4 moba
     calls = Path(env["SHIM_LOG"]).read_text().splitlines()
@@ -274,7 +275,7 @@ def test_submit_checks_what_a_job_would_refuse_before_anything_queues(tmp_path, 
     sweep = str(ROOT / "configs/sweep/tiny.yaml")
     proc, env = _submit(tmp_path, monkeypatch, "sweep", "--config", sweep, "--out", "elsewhere")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    text = (tmp_path / "elsewhere" / "submit_sweep.sbatch").read_text()
+    text = (tmp_path / "elsewhere" / "slurm" / "submit_sweep.sbatch").read_text()
     assert "--out elsewhere" in text and "--out outputs" not in text
     report = Path(env["SHIM_LOG"]).read_text().splitlines()[1]
     assert "--out elsewhere" in report
@@ -282,3 +283,198 @@ def test_submit_checks_what_a_job_would_refuse_before_anything_queues(tmp_path, 
     proc, env = _submit(tmp_path, monkeypatch, "sweep", "--config", sweep, "--tasks", "[hellaswg]")
     assert proc.returncode != 0 and "unknown task 'hellaswg'" in proc.stderr.strip().splitlines()[-1]
     assert not Path(env["SHIM_LOG"]).exists()
+
+
+def test_a_results_folder_takes_the_submit_folder_as_its_own_and_nothing_else(tmp_path):
+    """What ``submit sweep`` leaves in --out before the array's first task (its ``slurm/`` folder: the script and
+    SLURM's logs) does not make it a folder of other files; a file of the user's beside it still does, and so does
+    a file named ``slurm``."""
+    from sa_lightning.utils.atomic import SUBMIT_FOLDER, check_results_folder
+
+    (tmp_path / SUBMIT_FOLDER).mkdir()
+    (tmp_path / SUBMIT_FOLDER / "submit_sweep.sbatch").write_text("#!/usr/bin/env bash\n")
+    (tmp_path / SUBMIT_FOLDER / "slurm-7_0.out").write_text("")
+    assert check_results_folder(tmp_path, "sweep") == tmp_path
+    (tmp_path / "thesis.tex").write_text("the user's own")
+    with pytest.raises(ValueError, match="holds other files and no sweep of its own"):
+        check_results_folder(tmp_path, "sweep")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / SUBMIT_FOLDER).write_text("a file, not submit's folder")
+    with pytest.raises(ValueError, match="holds other files and no sweep of its own"):
+        check_results_folder(other, "sweep")
+
+#: A stand-in ``sbatch`` that runs each job on this machine before it answers, as SLURM would run it: the options
+#: of its command line over the script's ``#SBATCH`` lines, an array's tasks all started at once (each with
+#: ``SLURM_ARRAY_TASK_ID`` and the rest, its output where ``--output`` says, ``%A``/``%a``/``%j``/``%x`` filled in;
+#: a folder of it that does not exist fails the task, as it does on a cluster), ``--wrap`` through ``sh -c``, and a
+#: ``--dependency`` on a job it does not know refused. Each job's tasks, times and exit codes go to ``$SLURM_STATE``.
+FAKE_SBATCH = r'''#!{python}
+import json, os, re, subprocess, sys, time
+from pathlib import Path
+
+state = Path(os.environ["SLURM_STATE"])
+state.mkdir(exist_ok=True)
+args, opts, wrap, script = sys.argv[1:], {{}}, None, None
+while args:
+    arg = args.pop(0)
+    if arg == "--wrap":
+        wrap = args.pop(0)
+    elif arg.startswith("--"):
+        key, _, value = arg[2:].partition("=")
+        opts[key] = value
+    else:
+        script = arg
+        break
+if script:
+    for line in Path(script).read_text().splitlines():
+        found = re.match(r"#SBATCH --([\w-]+)(?:=(\S*))?\s*$", line)
+        if found:
+            opts.setdefault(found[1], found[2] or "")
+job = str(100 + len(list(state.glob("job_*.json"))))
+for dep in filter(None, re.split(r"[,?]", opts.get("dependency", ""))):
+    kind, *ids = dep.split(":")
+    for other in ids:
+        if not (state / f"job_{{other}}.json").is_file():
+            sys.exit(f"sbatch: error: Batch job submission failed: Job dependency problem ({{dep}})")
+        done = json.loads((state / f"job_{{other}}.json").read_text())
+        if kind == "afterok" and any(t["code"] != 0 for t in done["tasks"]):
+            sys.exit(f"sbatch: error: the dependency {{dep}} can never be satisfied")
+array = opts.get("array")
+indices = list(range(int(array.split("-")[0]), int(array.split("-")[1].split("%")[0]) + 1)) if array else [None]
+command = ["sh", "-c", wrap] if wrap is not None else ["bash", script]
+tasks = []
+for index in indices:
+    pattern = opts.get("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out")
+    log = pattern.replace("%A", job).replace("%a", str(index)).replace("%j", job).replace("%x", opts.get("job-name", ""))
+    env = {{**os.environ, "SLURM_JOB_ID": job, "SLURM_CPUS_PER_TASK": opts.get("cpus-per-task", "1")}}
+    if array:
+        env.update(SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID=str(index), SLURM_ARRAY_TASK_COUNT=str(len(indices)),
+                   SLURM_ARRAY_TASK_MIN=str(indices[0]), SLURM_ARRAY_TASK_MAX=str(indices[-1]))
+    task = {{"index": index, "log": log, "start": time.time()}}
+    if Path(log).parent.is_dir():
+        task["proc"] = subprocess.Popen(command, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    tasks.append(task)
+for task in tasks:
+    task["code"] = task.pop("proc").wait() if "proc" in task else "no folder for its output"
+    task["end"] = time.time()
+(state / f"job_{{job}}.json").write_text(json.dumps({{"job": job, "options": opts, "command": command,
+                                                     "tasks": tasks}}))
+print(job if "parsable" in opts else f"Submitted batch job {{job}}")
+'''
+
+
+def _fake_slurm(folder: Path) -> dict:
+    """``sbatch`` (``FAKE_SBATCH``) and ``srun`` (runs its command) first on PATH; the environment to run them in."""
+    folder.mkdir()
+    (folder / "sbatch").write_text(FAKE_SBATCH.format(python=sys.executable))
+    (folder / "srun").write_text('#!/usr/bin/env bash\necho "srun $* (task ${SLURM_ARRAY_TASK_ID-})" >&2\nexec "$@"\n')
+    for name in ("sbatch", "srun"):
+        (folder / name).chmod(0o755)
+    here = Path(sys.executable).parent  # the jobs' `python`: this test's own interpreter
+    return {"PATH": f"{folder}:{here}:{os.environ['PATH']}", "SLURM_STATE": str(folder / "state"),
+            "PYTHONPATH": str(ROOT)}
+
+
+@pytest.mark.slow  # two array tasks and the report job, each a process of its own, beside one sweep in this process
+def test_a_submitted_sweep_runs_as_slurm_runs_it_and_reports_what_one_process_does(two_models, tmp_path,
+                                                                                     monkeypatch):
+    """Issue 78: ``submit sweep`` wrote its script into the sweep's --out, SLURM its logs beside it, and every array
+    task and the report job then refused that folder ("holds other files and no sweep of its own"). Here the
+    generated script runs as SLURM runs it (a stand-in sbatch on this machine: the array's tasks at once, then the
+    report job after them): each task computes its own cells at the same time as the other, and the report equals
+    that of the same sweep in one process."""
+    import json
+
+    from sa_lightning.experiments.sweep import main as sweep
+    from sa_lightning.inference import sweep_report
+
+    config = tmp_path / "sweep.yaml"
+    config.write_text(f"model: {two_models[0]}\ndtype: float32\ndevice_map: cpu\ntasks: [shakespeare_lastword]\n"
+                      "modes: [full, sa, swa]\nwindows: [8]\nseeds: [0]\nlimit: 4\n"
+                      "comparisons: [{a: sa, b: swa, match: equal_w}]\nout: outputs/sweep/fake\n")
+    for key, value in _fake_slurm(tmp_path / "bin").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path)
+    # a flag given to submit reaches every job, and an array task's own --modes and --windows still win over it
+    modes = ["--modes", "[sa, swa]"]
+    proc = run_cli_here("submit", "sweep", "--config", str(config), "--cpus_per_task", "1", "--offline", *modes)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = tmp_path / "outputs/sweep/fake"
+    array, report = (json.loads(p.read_text()) for p in sorted((tmp_path / "bin/state").glob("job_*.json")))
+    assert [t["index"] for t in array["tasks"]] == [0, 1]
+    assert report["options"]["dependency"] == f"afterany:{array['job']}"
+    logs = {t["index"]: Path(t["log"]).read_text() if Path(t["log"]).is_file() else t["code"]
+            for t in array["tasks"] + report["tasks"]}
+    assert [t["code"] for t in array["tasks"] + report["tasks"]] == [0, 0, 0], logs
+    # each task computed its own cell, the two at the same time
+    for task, cell in zip(array["tasks"], ("sa_w8_s0", "swa_w8_s0")):
+        assert f"{cell}_shakespeare_lastword" in Path(task["log"]).read_text(), logs
+        assert "--cells_only: 1 cells" in Path(task["log"]).read_text(), logs
+    first, second = array["tasks"]
+    cells = {p.name.split("_w8")[0]: p.stat().st_mtime for p in (out / "cells").glob("*_shakespeare_lastword.json")}
+    assert set(cells) == {"sa", "swa"}
+    assert second["start"] < cells["sa"] and first["start"] < cells["swa"]  # each written after the other began
+    # the report job reused both cells and wrote the tables; its log and the array's are kept with the sweep
+    assert "2 cells, 2 already done, 0 to run" in logs[None], logs[None]
+    assert all(Path(t["log"]).resolve().parent == (out / "slurm").resolve() for t in array["tasks"] + report["tasks"])
+    single = tmp_path / "single"
+    monkeypatch.setattr(sweep_report, "plots", lambda *args: [])  # the figures have tests of their own
+    sweep(["--config", str(config), "--out", str(single), *modes])
+    for name in ("results.json", "compare.json"):
+        got, want = (json.loads((folder / name).read_text()) for folder in (out, single))
+        rows = "rows" if name == "results.json" else "comparisons"
+        assert got[rows] == want[rows], name
+    assert (out / "table.md").read_text() == (single / "table.md").read_text()
+
+
+def _sitting(cwd: Path, out: Path, *args) -> subprocess.CompletedProcess:
+    """``bash scripts/gpu_sitting.sh *args`` from ``cwd`` (its ``outputs/doctor`` is there), packing into ``out``,
+    with this test's interpreter as the script's ``python3``."""
+    env = {**os.environ, "OUT": str(out), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run(["bash", str(ROOT / "scripts/gpu_sitting.sh"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow  # three sittings, each a doctor process (two of them with a stage process)
+def test_a_sitting_fails_with_the_doctors_status_and_never_leaves_an_earlier_report(tmp_path):
+    """Issue 78: scripts/gpu_sitting.sh printed "sitting done" and exited 0 when the doctor failed, and left the
+    previous sitting's report.md, report.json and doctor.tgz in $OUT (and copied the doctor folder's old report),
+    so its caller read another sitting's report as this one's. A refused start, a stage cut at its budget, then a
+    passing sitting (the CPU's --tiny), each into the folders an earlier sitting left."""
+    import json
+
+    out, doctor = tmp_path / "sitting", tmp_path / "outputs/doctor"
+    earlier = {"report.md": "# an earlier sitting\n", "report.json": '{"stages": {}}', "doctor.tgz": "old",
+               "doctor.log": "old", "gpu.txt": "old"}
+    for folder in (out, doctor):
+        folder.mkdir(parents=True)
+        for name, text in earlier.items():
+            if folder is out or name.startswith("report"):
+                (folder / name).write_text(text)
+    (out / "notes.txt").write_text("the caller's own")
+    # the doctor refuses before its first stage: its status, no report at all
+    res = _sitting(tmp_path, out, "--tiny", "--budget_scale", "-1")
+    said = res.stdout + res.stderr
+    assert res.returncode == 1 and "sitting done" not in said, said
+    assert "--budget_scale must be > 0" in said
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("sitting failed: the doctor exited with 1 before its first stage"), said
+    assert sorted(p.name for p in out.iterdir()) == ["doctor.log", "gpu.txt", "notes.txt"]  # nothing earlier
+    assert "an earlier sitting" not in (out / "doctor.log").read_text()
+    # a stage fails: the doctor's status, the stage named, and this sitting's own report (with what it measured)
+    res = _sitting(tmp_path, out, "--tiny", "--stages", "env", "--budget", "env=0.01")
+    said = res.stdout + res.stderr
+    assert res.returncode == 1 and "sitting done" not in said, said
+    assert res.stderr.strip().splitlines()[-1].startswith(
+        "sitting failed: the doctor exited with 1; not ok: env (timeout); this sitting's report is "), said
+    assert "| env | timeout |" in (out / "report.md").read_text()
+    assert json.loads((out / "report.json").read_text())["stages"]["env"]["status"] == "timeout"
+    assert (out / "doctor.tgz").stat().st_size > 100
+    # a sitting that passes: exit 0, "sitting done", its own report in place of the failed one
+    res = _sitting(tmp_path, out, "--tiny", "--stages", "env")
+    assert res.returncode == 0 and "sitting done at " in res.stdout, res.stdout + res.stderr
+    assert json.loads((out / "report.json").read_text())["stages"]["env"]["status"] == "ok"
+    assert (out / "notes.txt").read_text() == "the caller's own"

@@ -173,10 +173,16 @@ def check_output_folder(folder: str | os.PathLike, flag: str = "--out", replaces
     return path
 
 
+#: the folder inside a sweep's ``--out`` that ``cli.py submit sweep`` writes its job script into and SLURM the jobs'
+#: logs (``slurm-<job>_<task>.out``): the sweep's own, so that the array's tasks and the report job take that folder
+SUBMIT_FOLDER = "slurm"
+
+
 def check_results_folder(folder: str | os.PathLike, what: str, flag: str = "--out",
                          overwrite: bool | None = None) -> Path:
     """A folder that a resumable command (a sweep, a study, an evaluation) fills cell by cell: empty, new, or one
-    that it wrote before (it holds ``cells/``). A folder of other files is refused in one sentence, since the
+    that it wrote before (it holds ``cells/``), or one that ``cli.py submit`` made for it (it holds only
+    ``SUBMIT_FOLDER``). A folder of other files is refused in one sentence, since the
     command's tables and figures would land among them and replace any of the same name; a command that takes
     ``--overwrite`` (``overwrite`` not None) writes there when it is given, replacing only its own names."""
     path = check_output_folder(folder, flag)
@@ -187,9 +193,11 @@ def check_results_folder(folder: str | os.PathLike, what: str, flag: str = "--ou
         raise ValueError(f"{flag} {str(folder)!r} holds the cells of a {kind.read_text().strip()}, not of a {what}; "
                          f"name another folder for the {what} (nothing there was touched).")
     ours = {".run.lock", MANIFEST, OWNER}  # what a run interrupted before its first cell leaves behind
-    # (and an array task's lock of its own cells, ``.run.lock.<digest>``, taken beside the others)
+    # (and an array task's lock of its own cells, ``.run.lock.<digest>``, taken beside the others; and the folder
+    # that ``cli.py submit`` keeps its job script and SLURM's logs in, there before the array's first task starts)
     if path.is_dir() and not (path / "cells").is_dir() and any(
-            p.name not in ours and not p.name.startswith(".run.lock.") for p in path.iterdir()) \
+            p.name not in ours and not p.name.startswith(".run.lock.")
+            and not (p.name == SUBMIT_FOLDER and p.is_dir()) for p in path.iterdir()) \
             and not overwrite:
         also = "" if overwrite is None else \
             " or pass --overwrite to write beside them (files with the names it writes are replaced, whoever wrote them;"\
