@@ -83,11 +83,13 @@ ROOT = checkout_root()  # a checkout: tests/ lives here; None for an installed c
 # ---- the command: stages in child processes, the report after each --------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py doctor", **doc_help(__doc__))
-    p.add_argument("--out", type=output_folder, default=Path("outputs/doctor"))
+    p.add_argument("--out", type=output_folder, default=Path("outputs/doctor"),
+                   help="the sitting's folder: report.md, report.json and stages/<stage>.log")
     add_overwrite(p)
     p.add_argument("--tiny", action="store_true", help="toy sizes on the CPU (what CI runs)")
     p.add_argument("--stages", nargs="+", choices=STAGES, default=list(SITTING),
-                   help=f"default: {' '.join(SITTING)} (one GPU sitting); also {' '.join(STAGES[len(SITTING):])}")
+                   help=f"the stages to run, in order, of {' '.join(STAGES)} (default: {' '.join(SITTING)}, one GPU "
+                        "sitting)")
     p.add_argument("--budget_scale", type=float, default=1.0, help="multiply every stage's time budget")
     p.add_argument("--budget", action="append", default=[], metavar="STAGE=SECONDS",
                    help="one stage's time budget, e.g. --budget train=600 (repeatable)")
@@ -126,11 +128,14 @@ def main(argv: list[str] | None = None) -> dict:
                              f"> 0, got {item!r}.")
         budgets[stage] = float(seconds)
     check_own_files(args.out, ["report.md", "report.json"], args.overwrite, "doctor report")  # before any stage
+    dropped = earlier_stages(args.out, args.stages)
+    if dropped:
+        print(f"note: {dropped}", flush=True)
     (args.out / "stages").mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     for i, name in enumerate(args.stages, 1):
         record = _run_child(name, args.out, args.tiny, budgets[name])
-        report = write_report(args.out, args.stages, time.perf_counter() - start)
+        report = write_report(args.out, args.stages, time.perf_counter() - start, dropped)
         print(f"[{i}/{len(args.stages)}] {name}: {record['status']} in {record['seconds']:.0f} s "
               f"(budget {budgets[name]:.0f} s)", flush=True)
     print(f"wrote {args.out / 'report.md'} and report.json ({time.perf_counter() - start:.0f} s)")
@@ -221,8 +226,24 @@ def cut_record(out: Path, name: str, budget: float) -> dict:
     return record
 
 
-def write_report(out: Path, stages, elapsed: float) -> dict:
-    """``report.json`` and ``report.md`` from every stage finished so far (the others: not run yet)."""
+def earlier_stages(out: Path, stages) -> str | None:
+    """Where ``out`` holds a report of stages this run does not run (``doctor --stages env`` into a full sitting's
+    folder), the sentence that says this run's report replaces it without them; None otherwise."""
+    try:
+        earlier = json.loads((out / "report.json").read_text())
+        names = [name for name in earlier["stages"] if name not in stages]
+    except (OSError, ValueError, KeyError, TypeError):  # no report there, or not one this can read
+        return None
+    if not names:
+        return None
+    return (f"{out / 'report.md'} held the stage(s) {', '.join(names)} of an earlier run ({earlier.get('date', '?')}); "
+            f"this run's report covers {', '.join(stages)} and replaces it, so those are not in it (their records stay "
+            f"in {out / 'stages'}; pass another --out to keep both reports).")
+
+
+def write_report(out: Path, stages, elapsed: float, dropped: str | None = None) -> dict:
+    """``report.json`` and ``report.md`` from every stage finished so far (the others: not run yet); ``dropped``:
+    the sentence on an earlier report's stages this one leaves out (``earlier_stages``)."""
     records = {}
     for name in stages:
         path = out / "stages" / f"{name}.json"
@@ -231,7 +252,7 @@ def write_report(out: Path, stages, elapsed: float) -> dict:
     lines = [f"# sa_lightning doctor, {date.today().isoformat()}", "",
              f"Device: {env.get('device', '?')}; torch {env.get('torch', '?')}, CUDA {env.get('cuda') or '–'}, "
              f"lightning {env.get('lightning', '?')}, transformers {env.get('transformers', '?')}. "
-             f"{elapsed:.0f} s so far.", "",
+             f"{elapsed:.0f} s so far.", "", *([f"Note: {dropped}", ""] if dropped else []),
              *head(["stage", "status", "seconds (budget)"], ["---", "---", "---:"])]
     for name, r in records.items():
         took = f"{r['seconds']:.0f} ({r['budget_s']:.0f})" if "seconds" in r else "–"
@@ -239,7 +260,8 @@ def write_report(out: Path, stages, elapsed: float) -> dict:
     for name, r in records.items():
         if r.get("summary"):
             lines += ["", f"## {name}: {r['status']}", "", r["summary"].rstrip()]
-    report = {"date": date.today().isoformat(), "elapsed_s": round(elapsed, 1), "stages": records}
+    report = {"date": date.today().isoformat(), "elapsed_s": round(elapsed, 1), "stages": records,
+              **({"note": dropped} if dropped else {})}
     with replacing_files(out, "doctor report", overwrite=True) as tmp:  # checked before the first stage
         write_text(tmp / "report.json", json.dumps(report, indent=2))
         write_text(tmp / "report.md", "\n".join(lines) + "\n")

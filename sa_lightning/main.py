@@ -1,5 +1,5 @@
-"""sa_lightning command line: ``python cli.py ...`` in a checkout, or the installed ``sa-lightning ...``
-(= ``python -m sa_lightning.main ...``).
+"""sa_lightning command line: `python cli.py ...` in a checkout, or the installed `sa-lightning ...`
+(= `python -m sa_lightning.main ...`).
 
     python cli.py fit|validate|test|predict --config configs/tiny.yaml ...   LightningCLI (pre-training)
     python cli.py prepare --config configs/pretrain_360m.yaml [--num_proc N]   pre-tokenize into the cache (data.mode cache)
@@ -289,23 +289,13 @@ TEXT_FLAGS = ("--config", "--preset")
 
 
 def _check_text_files(argv: list[str]) -> None:
-    """A YAML file named by ``--config`` or ``--preset`` that is not UTF-8 text is refused naming the flag and the
-    file (the YAML reader's own error names neither: "'utf-8' codec can't decode byte 0xff in position 0")."""
-    from pathlib import Path
+    """Every YAML file named by ``--config`` or ``--preset`` (or any flag's ``.yaml`` value) is read before the
+    command's parser reads it, through the one loader (``utils.yamlfile.load_yaml``): a file that is not UTF-8 text,
+    or whose YAML does not parse, is refused naming the flag, the file, the line and the column (the parsers' own
+    errors name neither: "'utf-8' codec can't decode byte 0xff in position 0", "in "<unicode string>", line 2")."""
+    from sa_lightning.utils.yamlfile import check_yaml_arguments
 
-    for i, arg in enumerate(argv):
-        flag, _, value = arg.partition("=")
-        if flag not in TEXT_FLAGS:
-            continue
-        value = value or (argv[i + 1] if i + 1 < len(argv) else "")
-        path = Path(value)
-        if not value or not path.is_file():
-            continue
-        try:
-            path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{flag} {value}: not UTF-8 text (byte {err.object[err.start]:#04x} at {err.start}); "
-                             "save the file as UTF-8 (a YAML config is text) and run again.") from None
+    check_yaml_arguments(argv, TEXT_FLAGS)
 
 
 def main_with_clean_errors() -> None:

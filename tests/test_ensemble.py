@@ -476,3 +476,29 @@ def test_a_limit_on_training_batches_is_refused():
     cli.trainer.limit_train_batches = 0.5
     with pytest.raises(ValueError, match=r"every training batch of an epoch; trainer.limit_train_batches=0.5"):
         TrainSettings.of(cli.trainer, 100)
+
+
+def test_a_full_disk_while_a_member_saves_is_one_sentence(tmp_path, monkeypatch):
+    """A full disk while an ensemble member's checkpoint is written (issue 78): the one sentence a cell's checkpoint
+    gets, naming the member, its seed and its run folder (before: 62 lines from ``save_member``'s bare
+    ``torch.save``)."""
+    import errno
+    import os
+
+    from sa_lightning.lit.seeds import fit_clis
+    from sa_lightning.main import _os_message
+
+    clis = [run_cli(saved_args(seed, tmp_path / f"member{seed}"), run=False) for seed in (0, 1)]
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(OSError) as caught:
+        fit_clis(clis)
+    said = _os_message(caught.value) or str(caught.value)  # what the shell prints after "error: "
+    assert said == (f"the checkpoint of ensemble member 1 (seed 0) could not be written in "
+                    f"{str(tmp_path / 'member0')!r} (No space left on device); nothing was replaced, the previous "
+                    "checkpoint there (if any) is intact; free space or pass a writable folder, then run again.")
+    assert caught.value.errno == errno.ENOSPC
+    assert not [p for p in (tmp_path / "member0").rglob("*") if ".member-" in str(p)]  # nothing left behind

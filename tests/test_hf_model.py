@@ -78,7 +78,7 @@ def test_exported_folder_gives_the_checkpoints_logits_with_the_same_sigma_and_pa
     assert isinstance(hf, SATransformerForCausalLM)
     ids, lengths, mask = _batch()
     rows = [ids[b, :n].tolist() for b, n in enumerate(lengths.tolist())]
-    perms = layer_draws(net.variant, net.cfg.attention, N, range(2), seed=0, rows=rows) if net.variant.draws else None
+    perms = net.row_draws(rows, N, seed=0, mode="stochastic", device=None)  # evaluation's (a fixed σ: its trained one)
     left, left_mask = _left(ids, lengths)
     with torch.no_grad():
         want = net(ids, perms=perms, lengths=lengths)
@@ -101,7 +101,8 @@ def _recomputed_logits(net, ids, prompt: int, decode: str) -> torch.Tensor:
     prompt's sigma, and every later row all earlier keys (dense), or for the SWA path the last w (window).
     Nothing of ``hf_model`` is used."""
     n, spec, variant = ids.shape[1], net.cfg.attention, net.variant
-    draws = layer_draws(variant, spec, prompt, range(len(net.blocks)), seed=0, rows=[ids[0, :prompt].tolist()])
+    draws = net.row_draws([ids[0, :prompt].tolist()], prompt, seed=0, mode="stochastic", device=None) \
+        or [None] * len(net.blocks)  # evaluation's draw (a fixed σ: the one the model trained with)
     later = {name: oracle.swa_mask(n, spec.window) if decode == "window" and name == "swa" else oracle.full_mask(n)
              for name in variant.paths}
 
@@ -406,3 +407,28 @@ def test_a_token_shift_model_exports_with_its_shift(tmp_path):
     ids = torch.randint(0, 64, (1, N))
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, net(ids), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("variant, depth", [("strided_local", None), ("radix", None), ("strided_local", 3)])
+def test_an_exported_control_keeps_the_pattern_tuned_for_the_layers_it_trained_with(variant, depth, tmp_path):
+    """A deterministic control's pattern follows the model's depth (``AttentionSpec.depth``; None: its layers): the
+    exported folder's model runs the one the checkpoint ran, with its padding, and that pattern is not the
+    fewest-layers one at these lengths (2 layers, w = 6: rows of 24 and 17 need 4-5)."""
+    from transformers import AutoModelForCausalLM
+
+    net = _net(variant, depth=depth)
+    export(net, tmp_path / "hf")
+    sa_lightning.register_with_transformers()
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert {block.attn.spec.depth for block in [*net.blocks, *hf.model.blocks]} == {depth or 2}
+    ids, lengths, mask = _batch()
+    with torch.no_grad():
+        want = net(ids, lengths=lengths)
+        got = hf(ids, attention_mask=mask).logits
+        fewest = copy.deepcopy(net)
+        for block in fewest.blocks:  # the same weights, the pattern that needs the most layers: other logits
+            block.attn.spec = AttentionSpec(variant, window=6, depth=10)
+        other = fewest(ids, lengths=lengths)
+    for b, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(got[b, :n], want[b, :n], atol=1e-5, rtol=0)
+    assert (other[1, :17] - want[1, :17]).abs().max() > 1e-4

@@ -236,7 +236,15 @@ def test_a_run_with_margins_says_before_its_first_cell_where_swa_trains_fewer_se
     assert lr.floor_note(every) is None and "note:" not in lr.header(every, None, tmp_path, [])
     assert lr.floor_note(lr.load(lr.config_file, "mqar-decide", {"margins": {}})) is None
     no_swa = lr.load(lr.config_file, "mqar-decide", {"variants": ["sa_swa", "random_swa"], "seeds_by_variant": {}})
-    assert lr.floor_note(no_swa) is None  # no floor trained: the report says "cannot decide" itself
+    # no floor trained (issue 78): said before the first cell, naming the floor and the way to decide
+    assert lr.floor_note(no_swa) == (
+        "margins are set, but the floor (swa) is not trained in this run, so sa_swa − random_swa cannot be called "
+        "equivalent: \"equivalent\" needs both arms to beat the floor by more than the margin, and the report will say "
+        "\"cannot decide\" for want of it; add swa to the run's variants to decide.")
+    assert "\nnote: margins are set, but the floor (swa)" in lr.header(no_swa, None, tmp_path, [])
+    for bad in (float("inf"), float("nan"), 0, -1):  # .inf made every comparison "equivalent"
+        with pytest.raises(ValueError, match=r"to a finite equivalence margin > 0 in its unit, got logp: "):
+            lr.load(lr.config_file, "mqar-decide", {"margins": {"logp": bad}})
     pre = pretrain.EXPERIMENT  # no seeds by arm there: SWA trains every seed the arms pair
     cfg = pre.load(pre.config_file, None, {"models": ["full", "swa@16", "sa@16", "random@16"], "seeds": [0, 1],
                                            "comparisons": [{"a": "sa@16", "b": "random@16"}],
@@ -255,3 +263,42 @@ def test_a_trained_cells_spec_names_the_kernel_routes(tmp_path):
     assert spec["kernels"] == training.KERNEL_ROUTES
     assert not EXPERIMENT.reuse({"spec": {k: v for k, v in spec.items() if k != "kernels"}}, spec)
     assert EXPERIMENT.reuse({"spec": spec}, spec)
+
+
+@pytest.mark.parametrize("variant, revision", [("strided_local", 2), ("strided_local_swa", 2), ("radix", 2),
+                                               ("sa", None), ("random", None)])
+def test_a_trained_cells_spec_names_its_variants_revision_where_its_pattern_changed(variant, revision, tmp_path):
+    """The deterministic controls' patterns follow the model's depth since revision 2 (issue 76): a cell of theirs
+    trained before is trained again (its spec and its checkpoint's both refused); every other variant's spec is the
+    one it had, so no cell of theirs trains again."""
+    from pathlib import Path
+
+    import torch
+
+    from sa_lightning.experiments.long_range import EXPERIMENT
+
+    cfg = EXPERIMENT.load("configs/study/long_range.yaml", "quick")
+    cell = {**EXPERIMENT.cells(cfg)[0], "variant": variant}
+    spec = EXPERIMENT.spec(cell, cfg, tmp_path)
+    assert spec.get("revision") == revision
+    before = {k: v for k, v in spec.items() if k != "revision"}
+    assert EXPERIMENT.reuse({"spec": before}, spec) == (revision is None)
+    folder = Path(spec["fit_args"][spec["fit_args"].index("--trainer.default_root_dir") + 1])
+    ckpt = folder / "tb" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save({"global_step": 4}, ckpt)
+    found = training.trained_checkpoint({"spec": before, "steps": 4}, spec)
+    assert (found is None) == (revision is not None)
+
+
+def test_a_pre_registered_run_prints_the_commit_that_fixed_its_preset(tmp_path):
+    """Its first lines say what was fixed and in which commit, so a reader can check that it came before the cells."""
+    from sa_lightning.experiments import long_range
+
+    exp = long_range.EXPERIMENT
+    cfg = exp.load(exp.config_file, "decide-l4-strided", {})
+    said = exp.header(cfg, "decide-l4-strided", tmp_path, [])
+    assert "pre-registered: 2026-11-29, before its first cell" in said, said
+    # a full clone names the commit; a shallow one (or a copy without .git) says it cannot
+    assert "the preset was first committed in 4a54342" in said or "its commit cannot be shown" in said, said
+    assert "pre-registered" not in exp.header(exp.load(exp.config_file, "quick", {}), "quick", tmp_path, [])

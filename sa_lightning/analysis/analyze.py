@@ -28,8 +28,12 @@ from ..attention.variants import SA, SA_BUCKET, SWA
 from ..utils.argtypes import doc_help
 from ..utils.atomic import add_overwrite, output_folder, replacing_files
 from ..utils.report import power_of_two_ticks, pyplot, save_figure, spread
+from ..utils.progress import Heartbeat
 from ..utils.tables import write_csv
 from . import graphs, mechanism
+
+#: seconds between two progress lines at most while a check runs (``utils.progress.Heartbeat``)
+PROGRESS_EVERY = 30.0
 
 
 def _save(fig, ax, path: Path, legend_size: int | None = None) -> None:
@@ -71,9 +75,12 @@ def run_reach(args) -> Path:
         curves[variant] = chance
         rows += [{"variant": variant, "layers": args.layers, "distance": d, "chance": round(float(c), 6)}
                  for d, c in enumerate(chance.tolist())]
-        past = float(chance[field + 1:].mean()) if field + 1 < args.n else float("nan")
-        print(f"reach {variant:>14}: {100 * past:.1f}% of the distances past SWA's field ({field}) reached in "
-              f"{args.layers} layers", flush=True)
+        if field + 1 < args.n:
+            print(f"reach {variant:>14}: {100 * float(chance[field + 1:].mean()):.1f}% of the distances past SWA's "
+                  f"field ({field}) reached in {args.layers} layers", flush=True)
+        else:  # the field covers the whole row: nothing to average (it printed "nan%")
+            print(f"reach {variant:>14}: no distance past SWA's field ({field}) in a row of {args.n} tokens (the "
+                  f"farthest is {args.n - 1}); --n above {field + 1} measures reach past it", flush=True)
     write_csv(args.out / "reach.csv", rows)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -333,6 +340,45 @@ CHECKPOINT_COMMANDS = ("attention-maps", "gates")
 GRAPH_COMMANDS = ("connectome", "spectrum", "small-world")
 
 
+#: the graph checks' peak memory per n² (dense float64 operators, sparse copies, the connectome's images), measured
+#: at n = 1024, --layers 4: 141, 55 and 48 bytes; the others hold ``mechanism.BYTES_PER_ENTRY``
+MASK_BYTES = {"connectome": 144, "spectrum": 64, "small-world": 64}
+
+
+def work(name: str, args) -> tuple[int, int, tuple[str, ...]]:
+    """What check ``name`` costs with ``args`` (its ``--trials`` set): the (n, n) mask layers it draws, the dense
+    n³ products it takes, and the flags that size them."""
+    trials = DEFAULT_TRIALS.get(name, 1) if args.trials is None else args.trials
+    each = lambda: sum(trials if get_variant(v).draws else 1 for v in args.variants)  # noqa: E731
+    graphs_n = len(graphs.GRAPHS)
+    return {"coverage": (each() * args.depth, 0, ("--depth", "--trials", "--variants")),
+            "reach": (each() * args.layers, 0, ("--layers", "--trials", "--variants")),
+            "connection": (len(args.windows) * trials * 2, 0, ("--trials", "--windows")),
+            "variance": (0, 0, ()),  # n × w × d per trial: no (n, n) mask
+            "connectome": (graphs_n * args.layers, 0, ("--layers",)),
+            "spectrum": (graphs_n * args.layers, graphs_n * (args.layers + 1), ("--layers",)),
+            "small-world": (graphs_n * args.layers, 2 * graphs_n, ("--layers",))}[name]
+
+
+def check_size(args) -> None:
+    """Refuse, before any draw, a check whose masks do not fit this machine's memory or whose estimate passes a
+    day (``mechanism.check_size``): ``--layers 100000`` ran silently for days."""
+    names = list(RUNNERS) if args.what == "all" else [args.what]
+    costs = [work(name, args) for name in names]
+    draws, cubes = sum(c[0] for c in costs), sum(c[1] for c in costs)
+    if not draws and not cubes:
+        return
+    flags = ["--n", *dict.fromkeys(flag for c in costs for flag in c[2] if flag != "--variants")]
+    fix = f"lower {', '.join(flags[:-1])} or {flags[-1]}" if len(flags) > 1 else f"lower {flags[0]}"
+    if any("--variants" in c[2] for c in costs):
+        fix += ", or name fewer --variants"
+    field = args.layers * (args.window - 1)
+    note = (f" (and at --layers {args.layers} SWA's field L·(w−1) = {field:,} already passes the row's farthest "
+            f"distance, {args.n - 1:,}: no distance lies past it)") if "reach" in names and field >= args.n - 1 else ""
+    mechanism.check_size(f"analyze {args.what} at --n {args.n}", args.n, draws, fix, cubes, note,
+                         max(MASK_BYTES.get(name, mechanism.BYTES_PER_ENTRY) for name in names), "lower --n")
+
+
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="cli.py analyze", **doc_help(__doc__))
     parser.add_argument("what", choices=[*RUNNERS, "all", *CHECKPOINT_COMMANDS],
@@ -355,8 +401,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--trials", type=int, default=None,
                         help="Monte Carlo draws (default: coverage 8, connection 200, variance 256)")
     parser.add_argument("--sources", type=int, default=64, help="tokens tracked per coverage draw")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=output_folder, default=Path("outputs/analysis"))
+    parser.add_argument("--seed", type=int, default=0, help="the seed of the permutations and Monte Carlo draws")
+    parser.add_argument("--out", type=output_folder, default=Path("outputs/analysis"),
+                        help="the folder of each check's CSV tables and PNG")
     add_overwrite(parser)
     return parser
 
@@ -365,12 +412,14 @@ def main(argv: list[str] | None = None) -> None:
     if argv and argv[0] == "attention-maps":
         from .attention_maps import main as maps_main
 
-        maps_main(argv[1:])
+        with Heartbeat("analyze attention-maps", PROGRESS_EVERY):
+            maps_main(argv[1:])
         return
     if argv and argv[0] == "gates":
         from .gates import main as gates_main
 
-        gates_main(argv[1:])
+        with Heartbeat("analyze gates", PROGRESS_EVERY):
+            gates_main(argv[1:])
         return
     args = build_parser().parse_args(argv)
     for name, value in (("--n", args.n), ("--window", args.window), ("--depth", args.depth), ("--layers", args.layers),
@@ -380,11 +429,13 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"error: {name} must be >= 1, got {value}.")
     if args.what in (*GRAPH_COMMANDS, "all") and args.n < 4:
         raise SystemExit(f"error: --n must be >= 4 for {', '.join(GRAPH_COMMANDS)}, got {args.n}.")
-    args.out.mkdir(parents=True, exist_ok=True)
     chosen = args.trials
+    check_size(args)  # absurd sizes (--layers 100000, --n 10**6) in one sentence, before any draw
+    args.out.mkdir(parents=True, exist_ok=True)
     for name in RUNNERS if args.what == "all" else [args.what]:
         args.trials = DEFAULT_TRIALS.get(name, 1) if chosen is None else chosen
-        with replacing_files(args.out, "analysis", args.overwrite) as tmp:  # the check's CSVs and PNG together
+        with replacing_files(args.out, "analysis", args.overwrite) as tmp, \
+                Heartbeat(f"analyze {name}", PROGRESS_EVERY):  # the check's CSVs and PNG together; a line every 30 s
             RUNNERS[name](argparse.Namespace(**{**vars(args), "out": tmp}))
             written = sorted(p.name for p in tmp.iterdir())
         print(f"wrote {', '.join(written)} in {args.out}")

@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--text", default=None, help="text to run (default: the embedded held-out scenes)")
     p.add_argument("--tokens", type=int, default=None, help="tokens per sequence (default: the model's max_seq_len)")
     p.add_argument("--sequences", type=int, default=8, help="how many sequences")
-    p.add_argument("--out", type=output_folder, default=Path("outputs/analysis"))
+    p.add_argument("--out", type=output_folder, default=Path("outputs/analysis"),
+                   help="the folder of gates.csv, gates_by_distance.csv and gates.png")
     add_overwrite(p)
     args = p.parse_args(argv)
     for name, value in (("--tokens", args.tokens), ("--sequences", args.sequences)):

@@ -21,15 +21,18 @@ PATTERNED = tuple(name for name, v in VARIANTS.items() if v.mask is not None)
 
 
 class LayerSampler:
-    """Draws the (n, n) bool adjacency of fresh layers: [i, j] is True when token i reads token j."""
+    """Draws the (n, n) bool adjacency of fresh layers: [i, j] is True when token i reads token j. ``depth``: the
+    layers of the model the masks stand for (the deterministic controls tune their pattern for it,
+    ``AttentionSpec.depth``); None: their fewest-layers pattern."""
 
-    def __init__(self, variant: str, n: int, window: int, convention: str = "theory"):
+    def __init__(self, variant: str, n: int, window: int, convention: str = "theory", depth: int | None = None):
         if convention not in CONVENTIONS:
             raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}.")
         if get_variant(variant).mask is None:
             raise ValueError(f"{variant} has no pattern fixed before the scores (its blocks are picked by content); "
                              f"the mechanism tools take {', '.join(PATTERNED)}.")
         self.variant, self.n, self.window, self.convention = variant, n, window, convention
+        self.spec = AttentionSpec(variant, window=window, depth=depth)
         self.drawn = get_variant(variant).draws
         idx = torch.arange(n)
         # Appendix A's circular window, in token space; SA applies it in slot space.
@@ -43,14 +46,14 @@ class LayerSampler:
             return self.local
         if not (variant.uses_permutation and variant.circular):  # another pattern (the controls, the buckets):
             # its own mask, read both ways
-            own = masks.dense(variant.mask(AttentionSpec(self.variant, window=self.window), self.n, perm), self.n)[0, 0]
+            own = masks.dense(variant.mask(self.spec, self.n, perm), self.n)[0, 0]
             return own | own.T
         slot = invert_permutation(perm)
         shuffled = self.local[slot][:, slot]
         return shuffled | self.local if variant.local_paths else shuffled  # SA+SWA: both windows
 
     def draw(self, generator: torch.Generator) -> torch.Tensor:
-        spec = AttentionSpec(self.variant, window=self.window)
+        spec = self.spec
         perm = get_variant(self.variant).draw(spec, self.n, None, generator) if self.drawn else None
         if self.convention == "theory":
             return self._theory(perm)
@@ -95,9 +98,11 @@ def reach_by_distance(variant: str, n: int, window: int, depth: int, *, trials: 
                       ) -> torch.Tensor:
     """(n,) float64: entry d is the chance that the last query of a row of n tokens reaches the key d tokens back
     through ``depth`` layers of the variant's own causal masks (exact for a fixed pattern; over ``trials`` draws of
-    every layer for one that draws). What a control must show before it stands against SA: that its mask can carry
-    the answer of a task from the key to the query at all (``strided`` alone reaches only multiples of its stride)."""
-    sampler = LayerSampler(variant, n, window, "causal")
+    every layer for one that draws), each built as a model of ``depth`` layers runs it (the deterministic controls'
+    patterns tuned for that depth, ``AttentionSpec.depth``). What a control must show before it stands against SA:
+    that its mask can carry the answer of a task from the key to the query at all (``strided`` alone reaches only
+    multiples of its stride)."""
+    sampler = LayerSampler(variant, n, window, "causal", depth=depth if depth >= 1 else None)
     gen = torch.Generator().manual_seed(seed)
     trials = trials if get_variant(variant).draws else 1
     hits = torch.zeros(n, dtype=torch.float64)
@@ -189,3 +194,77 @@ def uniform_attention_moments(n: int, window: int, *, trials: int = 256, d: int 
         "sampling_variance": spread * others / (others + 1) ** 2 * (n - 1 - others) / max(n - 2, 1),
         "paper_bound": spread / window,
     }
+
+
+# ---- bounds: absurd sizes are refused before any draw ------------------------------------------------------
+#: bytes one n-token layer holds per entry of its (n, n) mask while it is drawn and applied (the int64 distances
+#: of the circular window, the bool mask, its float copy): the peak measured at n = 4096, 24 n² bytes for every
+#: variant (the graph checks, with their dense float64 operators and images, give their own to ``check_size``)
+BYTES_PER_ENTRY = 24
+#: nanoseconds one mask entry costs, drawn and applied, on one CPU core: measured 20-150 ns at n = 2048 (SWA the
+#: least, the random control the most) on the 2-core machine the tests run on, 2026-12; ``check_size`` takes 50
+NS_PER_ENTRY = 50
+#: nanoseconds per n³ of a dense product or eigendecomposition of an (n, n) matrix (the graph checks), on one core:
+#: ``analyze spectrum --n 1024 --layers 4`` (15 of them) took 63 s on that machine
+NS_PER_CUBE = 4
+#: the longest an estimate may come to before the work is refused up front: a day
+MAX_SECONDS = 24 * 3600
+
+
+def available_bytes() -> int:
+    """The memory this machine can still give (``MemAvailable``), or a huge number where it cannot say."""
+    try:
+        with open("/proc/meminfo") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return 1 << 62
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365 * 86400), ("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:,.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def check_size(what: str, n: int, draws: int, fix: str, cubes: int = 0, note: str = "",
+               bytes_per_entry: int = BYTES_PER_ENTRY, memory_fix: str | None = None) -> float:
+    """Refuse in one sentence, before any draw, work whose (n, n) masks (``bytes_per_entry`` n² bytes) do not fit
+    in 60% of this machine's free memory, or whose estimate (``draws`` layers of n² entries at ``NS_PER_ENTRY``,
+    ``cubes`` dense n³ products at ``NS_PER_CUBE``) passes ``MAX_SECONDS``: ``what`` names the command and its sizes,
+    ``fix`` the way out (``memory_fix`` that of the memory, if another), ``note`` (if any) goes after the estimate.
+    Returns the estimate in seconds."""
+    need, free = bytes_per_entry * n * n, available_bytes()
+    if need > 0.6 * free:
+        raise ValueError(f"{what} holds {n:,} × {n:,} masks, about {need / 2**30:,.1f} GiB, more than 60% of this "
+                         f"machine's free memory ({free / 2**30:,.1f} GiB); {memory_fix or fix}.")
+    seconds = (draws * n * n * NS_PER_ENTRY + cubes * n ** 3 * NS_PER_CUBE) / 1e9
+    if seconds > MAX_SECONDS:
+        also = f" and takes {cubes:,} dense products of them" if cubes else ""
+        raise ValueError(f"{what} draws {draws:,} layers of {n:,} × {n:,} masks{also}: about {_duration(seconds)} on "
+                         f"a CPU core (~{NS_PER_ENTRY} ns a mask entry), and work estimated past "
+                         f"{_duration(MAX_SECONDS)} is refused up front{note}; {fix}.")
+    return seconds
+
+
+def check_reach_grid(n: int, trials: int, depths, windows, draws: int) -> None:
+    """``study reach``'s grid before any cell: n, trials and depths in range, a distance past SWA's field at every
+    depth and window (reach is measured only there), and a size this machine can hold and draw in a day
+    (``check_size``; ``draws``: the layers drawn over every cell)."""
+    from itertools import product
+
+    for key, value, least, what in (("n", n, 2, "the row's tokens"), ("trials", trials, 1,
+                                                                      "draws of every layer per seed")):
+        if value < least:
+            raise ValueError(f"{key} must be an integer >= {least} ({what}), got {value}; nothing was run.")
+    if min(depths) < 1:
+        raise ValueError(f"depths must be integers >= 1 (layers stacked), got {list(depths)}; nothing was run.")
+    depth, window = max(product(depths, windows), key=lambda dw: dw[0] * (dw[1] - 1))
+    field = depth * (window - 1)
+    if n < field + 2:
+        raise ValueError(f"n: {n} leaves no key–query distance past SWA's field L·(w−1) = {field} at depth {depth} "
+                         f"and window {window} (the row's farthest distance is n − 1 = {n - 1}), and reach is "
+                         f"measured past it: n must be at least L·(w−1) + 2 = {field + 2} for every depth and window; "
+                         "raise n or lower the depths or windows. Nothing was run.")
+    check_size(f"study reach at n = {n}", n, draws, "lower n, trials or depths, or take fewer seeds, variants or "
+               "windows; nothing was run", memory_fix="lower n; nothing was run")

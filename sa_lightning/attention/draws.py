@@ -11,6 +11,10 @@ random control (whatever the variant's ``draw`` makes).
   generator per row and layer, from (seed, layer, the row's own tokens and draw index) in ``stochastic``
   ``sa_mode``, or (seed, layer, its length) in ``deterministic`` mode. A row's draw then depends on nothing
   else: neither the batch it sits in nor its padding changes it, and a rerun reproduces it.
+- **A Transformer++'s fixed draw** (``fixed``: a model trained with ``permutation: deterministic`` or a ``frozen``
+  variant such as fixed-σ SA): one per (model seed, layer, length), from ``layer_generator(seed, layer)`` alone
+  (:func:`fixed_draws`). Training runs whole rows of one length, so every evaluation, export and generation of
+  any batch draws for a row of that length exactly the σ the model trained with.
 
 Draws are made on the host (the generators live there) and moved to ``device`` (:func:`to_device`): to a GPU
 from pinned memory without blocking, so that drawing a step's layers never waits for the work already queued
@@ -63,15 +67,22 @@ def row_identities(rows: Sequence[Sequence[int]] | Sequence[int], mode: str = "s
 
 def layer_draws(variant, spec, n: int, layers: Iterable[int], *, seed: int, device=None,
                 lengths: torch.Tensor | None = None, rows: Sequence | None = None, mode: str = "stochastic",
-                sample: int = 0, keys: Sequence[tuple] | None = None) -> list[torch.Tensor | None]:
+                sample: int = 0, keys: Sequence[tuple] | None = None, fixed: bool = False
+                ) -> list[torch.Tensor | None]:
     """The draw of each layer in ``layers`` for an input of width n (None for a variant that draws nothing).
 
     Without ``rows``: one generator per layer from ``seed`` (mix a training step in with ``stream_seed``);
     ``lengths`` (B,) for a right-padded batch. With ``rows`` (each right-padded row's tokens, or its length in
-    deterministic ``mode``): one generator per row and layer, from (seed, layer, ``row_identities``)."""
+    deterministic ``mode``): one generator per row and layer, from (seed, layer, ``row_identities``).
+    ``fixed`` (a Transformer++ that trained with one draw per layer; ``seed`` is its model seed): ``fixed_draws``,
+    with or without ``rows``, whatever ``mode``, ``sample`` and ``keys`` say."""
     layers = list(layers)
     if not variant.draws:
         return [None] * len(layers)
+    if fixed:
+        sizes = None if rows is None else [r if isinstance(r, int) else len(r) for r in rows]
+        return fixed_draws(variant, spec, n, layers, seed=seed, device=device,
+                           sizes=sizes if lengths is None else [int(x) for x in lengths])
     if rows is None:
         return [to_device(variant.draw(spec, n, lengths, layer_generator(seed, layer)), device) for layer in layers]
     if variant.frozen:  # one draw per (seed, layer, length), whatever the input or the draw index
@@ -83,6 +94,18 @@ def layer_draws(variant, spec, n: int, layers: Iterable[int], *, seed: int, devi
         return [torch.Generator().manual_seed(_row_seed(int(seed), int(layer), key)) for key in identity]
 
     return [to_device(variant.draw(spec, n, sizes, generators(layer)), device) for layer in layers]
+
+
+def fixed_draws(variant, spec, n: int, layers: Iterable[int], *, seed: int, device=None,
+                sizes: Sequence[int] | None = None) -> list[torch.Tensor]:
+    """A Transformer++'s fixed draw of each layer in ``layers`` (``layer_draws(fixed=True)``): one per (seed, layer,
+    length), each from a fresh ``layer_generator(seed, layer)``. Without ``sizes`` the batch shares the draw at width
+    n (training); with them (each right-padded row's length) row b holds the draw at its own length, so neither the
+    batch nor the padding changes a row's, and a row of the training length draws exactly what training drew."""
+    if sizes is None:
+        return [to_device(variant.draw(spec, n, None, layer_generator(seed, layer)), device) for layer in layers]
+    return [to_device(variant.draw(spec, n, list(sizes), [layer_generator(seed, layer) for _ in sizes]), device)
+            for layer in layers]
 
 
 def to_device(drawn: torch.Tensor, device) -> torch.Tensor:

@@ -40,7 +40,20 @@ KERNEL_ROUTES = "2"  # 2 (2026-12-07): the CPU's fused route for short training 
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """What a layer needs to run a variant: the knobs every variant may read."""
+    """What a layer needs to run a variant: the knobs every variant may read.
+
+    Args:
+        variant: the attention variant (the registry's name).
+        window: the window w of the windowed variants (SWA's band, SA's keys per query).
+        block_size: MoBA's block size.
+        top_k: MoBA's blocks read per query.
+        backend: the kernel route: auto (FlexAttention on CUDA where the variant has it, else banded), or one of
+            the variant's own (flex, banded, dense).
+        sink: attention sinks (beyond the paper): every query also reads the first ``sink`` keys of its row.
+        depth: the layers the deterministic controls (strided_local, radix) tune their pattern for: where their
+            fewest-layers pattern needs more, the one that reaches the most within ``depth``; null: the model's own
+            number of layers (``at_depth``), or, outside a model, the fewest-layers pattern.
+    """
 
     variant: str = "sa_swa"
     window: int = 256
@@ -49,12 +62,17 @@ class AttentionSpec:
     backend: str = "auto"
     #: attention sinks (beyond the paper): every query also reads the first ``sink`` keys of its row
     sink: int = 0
+    #: the layers the deterministic controls tune their pattern for (keyword only: PatchSpec's positional fields
+    #: follow ``sink``); None: the model's own (``at_depth``), or the fewest-layers pattern outside a model
+    depth: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self):
         variant = get_variant(self.variant)
         for name, check in (("window", check_positive), ("block_size", check_positive), ("top_k", check_positive),
                             ("sink", check_nonnegative)):
             object.__setattr__(self, name, check(name, getattr(self, name)))  # numpy and 0-d tensor ints: int
+        if self.depth is not None:
+            object.__setattr__(self, "depth", check_positive("depth", self.depth))
         if variant.windowed and self.window < variant.min_window:
             raise ValueError(f"{self.variant} needs a window >= {variant.min_window} (it reads SA's 2*ceil(w/2) - 2 "
                              f"other keys), got {self.window}.")
@@ -62,6 +80,11 @@ class AttentionSpec:
             raise ValueError(f"sink applies to the variants {', '.join(variant_names(takes_sink=True))}, "
                              f"not {self.variant!r}.")
         variant.check_backend(self.backend, self.sink)
+
+    def at_depth(self, layers: int) -> "AttentionSpec":
+        """This spec in a model of ``layers`` layers: its own ``depth`` where it has one, else ``layers`` (what the
+        model, its export and every patched model resolve it to, so each runs the pattern it trained with)."""
+        return self if self.depth is not None else replace(self, depth=check_positive("layers", layers))
 
 
 @dataclass(frozen=True)
@@ -196,6 +219,10 @@ class Variant:
     #: (docs/benchmarks/training.md, "A seed at its compute floor"): the band kernels win from about 12 x their keys
     #: (SA at n = 128: 7.9 ms fused against 16.1 banded; n = 256: 25.2 against 24.4)
     fused_below: float | None = 12.0
+    #: the version of its semantics: raised where what it computes for the same spec changes (2: the deterministic
+    #: controls' patterns tuned for the model's depth, issue 76), so a trained cell made under another is trained
+    #: again (``experiments.training``), not reused
+    revision: int = 1
     #: slot_mask(spec, slots) -> its mask from each token's slot (σ's inverse, (1 or B, n)), where a caller gave the
     #: inverse with σ (``Call.inv``: a benchmark precomputes both), so the fused route inverts nothing; None: ``mask``
     slot_mask: Callable[..., masks.MaskMod] | None = field(default=None, repr=False)

@@ -32,6 +32,7 @@ from ..attention.variants import FULL, MOBA, SA, SA_SWA, SWA
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, number, power_of_two_ticks, pyplot, row, save_figure, spread
 from ..utils.tables import write_csv
+from ..utils.argtypes import doc_help, preset_help
 from .machine import describe, positive_int, sync
 from .memory import peak_bytes
 
@@ -67,10 +68,7 @@ class Case:
 
     def __init__(self, variant: str, n: int, args, device, dtype):
         self.variant, self.n, self.device = variant, n, device
-        window = n if variant == "full_window" else args.window
-        self.spec = AttentionSpec(ALIASES.get(variant, variant), window=window,
-                                  block_size=max(1, args.window // args.moba_top_k), top_k=args.moba_top_k,
-                                  backend="flex" if variant == "sa_flex" else args.backend)
+        self.spec = self.spec_of(variant, n, args)
         self.fn = get_variant(self.spec.variant)
         g = torch.Generator().manual_seed(n)
         shape = lambda h: (args.batch, h, n, args.dim)  # noqa: E731
@@ -82,6 +80,14 @@ class Case:
             t.requires_grad_(self.backward)
         self.gen = torch.Generator(device="cpu").manual_seed(0)
         self.pairs: list[tuple] = []
+
+    @staticmethod
+    def spec_of(variant: str, n: int, args) -> AttentionSpec:
+        """The attention spec ``variant`` runs at length ``n`` (``full_window``: the SWA kernel with w = n)."""
+        window = n if variant == "full_window" else args.window
+        return AttentionSpec(ALIASES.get(variant, variant), window=window,
+                             block_size=max(1, args.window // args.moba_top_k), top_k=args.moba_top_k,
+                             backend="flex" if variant == "sa_flex" else args.backend)
 
     def draw(self, calls: int) -> None:
         """Precompute the draws on the device for the next ``calls`` calls, outside any timing."""
@@ -272,31 +278,55 @@ def draw(rows, args):
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="cli.py bench attention")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--batch", type=positive_int)
-    parser.add_argument("--heads", type=positive_int)
-    parser.add_argument("--kv-heads", type=positive_int)
-    parser.add_argument("--dim", type=positive_int)
-    parser.add_argument("--window", type=positive_int)
-    parser.add_argument("--lengths", type=positive_int, nargs="+")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--device")
-    parser.add_argument("--repeats", type=positive_int)
+    parser = parser or argparse.ArgumentParser(prog="cli.py bench attention", **doc_help(__doc__))
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu",
+                        help="the sizes below at once: cpu (a 2-core CPU in under three minutes) or paper (Table 2's "
+                             "setting, on a GPU); a flag given wins over its preset")
+    for flag, key, text, kind in (
+            ("--batch", "batch", "sequences per call", positive_int),
+            ("--heads", "heads", "query heads", positive_int),
+            ("--kv-heads", "kv_heads", "key and value heads (fewer than --heads: GQA)", positive_int),
+            ("--dim", "dim", "head dimension", positive_int),
+            ("--window", "window", "the window w of the windowed variants", positive_int),
+            ("--dtype", "dtype", "the tensors' dtype", None),
+            ("--device", "device", "where to run (cpu, cuda, cuda:1)", None),
+            ("--repeats", "repeats", "timed repeats per variant and length; the table shows their median",
+             positive_int)):
+        parser.add_argument(flag, type=kind, help=preset_help(text, PRESETS, key),
+                            **({"choices": ["float32", "bfloat16", "float16"]} if key == "dtype" else {}))
+    parser.add_argument("--lengths", type=positive_int, nargs="+",
+                        help=preset_help("sequence lengths n", PRESETS, "lengths"))
     parser.add_argument("--variants", nargs="+", default=list(BENCH_VARIANTS), choices=[*VARIANTS, *ALIASES],
-                        help="any registered variant (the controls too: random, strided, ...) or a bench-only name: "
-                             "full is SDPA; full_window is the SWA kernel and backend with w = n (the paper's full)")
-    parser.add_argument("--moba-top-k", type=positive_int, default=2, help="MoBA k; its block is window // k")
-    parser.add_argument("--backend", default="auto", help="attention backend for the windowed variants (dense: the "
-                        "n x n masked path, e.g. against the random control's gather)")
+                        metavar="VARIANT",
+                        help=f"any registered variant ({', '.join(VARIANTS)}) or a bench-only name "
+                             f"({', '.join(ALIASES)}): full is SDPA; full_window is the SWA kernel and backend with "
+                             "w = n (the paper's full)")
+    parser.add_argument("--moba-top-k", type=positive_int, default=2, help="MoBA's k; its block is window // k")
+    parser.add_argument("--backend", default="auto", help="attention backend for the windowed variants (auto: the "
+                        "variant's own for the device; dense: the n x n masked path, e.g. against the random "
+                        "control's gather)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
     parser.add_argument("--forward-only", action="store_true", help="time the forward pass alone")
     parser.add_argument("--same-process", action="store_true",
                         help="run every length in this process (default: one process per length, as in the paper)")
     parser.add_argument("--child-result", help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=output_folder, default=Path("outputs/bench"))
+    parser.add_argument("--out", type=output_folder, default=Path("outputs/bench"),
+                        help="the folder of the CSV, the markdown table and the PNG")
     add_overwrite(parser)
     return parser
+
+
+def check_variants(args) -> None:
+    """Every variant's attention spec at ``--window`` (``full_window``'s is w = n), in this process before any length's
+    child starts: a control below its least window is one sentence naming it (it failed in each child, whose
+    traceback the parent followed with "number sections must be larger than 0")."""
+    for variant in args.variants:
+        name = ALIASES.get(variant, variant)
+        least = get_variant(name).min_window if get_variant(name).windowed else 1
+        if variant != "full_window" and args.window < least:
+            raise ValueError(f"--variants {variant} needs --window >= {least} (it reads SA's 2*ceil(w/2) - 2 other "
+                             f"keys), got --window {args.window}; raise --window or leave {variant} out of --variants.")
+        Case.spec_of(variant, min(args.lengths), args)  # the spec's other checks (a backend it cannot take, ...)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -307,6 +337,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             setattr(args, key, value)
     if args.heads % args.kv_heads:
         raise SystemExit(f"error: --heads {args.heads} must be divisible by --kv-heads {args.kv_heads}.")
+    check_variants(args)
     if args.child_result:  # one length for the parent process: rows only
         rows = run(args)
         write_text(Path(args.child_result), json.dumps(rows))

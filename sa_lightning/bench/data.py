@@ -29,16 +29,17 @@ from ..utils.argtypes import doc_help
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py bench data", **doc_help(__doc__))
     p.add_argument("--config", required=True, help="a data config (configs/data/*.yaml) or a fit config")
-    p.add_argument("--stand_in", help="write/read SlimPajama-schema stand-in shards in this folder")
+    p.add_argument("--stand_in", help="write/read SlimPajama-schema stand-in shards in this folder "
+                   "(default: none, the config's own source)")
     p.add_argument("--shards", type=positive_int, default=8, help="stand-in train shards")
     p.add_argument("--stand_in_tokens", type=positive_int, default=20_000_000, help="about this many stand-in train tokens")
     p.add_argument("--mistral_format", action="store_true", help="use a locally built Mistral-format tokenizer.json")
-    p.add_argument("--tokenizer", help="override the config's tokenizer")
+    p.add_argument("--tokenizer", help="override the config's tokenizer (default: the config's)")
     p.add_argument("--workers", type=int, nargs="+", help="worker counts to time (default: 1 and the config's)")
     p.add_argument("--seconds", type=float, default=15.0, help="timed seconds per worker count")
-    p.add_argument("--batch_size", type=positive_int, help="override the config's batch size")
+    p.add_argument("--batch_size", type=positive_int, help="override the config's batch size (default: the config's)")
     p.add_argument("--gpu_tokens_per_s", type=float, default=60_000.0, help="what one GPU of the run consumes")
-    p.add_argument("--out", help="also write the table to this markdown file")
+    p.add_argument("--out", help="also write the table to this markdown file (default: none, printed only)")
     return p
 
 

@@ -64,21 +64,22 @@ def noise(model, tokenizer, samples: list[int], seeds: int, count: int, batch_si
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(prog="cli.py bench eval", **doc_help(__doc__))
+    p.add_argument("--ckpt", required=True, help="a checkpoint written by `cli.py fit`")
+    p.add_argument("--samples", type=positive_int, nargs="+", default=[1, 2, 4, 8],
+                   help="the eval_samples K to compare (draws averaged per score)")
+    p.add_argument("--seeds", type=positive_int, default=8, help="permutation seeds each K is scored under")
+    p.add_argument("--requests", type=positive_int, default=100, help="last-word requests scored per seed")
+    p.add_argument("--batch_size", type=positive_int, default=32, help="requests scored per forward pass")
+    p.add_argument("--skip_timing", action="store_true", help="skip the offline tasks' wall time (part 1)")
+    p.add_argument("--out", type=output_folder, default="outputs/bench", help="the folder of eval.md")
+    add_overwrite(p)
+    args = p.parse_args(argv)  # before the imports below: --help and a bad flag answer at once
     from ..data.tokenizer import load_tokenizer
-    from ..models.checkpoint import load_checkpoint
     from ..eval.harness import run_tasks
     from ..eval.lm import SALM
+    from ..models.checkpoint import load_checkpoint
 
-    p = argparse.ArgumentParser(prog="cli.py bench eval", **doc_help(__doc__))
-    p.add_argument("--ckpt", required=True)
-    p.add_argument("--samples", type=positive_int, nargs="+", default=[1, 2, 4, 8])
-    p.add_argument("--seeds", type=positive_int, default=8)
-    p.add_argument("--requests", type=positive_int, default=100)
-    p.add_argument("--batch_size", type=positive_int, default=32)
-    p.add_argument("--skip_timing", action="store_true")
-    p.add_argument("--out", type=output_folder, default="outputs/bench")
-    add_overwrite(p)
-    args = p.parse_args(argv)
     model, info = load_checkpoint(args.ckpt)
     tokenizer = load_tokenizer(info["tokenizer"])
     lines = [f"# bench eval ({date.today()}, {describe(torch.device('cpu'))})", "",

@@ -51,15 +51,17 @@ def _tokens_per_s(model, prompt: torch.Tensor, new: int, cache: bool) -> float:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="cli.py bench generate", **doc_help(__doc__))
-    p.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
+    p.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES),
+                   help="the model shapes to time (random weights)")
     p.add_argument("--variant", default=SA_SWA.name, choices=list(VARIANTS),
                    help="the attention variant (default: the paper's gated SA+SWA)")
     p.add_argument("--prompt", type=positive_int, default=128, help="prompt tokens")
     p.add_argument("--new", type=positive_int, default=16, help="generated tokens")
-    p.add_argument("--repeats", type=positive_int, default=2)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--out", type=output_folder, default="outputs/bench_generate")
+    p.add_argument("--repeats", type=positive_int, default=2,
+                   help="timed repeats of each case, interleaved; the table shows their median")
+    p.add_argument("--device", default="cpu", help="where to run (cpu, cuda, cuda:1)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="the weights' dtype")
+    p.add_argument("--out", type=output_folder, default="outputs/bench_generate", help="the folder of generate.md")
     add_overwrite(p)
     args = p.parse_args(argv)
     device, dtype = check_device(args.device), getattr(torch, args.dtype)

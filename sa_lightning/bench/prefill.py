@@ -168,15 +168,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--model", default="tiny", help="tiny (a random 4-layer Qwen3), qwen3-8b-random (Qwen3-8B's "
                    "shapes, random weights), a Hub id, a local folder, a .gguf file or smollm2 (fetched)")
     p.add_argument("--layers", type=positive_int, default=None,
-                   help="keep this many layers of a random model (tiny, qwen3-8b-random)")
-    p.add_argument("--lengths", type=positive_int, nargs="+", default=[1024, 2048, 4096, 8192])
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    p.add_argument("--window", type=positive_int, default=256)
-    p.add_argument("--batch", type=positive_int, default=1)
-    p.add_argument("--repeats", type=positive_int, default=3)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--out", type=output_folder, default="outputs/bench")
+                   help="keep this many layers of a random model (tiny, qwen3-8b-random) (default: all of them)")
+    p.add_argument("--lengths", type=positive_int, nargs="+", default=[1024, 2048, 4096, 8192],
+                   help="prompt lengths n in tokens")
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, metavar="MODE",
+                   help=f"the modes to time, any of {', '.join(MODES)}")
+    p.add_argument("--window", type=positive_int, default=256, help="the window w of the windowed modes")
+    p.add_argument("--batch", type=positive_int, default=1, help="prompts per forward pass")
+    p.add_argument("--repeats", type=positive_int, default=3,
+                   help="timed repeats per mode and length, interleaved; the table shows their median")
+    p.add_argument("--device", default="cpu", help="where to run (cpu, cuda, cuda:1)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="the weights' dtype")
+    p.add_argument("--out", type=output_folder, default="outputs/bench", help="the folder of prefill.md")
     add_overwrite(p)
     args = p.parse_args(argv)
     if args.layers and args.model not in RANDOM_MODELS:

@@ -30,7 +30,7 @@ from ..attention.variants import SA, SA_SWA, SWA
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, number, row
 from .machine import apply_preset, describe, positive_int, sync
-from ..utils.argtypes import doc_help
+from ..utils.argtypes import doc_help, preset_help
 
 PRESETS = {
     "cpu": dict(device="cpu", batch=1, heads=4, kv_heads=4, dim=64, window=256, n=8192, dtype="float32",
@@ -228,18 +228,31 @@ def markdown(results, args) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py bench profile", **doc_help(__doc__))
-    p.add_argument("--preset", choices=PRESETS, default="cpu")
+    p.add_argument("--preset", choices=PRESETS, default="cpu",
+                   help="the sizes below at once: cpu (on a CPU) or paper (Table 2's layer and the 360M model's step, "
+                        "on a GPU); a flag given wins over its preset")
     p.add_argument("--what", nargs="+", choices=["layer", "step", "moves"], default=["layer", "step", "moves"],
                    help="layer: one attention call; step: one training step; moves: the bytes the token reorders "
                         "move per layer in a step (default: all three)")
-    p.add_argument("--variants", nargs="+", default=[SWA.name, SA.name, SA_SWA.name], choices=sorted(VARIANTS))
-    for key in ("batch", "heads", "kv_heads", "dim", "window", "n", "seq_len", "step_batch", "step_window",
-                "repeats", "warmup", "layers"):
-        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None)
-    p.add_argument("--model", choices=["tiny", "360m"], default=None, help="the step's model (tiny on a CPU)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None)
+    p.add_argument("--variants", nargs="+", default=[SWA.name, SA.name, SA_SWA.name], choices=sorted(VARIANTS),
+                   metavar="VARIANT", help=f"the variants to profile, any of {', '.join(sorted(VARIANTS))}")
+    for key, text in (("batch", "the layer's batch"), ("heads", "the layer's query heads"),
+                      ("kv_heads", "the layer's key and value heads"), ("dim", "the layer's head dimension"),
+                      ("window", "the layer's window w"), ("n", "the layer's sequence length"),
+                      ("seq_len", "the step's tokens per sequence"), ("step_batch", "the step's sequences"),
+                      ("step_window", "the step's window w"), ("repeats", "profiled calls per case"),
+                      ("warmup", "unprofiled calls per case before them")):
+        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None,
+                       help=preset_help(text, PRESETS, key))
+    p.add_argument("--layers", type=positive_int, default=None,
+                   help="keep this many of the step's model's layers (default: all of them)")
+    p.add_argument("--model", choices=["tiny", "360m"], default=None,
+                   help=preset_help("the step's model", PRESETS, "model"))
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+                   help=preset_help("the tensors' dtype", PRESETS, "dtype"))
     p.add_argument("--top", type=positive_int, default=6, help="ops listed per variant")
-    p.add_argument("--out", type=output_folder, default="outputs/bench")
+    p.add_argument("--out", type=output_folder, default="outputs/bench",
+                   help="the folder of the markdown table (profile_<preset>.md)")
     add_overwrite(p)
     return p
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import lightning as L
 import torch
 
-from ..utils.argtypes import doc_help, key_values
+from ..utils.argtypes import doc_help, key_values, preset_help
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, row
 from .machine import apply_preset, describe, positive_int, sync
@@ -157,16 +157,22 @@ def markdown(rows: list[dict], args, loads: tuple) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py bench seeds", **doc_help(__doc__))
-    p.add_argument("--preset", choices=PRESETS, default="cpu")
-    p.add_argument("--config", default="configs/synthetic/passkey.yaml")
-    p.add_argument("--ks", nargs="+", type=positive_int, default=None, help="ensemble sizes K to time")
-    for key in ("steps", "warmup", "repeats"):
-        p.add_argument(f"--{key}", type=positive_int, default=None)
+    p.add_argument("--preset", choices=PRESETS, default="cpu",
+                   help="the sizes below at once: cpu (on a CPU) or gpu (the GPU study preset's cell, K up to 256); "
+                        "a flag given wins over its preset")
+    p.add_argument("--config", default="configs/synthetic/passkey.yaml", help="the fit config of the cell")
+    p.add_argument("--ks", nargs="+", type=positive_int, default=None,
+                   help=preset_help("ensemble sizes K to time", PRESETS, "ks"))
+    for key, text in (("steps", "timed steps of each case per round"),
+                      ("warmup", "untimed steps before a case's first timed ones"),
+                      ("repeats", "rounds in which the cases take turns; the table shows their medians")):
+        p.add_argument(f"--{key}", type=positive_int, default=None, help=preset_help(text, PRESETS, key))
     p.add_argument("--threads", type=positive_int, default=None,
                    help="torch threads for every case (default: torch's own)")
     p.add_argument("--set", dest="sets", action="append", default=None, metavar="KEY=VALUE",
-                   help="a fit argument of the cell (repeatable), e.g. --set trainer.max_steps=800")
-    p.add_argument("--out", type=output_folder, default="outputs/bench")
+                   help="a fit argument of the cell (repeatable), e.g. --set trainer.max_steps=800 (default: "
+                        "none; the gpu preset sets its cell's length, window and precision)")
+    p.add_argument("--out", type=output_folder, default="outputs/bench", help="the folder of seeds_<preset>.md")
     add_overwrite(p)
     return p
 

@@ -42,7 +42,7 @@ from .machine import apply_preset, describe, peak_flops, positive_int, sync
 from .memory import peak_bytes
 from ..utils.atomic import add_overwrite, output_folder, replacing_files, write_text
 from ..utils.report import head, number, row
-from ..utils.argtypes import doc_help
+from ..utils.argtypes import doc_help, preset_help
 
 PRESETS = {
     "cpu": dict(model="tiny", seq_len=256, batch=16, window=32, moba_block_size=16, steps=4, repeats=3, warmup=2,
@@ -232,15 +232,26 @@ def markdown(rows, data, args) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli.py bench train", **doc_help(__doc__))
-    p.add_argument("--preset", choices=PRESETS, default="cpu")
+    p.add_argument("--preset", choices=PRESETS, default="cpu",
+                   help="the sizes below at once: cpu (the tiny model on a CPU) or paper (the 360M model at seq 2048 "
+                        "on a GPU); a flag given wins over its preset")
     trained = trained_variant_names()  # asked when the command runs: a variant registered since import is in
-    p.add_argument("--variants", nargs="+", default=list(trained), choices=trained)
-    for key in ("seq_len", "batch", "window", "moba_block_size", "steps", "repeats", "warmup", "layers"):
-        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None)
+    p.add_argument("--variants", nargs="+", default=list(trained), choices=trained, metavar="VARIANT",
+                   help=f"the variants to time, any of {', '.join(trained)} (default: all of them)")
+    for key, text in (("seq_len", "tokens per sequence"), ("batch", "sequences per step"),
+                      ("window", "the window w of the windowed variants"), ("moba_block_size", "MoBA's block size"),
+                      ("steps", "training steps per timed repeat"),
+                      ("repeats", "timed repeats per variant, interleaved; the table shows their median"),
+                      ("warmup", "untimed steps per case before the repeats (a compiled case compiles in them)")):
+        p.add_argument(f"--{key.replace('_', '-')}", dest=key, type=positive_int, default=None,
+                       help=preset_help(text, PRESETS, key))
+    p.add_argument("--layers", type=positive_int, default=None,
+                   help="keep this many of the model's layers (default: all of the preset's model's)")
     p.add_argument("--compile", choices=COMPILE_MODES, default="off",
                    help="time each variant eager (off), under torch.compile (on), or both side by side")
     p.add_argument("--no-data", dest="data", action="store_false", help="skip the data pipeline timing")
-    p.add_argument("--out", type=output_folder, default="outputs/bench")
+    p.add_argument("--out", type=output_folder, default="outputs/bench",
+                   help="the folder of the markdown table (train_<preset>.md)")
     add_overwrite(p)
     return p
 

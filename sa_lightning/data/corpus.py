@@ -35,6 +35,15 @@ class SourceConfig:
       (one document per record, text in ``text_field``).
     - ``hub``: ``path`` is a dataset id (e.g. DKYoon/SlimPajama-6B), ``name`` its config, ``split``, and
       optionally ``revision`` (a branch, tag or commit; a commit pins the data a resumed stream continues in).
+
+    Args:
+        kind: ``embedded``, ``files`` or ``hub``.
+        path: hub: the dataset id; null for the other kinds.
+        paths: files: the files or globs to read.
+        name: hub: the dataset's config name; null: its default.
+        split: the split to read (embedded: train or validation).
+        text_field: the records' text field (files .jsonl/.json/.parquet, hub).
+        revision: hub: a branch, tag or commit to read; null: the default branch.
     """
 
     kind: str = "embedded"

@@ -76,11 +76,14 @@ class LMDataModule(L.LightningDataModule):
         val_blocks: size of the fixed validation set, in blocks (split over ranks).
         mode: ``stream``, ``cache`` or ``auto`` (stream for hub and files sources, cache for embedded).
         max_train_tokens: cache mode: stop tokenizing the training source after this many tokens.
-        shuffle, seed: the deterministic per-epoch order (cache: blocks; stream: shards and documents).
+        shuffle: shuffle the training data in a deterministic per-epoch order (cache: blocks; stream: shards and
+            documents).
+        seed: the seed of that order (the CLI links it from ``seed_everything``).
         shuffle_buffer: stream mode: documents in each worker's shuffle buffer.
         read_batch: stream mode: documents read and tokenized per call in a worker.
         num_workers: DataLoader worker processes (stream mode: the tokenizing readers per rank).
         cache_dir: where packed tokens are cached (``$SA_LIGHTNING_CACHE`` overrides the default).
+        progress: show a progress bar while the cache is built.
         repeats: ``{length, gap[, count, alphabet, low, copies, gap_max]}``: random-token segments planted in every
             block and repeated ``gap`` tokens later (``copies`` times, the last one scored; with ``gap_max`` each
             segment's gap drawn from gap to gap_max; ``data.repeats.RepeatMix``):

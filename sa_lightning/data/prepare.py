@@ -18,27 +18,31 @@ from typing import Any
 def build_parser():
     from jsonargparse import ActionConfigFile, ArgumentParser
 
+    from ..utils.help_format import PlainHelpFormatter
     from .datamodule import LMDataModule
 
-    parser = ArgumentParser(prog="cli.py prepare", description=__doc__.split("\n\n")[0], parser_mode="omegaconf")
-    parser.add_argument("--config", action=ActionConfigFile, help="a fit config (its data section is used) or a data config")
+    parser = ArgumentParser(prog="cli.py prepare", description=__doc__.split("\n\n")[0], parser_mode="omegaconf",
+                            formatter_class=PlainHelpFormatter)
+    parser.add_argument("--config", action=ActionConfigFile,
+                        help="a fit config (its data section is used) or a data config; without one, the defaults below")
     parser.add_class_arguments(LMDataModule, "data")
     for other in ("model", "trainer", "seed_everything", "ckpt_path", "optimizer", "lr_scheduler"):
-        parser.add_argument(f"--{other}", type=Any, default=None, help="(a fit config's other sections are ignored here)")
-    parser.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="tokenizing processes (default: all cores)")
+        parser.add_argument(f"--{other}", type=Any, default=None, help="a fit config's section that prepare ignores (it reads only data)")
+    # null, not this machine's count: the help shipped with the package (``sa_lightning/help/``) is the same anywhere
+    parser.add_argument("--num_proc", type=int | None, default=None,
+                        help="tokenizing processes; null: one per CPU core of this machine")
     parser.add_argument("--overwrite", type=bool, default=False, help="rebuild caches that already exist")
     return parser
 
 
 def _as_data_config(argv: list[str]) -> list[str]:
     """A data config file (no top-level ``data`` key) is read as the ``data`` section."""
-    import yaml
+    from ..utils.yamlfile import load_yaml
 
     out = list(argv)
     for i, arg in enumerate(argv[:-1]):
         if arg == "--config" and os.path.isfile(argv[i + 1]):
-            with open(argv[i + 1]) as f:
-                loaded = yaml.safe_load(f) or {}
+            loaded = load_yaml(argv[i + 1], "--config") or {}
             if isinstance(loaded, dict) and "data" not in loaded and {"train", "tokenizer"} & set(loaded):
                 out[i] = "--data"
     return out
@@ -47,6 +51,8 @@ def _as_data_config(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> dict:
     parser = build_parser()
     cfg = parser.parse_args(_as_data_config(list(argv or [])))
+    if cfg.num_proc is None:
+        cfg.num_proc = os.cpu_count() or 1
     if cfg.num_proc < 1:
         raise ValueError(f"--num_proc must be >= 1, got {cfg.num_proc}.")
     dm = parser.instantiate_classes(cfg).data

@@ -25,8 +25,10 @@ DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 
 def seeds_of(info: dict, given: list[int] | None) -> list[int]:
     """The σ seeds one checkpoint is scored under: ``given`` (or ``DEFAULT_SEEDS``) where its attention draws,
-    the first alone where it draws nothing (every seed would score it the same)."""
-    return sigma_seeds(info["arch"]["attention"]["variant"], given or DEFAULT_SEEDS)
+    the first alone where it draws nothing or keeps the one σ it trained with (``permutation: deterministic``, a
+    frozen variant): every seed would score it the same."""
+    seeds = sigma_seeds(info["arch"]["attention"]["variant"], given or DEFAULT_SEEDS)
+    return seeds[:1] if info["arch"].get("permutation") in ("deterministic", "fixed") else seeds  # fixed: its old name
 
 
 def label_of(info: dict) -> str:

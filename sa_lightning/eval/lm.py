@@ -19,6 +19,7 @@ the model's own ``generate`` with its KV cache (``models.hf_model``; draw 0).
 SA modes (a checkpoint or a network; a model handed over as an object draws as its config or patch says):
 - ``stochastic`` (the paper's default): every sequence draws its own permutations.
 - ``deterministic``: one fixed permutation per (layer, length), shared by every input.
+A model trained with a fixed σ (``permutation: deterministic``, fixed-σ SA) keeps the one it trained with in either.
 
 ``eval_samples=K`` (beyond the paper; it lowers the variance that the random routing adds to every score): each
 next-token prediction is the mean of K draws' probabilities, as validation's is (``models.ensemble`` says why

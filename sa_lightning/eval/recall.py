@@ -214,7 +214,7 @@ def _percent(r: dict, col: str) -> str:
     return text
 
 
-SIGMA_NOTE = ("σ SD: the standard deviation, over the evaluation σ seeds (``eval_seeds``), of the accuracy "
+SIGMA_NOTE = ("σ SD: the standard deviation, over the evaluation σ seeds (`eval_seeds`), of the accuracy "
               "beyond L·(w−1) of a model that draws, validated at K = 1 once per seed; its row's numbers count each "
               "answer as its mean over those seeds. Larger K average K draws of the first seed.")
 TABLE_NOTE = ("beyond L·(w−1): the share of right answers whose key–query distance lies in a bucket wholly beyond "

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
 from ..utils import runner
+from ..utils.argtypes import HelpFormatter, plain
 from ..utils.atomic import check_results_folder, output_folder, replacing_files, write_text
 from ..utils.report import compare_json
 from ..utils.runner import jobs_arg
 from ..utils.tables import write_csv
+from ..utils.yamlfile import load_yaml
 
 
 @dataclass(frozen=True)
@@ -175,8 +175,10 @@ class Experiment:
 
     # ---- the command line and the settings -----------------------------------------------------------
     def parser(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(prog=f"cli.py {self.name}", description=self.description())
-        parser.add_argument("--config", default=self.config_file)
+        parser = argparse.ArgumentParser(prog=f"cli.py {self.name}", description=plain(self.description()),
+                                         formatter_class=HelpFormatter)
+        parser.add_argument("--config", default=self.config_file,
+                            help="the config (YAML): the settings the flags below override, and its presets")
         parser.add_argument("--preset", help=f"a preset of the config ({self.presets_note}); the default config's: "
                                              f"{', '.join(preset_names(self.config_file)) or 'none found'}; its "
                                              "header says each")
@@ -187,7 +189,8 @@ class Experiment:
                             help=f"output folder (default: the config's out, one per preset so that a quick run "
                                  f"never overwrites the full one: {self.folders})")
         for flag in self.flags:
-            parser.add_argument(f"--{flag.name}", nargs=flag.nargs, type=flag.type, help=flag.help)
+            parser.add_argument(f"--{flag.name}", nargs=flag.nargs, type=flag.type,
+                                help=f"{flag.help} (default: the config's)")
         return parser
 
     def description(self) -> str:
@@ -213,8 +216,8 @@ class Experiment:
 def preset_names(config: str) -> list[str]:
     """The presets a config defines, in its order (none where it cannot be read: help must not fail)."""
     try:
-        return list((yaml.safe_load(Path(config).read_text()) or {}).get("presets") or {})
-    except (OSError, yaml.YAMLError, AttributeError):
+        return list((load_yaml(config) or {}).get("presets") or {})
+    except (OSError, ValueError, AttributeError):
         return []
 
 
@@ -222,7 +225,10 @@ def load_config(experiment: Experiment, path: str | Path, preset: str | None, ov
     """``experiment.config`` from the file's top level, then ``presets[preset]`` (or a second YAML file), then
     ``overrides`` (those not None): each field checked against its type, no unknown field; each ``required`` field
     holds an entry; then the experiment's own ``check``."""
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw = load_yaml(path, "--config") or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"--config {path}: a config is a mapping of fields (name: value), but this file holds a "
+                         f"{type(raw).__name__}; write it as `field: value` lines.")
     presets = raw.pop("presets", {}) or {}
     values = copy.deepcopy(raw)
     if preset:

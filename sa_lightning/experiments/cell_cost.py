@@ -446,18 +446,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the study cell's variants to time (with --config: ignored)")
     p.add_argument("--seq_lens", nargs="+", type=positive_int, default=None,
                    help="sequence lengths (data and model), each a cell (default: the cell's own)")
-    p.add_argument("--config", default=None, help="time `cli.py fit --config FILE` instead of a study cell")
+    p.add_argument("--config", default=None,
+                   help="time `cli.py fit --config FILE` instead of a study cell "
+                        "(default: none, the cell of `study long-range --preset decide-l4`)")
     p.add_argument("--steps", type=positive_int, default=60, help="training steps timed per cell (then scaled)")
     p.add_argument("--profile_steps", type=positive_int, default=5, help="steps under torch.profiler per cell")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads (1: a study worker's share)")
     p.add_argument("--against", choices=["banded", "dense", "eager"], default=None,
                    help="also time forward and backward in turns with the cell's own: every layer on this backend "
                         "(banded: the variants' own kernels, the CPU's route before the fused one), or, for a cell "
-                        "with --set model.compile=true, its blocks eager")
+                        "with --set model.compile=true, its blocks eager (default: none, the cell's own alone)")
     p.add_argument("--rounds", type=positive_int, default=5, help="rounds of --against's turns")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="a fit argument of the cell (repeatable), e.g. --set model.compile=true")
-    p.add_argument("--out", type=output_folder, default="outputs/bench")
+    p.add_argument("--out", type=output_folder, default="outputs/bench", help="the folder of cell.md and cell.json")
     add_overwrite(p)
     return p
 

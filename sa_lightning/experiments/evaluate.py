@@ -2,7 +2,7 @@
 paper's layout with a 95% interval on every number, and TensorBoard scalars.
 
     python cli.py evaluate --ckpt runs/tiny/tb/version_0/checkpoints/last.ckpt --tasks offline
-    python cli.py evaluate --ckpt full.ckpt swa.ckpt sa.ckpt sa_swa.ckpt --tasks table1 \
+    python cli.py evaluate --ckpt full.ckpt swa.ckpt sa.ckpt sa_swa.ckpt --tasks table1 \\
         --label Full SWA SA SA+SWA --baseline SWA   # Table 1, each row against SWA
     python cli.py evaluate --ckpt sa.ckpt --seeds 0 1 2 3 4 --eval_samples 4   # permutation variance
 
@@ -60,23 +60,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--label", nargs="+", help="row names, one per checkpoint (default: variant and window)")
     p.add_argument("--tasks", nargs="+", default=["offline"],
                    help="task names, or the sets `table1` (the paper's) and `offline` (shipped; the default)")
-    p.add_argument("--limit", type=task_limit, default=None, help="documents per task (an int, or a fraction < 1)")
+    p.add_argument("--limit", type=task_limit, default=None, help="documents per task (an int, or a fraction < 1) (default: every document)")
     p.add_argument("--batch_size", type=positive_int, default=32, help="documents scored per forward pass")
     p.add_argument("--eval_samples", type=positive_int, default=1, help="permutation draws averaged per score (SA)")
     p.add_argument("--sa_mode", choices=("stochastic", "deterministic"), default="stochastic",
                    help="stochastic: each document draws its own σ (the paper's); deterministic: one σ per layer "
-                        "and length for every document")
+                        "and length for every document. A checkpoint trained with a fixed σ (permutation: "
+                        "deterministic, sa_fixed) keeps the one it trained with, and is scored once")
     p.add_argument("--seeds", type=seed, nargs="+", default=None,
                    help=f"σ seeds of a checkpoint whose attention draws (SA, the random keys, their gated pairs; "
                         f"default {' '.join(map(str, DEFAULT_SEEDS))}); >1 also reports the std. A checkpoint that "
                         f"draws nothing is scored once, under the first")
-    p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer")
+    p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer (default: the checkpoint's)")
     p.add_argument("--device", default=None,
                    help="where to score (cuda, cuda:1, cpu); default: the CPU, where a checkpoint loads")
     p.add_argument("--bootstrap_iters", type=non_negative_int, default=0,
                    help="lm-eval's stderr bootstrap (0: off, fast); the table's intervals are computed either way")
     p.add_argument("--baseline", default=None,
-                   help="a row label: add each other row minus it, paired on the same documents, with a verdict")
+                   help="a row label: add each other row minus it, paired on the same documents, with a verdict "
+                        "(default: none, no comparison)")
     p.add_argument("--out", type=output_folder, default="outputs/eval",
                    help="the evaluation's folder: table.md, compare.md, compare.json, results.json, results.csv, "
                         "cells/, tb/")

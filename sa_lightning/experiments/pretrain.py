@@ -126,7 +126,7 @@ def table(parts: list[trained.Section], cfg: PretrainConfig, results: list[dict]
             "interval. Val. PPL: the interval of the mean NLL per block, as a perplexity (with repeats planted: the "
             "text's own targets, neither the planted segments nor their copies). LW: last-word accuracy (%); MC: "
             "four-way choice acc_norm (%), chance 25%. NLL on the repeats: nats per token on the planted copies that "
-            "only a look back over the gap predicts (``data.repeats``).")
+            "only a look back over the gap predicts (`data.repeats`).")
     return "\n".join(lines + ["", note, "", *EXPERIMENT.spread_lines(parts, results, models)]) + "\n"
 
 

@@ -24,6 +24,7 @@ from ..utils import runner, trained
 from ..utils.argtypes import key_values
 from ..utils.quiet import quiet_lightning
 from ..utils.report import head, row
+from ..utils.yamlfile import load_yaml
 from .base import Experiment
 
 #: the ``fit`` arguments that name a cell's variant and window
@@ -109,10 +110,11 @@ class TrainedExperiment(Experiment):
             self.variant(c["a"]), self.variant(c["b"])  # a comparison of an arm this run leaves out is named, not run
         keys = [o.key for o in self.outcomes]
         margins = cfg.margins or {}
-        if not isinstance(margins, dict) or any(k not in keys or isinstance(v, bool) or not isinstance(v, (int, float))
-                                                or not v > 0 for k, v in margins.items()):
-            raise ValueError(f"margins maps an outcome ({', '.join(keys)}) to an equivalence margin > 0 in its unit, "
-                             f"got {margins!r}; nothing was trained.")
+        bad = [f"{k}: {v!r}" for k, v in (margins.items() if isinstance(margins, dict) else [])
+               if k not in keys or isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf")]
+        if not isinstance(margins, dict) or bad:  # .inf would make every comparison "equivalent": refused too
+            raise ValueError(f"margins maps an outcome ({', '.join(keys)}) to a finite equivalence margin > 0 in its "
+                             f"unit, got {', '.join(bad) if bad else repr(margins)}; nothing was trained.")
         if hasattr(cfg, "seeds_by_variant"):
             cfg.seeds_by_variant = self.own_seeds(cfg, cfg.seeds_by_variant or {}, given)
         self.check_grid(cfg)
@@ -123,7 +125,10 @@ class TrainedExperiment(Experiment):
 
     def header(self, cfg, preset, out, todo) -> str:
         note = self.floor_note(cfg)
-        return super().header(cfg, preset, out, todo) + (f"\nnote: {note}" if note else "")
+        said = super().header(cfg, preset, out, todo)
+        if getattr(cfg, "preregistered", None) and preset:
+            said += f"\npre-registered: {cfg.preregistered}; {preset_commit(self.config_file, preset)}"
+        return said + (f"\nnote: {note}" if note else "")
 
     def floor_note(self, cfg) -> str | None:
         """Before the first cell, where the run has margins: the comparisons whose floor (an equivalence needs both
@@ -135,23 +140,36 @@ class TrainedExperiment(Experiment):
             return None
         arms = getattr(cfg, dict(self.grid)[self.arm])
         control = self.control([{self.arm: arm} for arm in arms])  # the arms as the records will name them
-        short = []
+        short, floorless = [], []
         for c in cfg.comparisons or []:
             a, b = c["a"], c["b"]
             if not {a, b} <= set(arms) or {self.variant(a), self.variant(b)} & {SWA.name, FULL.name}:
                 continue  # an arm the run leaves out, or a row against the floor or the reference itself
             ctrl = control(a, b) if callable(control) else control
             floor = ctrl[1] if ctrl else None
-            if floor not in arms:
-                continue  # no floor trained: the report says "cannot decide" itself
+            if floor not in arms:  # no floor trained: every verdict of the row will be "cannot decide"
+                floorless.append((f"{self.label(a)} − {self.label(b)}", floor))
+                continue
             paired = set(self.seeds_of(cfg, a)) & set(self.seeds_of(cfg, b))
             shared = len(paired & set(self.seeds_of(cfg, floor)))
             if paired and shared < len(paired):
                 short.append(f"{self.label(a)} − {self.label(b)} ({shared} of its {len(paired)} seeds)")
-        return None if not short else (
-            "the floor rule is judged over the seeds SWA trains, fewer than the comparison pairs for "
-            + "; ".join(short) + ". Where an arm's seeds spread widely, a floor on few seeds may fail to clear the "
-            "margin; train SWA on every seed the comparison judges (docs/results/long_range.md, Table 12c).")
+        notes = []
+        if floorless:
+            # the floor is the second arm of the row's positive control: none where that control is not trained
+            floors = ", ".join(dict.fromkeys(self.label(f) if f else "full attention and SWA at the row's window"
+                                             for _, f in floorless))
+            notes.append(
+                f"margins are set, but the floor ({floors}) is not trained in this run, so "
+                f"{', '.join(row for row, _ in floorless)} cannot be called equivalent: \"equivalent\" needs both "
+                "arms to beat the floor by more than the margin, and the report will say \"cannot decide\" for want "
+                f"of it; add {floors} to the run's {dict(self.grid)[self.arm]} to decide.")
+        if short:
+            notes.append(
+                "the floor rule is judged over the seeds SWA trains, fewer than the comparison pairs for "
+                + "; ".join(short) + ". Where an arm's seeds spread widely, a floor on few seeds may fail to clear the "
+                "margin; train SWA on every seed the comparison judges (docs/results/long_range.md, Table 12c).")
+        return "\nnote: ".join(notes) or None
 
     def own_seeds(self, cfg, own: dict, given: dict) -> dict[str, list[int]]:
         """``seeds_by_variant`` as this run trains it: narrowed by the command line's arms (a preset's seeds for the
@@ -180,6 +198,7 @@ class TrainedExperiment(Experiment):
         for config in dict.fromkeys(config for config, _ in fits):
             if not Path(config).is_file():
                 raise ValueError(f"the fit config {config!r} is not a file; nothing was trained.")
+            load_yaml(config, "the fit config")  # its YAML parses: else the file, line and column, before any cell
 
     # ---- the report over training seeds (``utils.trained``) -------------------------------------------
     def units(self, records: list[dict], outcome: trained.Outcome) -> dict[tuple, trained.Units]:
@@ -355,7 +374,7 @@ class TrainedExperiment(Experiment):
 
     def spec(self, cell, cfg, out: Path) -> dict:
         args = self.fit_args(cell, cfg, out / "runs" / self.cell_id(cell))
-        spec = {"fit_args": args, "kernels": KERNEL_ROUTES, **self.scoring(cell, cfg)}
+        spec = {"fit_args": args, "kernels": KERNEL_ROUTES, **variant_revision(args), **self.scoring(cell, cfg)}
         inputs = config_fingerprint(args)
         return spec if inputs is None else {**spec, "inputs": inputs}
 
@@ -432,6 +451,16 @@ def fit_args(config: str, swaps: dict, overrides: dict | None, folder: Path) -> 
     return args
 
 
+def variant_revision(args: list) -> dict:
+    """``{"revision": r}`` for a fit line whose variant's semantics are past their first (``Variant.revision``: its
+    pattern changed, as the controls' did for the model's depth), so a cell trained under the old ones is trained
+    again, not reused; {} for every other variant, whose cells keep the specs they had."""
+    flag = f"--{VARIANT_KEY}"
+    names = [str(args[i + 1]) for i, arg in enumerate(args[:-1]) if arg == flag]
+    revision = get_variant(names[-1]).revision if names else 1
+    return {"revision": revision} if revision > 1 else {}
+
+
 def portable(spec: dict) -> dict:
     """``spec`` with its fit line's run folder (``--trainer.default_root_dir <out>/runs/<cell id>``) cut to its last
     two parts: where the study folder lies is not an input that makes the cell."""
@@ -455,6 +484,7 @@ def trained_checkpoint(saved: dict, spec: dict) -> dict | None:
     kept = (saved or {}).get("spec") or {}
     if not args or portable(kept).get("fit_args") != portable(spec).get("fit_args") \
             or kept.get("inputs") != spec.get("inputs") or kept.get("kernels") != spec.get("kernels") \
+            or kept.get("revision") != spec.get("revision") \
             or "--trainer.default_root_dir" not in args[:-1]:
         return None
     folder = Path(args[args.index("--trainer.default_root_dir") + 1])
@@ -497,15 +527,92 @@ def fit_cell(spec: dict):
 
 
 def config_fingerprint(args: list) -> str | None:
-    """The fingerprint of every file a cell's ``fit`` line names: its ``--config``, and any argument whose value is a
-    file (``--model.init_weights FILE``, ``--set model.init_weights=FILE``), each by its bytes: a cell trained from a
-    file since replaced is trained again, not reused because its path is the same. A line whose only file is its
-    config keeps that file's fingerprint alone."""
+    """The fingerprint of every file a cell's ``fit`` line names: its ``--config``, any argument whose value is a
+    file (``--model.init_weights FILE``, ``--set model.init_weights=FILE``, a file inside an override's nested value),
+    and every file named by a string anywhere inside the config (``model.init_weights: FILE``, a data file, a
+    tokenizer; a config file named there is read in turn), each by its bytes: a cell trained from a file since
+    replaced is trained again, not reused because its path is the same. A line whose only file is its config keeps
+    that file's fingerprint alone."""
     args = [str(a) for a in args]
     config = args[args.index("--config") + 1] if "--config" in args[:-1] else None
     named = [a.split("=", 1)[1] if a.startswith("--") and "=" in a else a for a in args]
-    others = sorted({v for v in named if v != config and not v.startswith("--") and Path(v).is_file()})
+    values = [v for v in named if not v.startswith("--")]
+    found = {name: file for v in values for name, file in _files_in(_value(v), Path.cwd())}
+    if config and Path(config).is_file():
+        found.update(_files_named_by(Path(config), {Path(config).resolve()}))
+    found.pop(config, None)
     first = runner.fingerprint(config) if config and Path(config).is_file() else None
-    if not others:
+    if not found:
         return first
-    return ";".join([first or "", *(f"{v}={runner.fingerprint(v)}" for v in others)])
+    return ";".join([first or "", *(f"{v}={runner.fingerprint(found[v])}" for v in sorted(found))])
+
+
+def _value(text: str):
+    """A fit argument's value as the fit reads it: a nested mapping or list (an override ``str``-ed into the line)
+    parsed, anything else as written."""
+    if text[:1] in "{[":
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError:
+            pass
+    return text
+
+
+def _files_in(node, *bases: Path) -> list[tuple[str, Path]]:
+    """(the string as written, the file) for every string in ``node`` (mappings and lists walked) that names an
+    existing file, relative paths resolved against each of ``bases`` in turn (where the fit runs, then the config's
+    own folder, as jsonargparse resolves a config named inside a config)."""
+    if isinstance(node, dict):
+        return [found for value in node.values() for found in _files_in(value, *bases)]
+    if isinstance(node, (list, tuple)):
+        return [found for value in node for found in _files_in(value, *bases)]
+    if not isinstance(node, str) or not node.strip() or "\n" in node:
+        return []
+    path = Path(os.path.expanduser(node))
+    for base in bases:
+        try:
+            candidate = path if path.is_absolute() else base / path
+            if candidate.is_file():
+                return [(node, candidate)]
+        except (OSError, ValueError):  # not a name the file system takes (too long, a NUL)
+            return []
+    return []
+
+
+def _files_named_by(config: Path, seen: set) -> dict[str, Path]:
+    """Every file a YAML config names (``_files_in``), and those named by the YAML configs it names, each read
+    once; a config that does not parse names nothing here (the fit refuses it in its own sentence)."""
+    try:
+        data = load_yaml(config)
+    except (OSError, ValueError):
+        return {}
+    found = dict(_files_in(data, Path.cwd(), config.parent))
+    for file in list(found.values()):
+        if file.suffix in (".yaml", ".yml") and file.resolve() not in seen:
+            seen.add(file.resolve())
+            found.update(_files_named_by(file, seen))
+    return found
+
+
+def preset_commit(config_file: str, preset: str) -> str:
+    """Where a pre-registered preset was fixed: the first commit of this checkout that wrote its name into
+    ``config_file`` (``git log -S``), so a reader can check it came before the run's cells."""
+    import subprocess
+
+    from ..utils.checkout import checkout_root
+
+    root, found = checkout_root(), None
+    if root is not None:
+        try:
+            found = subprocess.run(["git", "log", "--reverse", "--format=%h %ad", "--date=iso", "-S",
+                                    f"  {preset}:", "--", config_file], cwd=root, capture_output=True, text=True,
+                                   timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            found = None
+    first = found.stdout.splitlines()[0] if found is not None and found.returncode == 0 and found.stdout else ""
+    if not first:
+        return "its commit cannot be shown (not a git checkout, or the preset is not committed yet)"
+    commit, _, when = first.partition(" ")
+    return f"the preset was first committed in {commit} ({when})"

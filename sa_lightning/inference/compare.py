@@ -163,7 +163,7 @@ def method_note(cfg: SweepConfig) -> str:
     ppl = ("PPL: the interval of the mean NLL per document, as a perplexity. "
            if any(lower_is_better(t) for t in cfg.tasks) else "")
     return (f"Each score is mean [95% interval], {RESAMPLES} resamples: a percentile bootstrap over the task's items "
-            f"(documents), widened by the small-sample factor (``utils.stats``). {stochastic}{one_draw_note(cfg)}{ppl}"
+            f"(documents), widened by the small-sample factor (`utils.stats`). {stochastic}{one_draw_note(cfg)}{ppl}"
             f"A perplexity task with fewer than {MIN_UNITS} documents is cut into segments of {SEGMENT} tokens, each "
             "one unit (a block bootstrap). Avg.: the mean of the tasks' replicates. \"range\": fewer than "
             f"{MIN_UNITS} units, no 95% interval, only their smallest and largest values.")

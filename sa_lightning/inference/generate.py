@@ -29,15 +29,15 @@ def _parser() -> argparse.ArgumentParser:
     prompt = p.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", help="the text to continue")
     prompt.add_argument("--prompt_file", help="a text file with one prompt per line (blank lines skipped)")
-    p.add_argument("--max_new_tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above 0: sampling")
+    p.add_argument("--max_new_tokens", type=int, default=64, help="tokens generated per prompt")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above 0: sampling at this temperature")
     p.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
     p.add_argument("--seed", type=int, default=0,
                    help="seeds the sampling (each prompt of a file its own draw from the seed and its line) and SA's "
                         "sigma")
     p.add_argument("--decode", choices=DECODE, default=None,
                    help="Transformer++ only: every cached key (dense, the default) or the SWA path's last w (window)")
-    p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
+    p.add_argument("--device", default=None, help="where to run (cpu, cuda, cuda:1) (default: cuda when available, else cpu)")
     return p
 
 

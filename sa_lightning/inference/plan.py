@@ -79,32 +79,45 @@ def comparisons_of(cfg: "SweepConfig") -> list[Comparison]:
 
 @dataclass
 class SweepConfig:
-    """Args:
+    """The sweep's settings: a config file's keys, each also a flag.
+
+    Args:
         model: a Hub id, a local folder of a causal LM (``save_pretrained`` output), a ``.gguf`` file, or
             ``smollm2`` once ``python cli.py fetch smollm2`` has placed it (``sa_lightning.models.sources``).
-        tokenizer: defaults to the model's.
-        dtype: auto | bfloat16 | float16 | float32. device_map: e.g. auto, cuda, cpu.
-        tasks: lm-eval task names (the offline ones work without a network).
+        tokenizer: a Hub id or folder of the tokenizer; null: the model's own.
+        dtype: the weights' dtype: auto, bfloat16, float16 or float32.
+        device_map: where the model's layers go (auto, cuda, cpu), as Hugging Face's ``device_map``; null: the CPU.
+        batch_size: documents scored per forward pass.
+        max_length: the longest input in tokens; null: the model's own limit.
+        tasks: lm-eval task names (the offline ones work without a network), task sets such as ``table1``, or
+            ``position_ppl_<n>`` (perplexity by token position over n tokens).
         modes: attention variants the patcher can swap in at prefill (every registry variant without learned
             gates: the training-free unions stand in for the gated pairs); ``full`` is the one baseline row.
-        windows: w for swa, sa and sa_swa_union. moba_block_sizes, moba_top_k: MoBA rows at w_eff = c * k.
-        sinks: attention sinks for swa, sa and sa_swa_union rows (0: the paper's masks; k: the first k tokens of a row
-            stay visible to every query, StreamingLLM's sinks).
-        seeds: SA permutation seeds; the rows of ``seed_modes`` (default sa and sa_swa_union) average over them, the
-            other modes run the first seed only (their masks draw nothing). limit: documents per task; task_limits
-            overrides it per task. presets: named sets of overrides, picked by ``--preset NAME``.
-        sa_mode: ``stochastic`` (the paper's §3.3: every input draws its own sigma from the seed, the layer
-            and its tokens) or ``deterministic`` (one sigma per seed, layer and length).
+        windows: the windows w of the windowed modes (swa, sa, sa_swa_union and the controls).
+        moba_block_sizes: MoBA's block sizes c; its rows sit at w_eff = c * k.
+        moba_top_k: MoBA's k, the blocks each query reads.
+        sinks: attention sinks for the windowed rows (0: the paper's masks; k: the first k tokens of a row stay
+            visible to every query, StreamingLLM's sinks).
+        seeds: permutation seeds; the rows of ``seed_modes`` average over them, the other modes run the first seed
+            only (their masks draw nothing).
+        seed_modes: the modes that run every seed: the ones that draw sigma.
+        sa_mode: ``stochastic`` (the paper's §3.3: every input draws its own sigma from the seed, the layer and its
+            tokens) or ``deterministic`` (one sigma per seed, layer and length).
+        limit: documents per task (an int, or a fraction < 1); null: every document.
+        task_limits: per-task overrides of ``limit``, ``{task: limit}``.
+        presets: named sets of overrides, picked by ``--preset NAME``.
+        num_fewshot: few-shot examples per prompt; null: each task's own.
         confirm_run_unsafe_code: required for tasks that run model-written code (HumanEval).
         trust_remote_code: let the model's repo run its own code (off unless you opt in).
         comparisons: the paired comparisons ``compare.md`` reports, each ``{a: MODE, b: MODE, match: M}`` with M one
             of equal_w (B at A's w_eff), double_w (B at twice A's w_eff) or equal_keys (B's setting with the
             nearest measured keys per query on the same task), optionally ``sink: K``; a mode without a window
-            (full) pairs with every setting of the other.
+            (full) pairs with every setting of the other. Null: none.
         compare: run no cell; write the tables and ``compare.md`` from the cells already in ``out``
             (``cli.py sweep --config X --compare``).
         cells_only: run and write this run's cells and no tables (a SLURM array's task: ``submit sweep`` adds it,
             and its report job writes the tables); tasks on other cells of one folder run side by side.
+        out: the sweep's folder: its cells, tables and plots.
     """
 
     model: str
@@ -301,10 +314,19 @@ def check_before_loading(cfg: SweepConfig, source, tasks: list[str]) -> None:
 def load_config(argv: list[str] | None = None, description: str | None = None) -> SweepConfig:
     """The sweep config from ``--config FILE`` and flag overrides (as ``cli.py sweep`` and ``cli.py submit`` read
     it); ``description`` heads ``--help``."""
+    import argparse
+
     from jsonargparse import ActionConfigFile, ArgumentParser
 
-    parser = ArgumentParser(prog="cli.py sweep", description=description)
-    parser.add_argument("--config", action=ActionConfigFile)
+    from ..utils.help_format import PlainHelpFormatter
+    from ..utils.yamlfile import check_yaml_arguments, config_value_error
+
+    # exit_on_error False: a bad value is one sentence naming the key and where it was set, not the usage text
+    parser = ArgumentParser(prog="cli.py sweep", description=description, formatter_class=PlainHelpFormatter,
+                            exit_on_error=False)
+    parser.add_argument("--config", action=ActionConfigFile,
+                        help="a sweep config (YAML: configs/sweep/*.yaml) whose keys are the options below; without one, "
+                             "the flags and the defaults below")
     parser.add_argument("--preset", type=str | None, default=None,
                         help="apply the config's presets[NAME] (flags given on the command line still win)")
     parser.add_class_arguments(SweepConfig, nested_key=None, fail_untyped=False)
@@ -313,7 +335,15 @@ def load_config(argv: list[str] | None = None, description: str | None = None) -
     argv = [part for i, arg in enumerate(argv) for part in
             ([arg, "true"] if arg in ("--compare", "--cells_only") and (i + 1 == len(argv) or argv[i + 1].startswith("--"))
              else [arg])]
-    args = vars(parser.parse_args(argv))
+    check_yaml_arguments(argv)  # a YAML syntax error: the file, line and column (jsonargparse's names no file)
+
+    def parse(line: list[str], where: str | None = None) -> dict:
+        try:
+            return vars(parser.parse_args(line))
+        except argparse.ArgumentError as err:
+            raise ValueError(config_value_error(str(err), argv, "cli.py sweep", where)) from None
+
+    args = parse(argv)
     if args.get("preset"):
         from ..utils.runner import preset_values
 
@@ -323,6 +353,7 @@ def load_config(argv: list[str] | None = None, description: str | None = None) -
                  for part in (f"--{key}", value if isinstance(value, str) else json.dumps(value))]
         cut = max((i + (1 if a.startswith("--config=") else 2) for i, a in enumerate(argv)
                    if a == "--config" or a.startswith("--config=")), default=0)
-        args = vars(parser.parse_args(argv[:cut] + flags + argv[cut:]))
+        # the config and the command line parsed above: a value refused now is the preset's
+        args = parse(argv[:cut] + flags + argv[cut:], f"--preset {args['preset']}")
     values = {k: v for k, v in args.items() if k in SweepConfig.__dataclass_fields__}
     return SweepConfig(**values)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
@@ -42,6 +41,14 @@ class SACLI(CheckpointHook):
         # a study's cell says itself what a run cut short in its folder means (``experiments.training.fit_cell``)
         self.note_earlier = note_earlier
         super().__init__(*args, **kwargs)
+
+    def init_parser(self, **kwargs):
+        """Every parser (the main one, each subcommand's) prints its help as plain text: Lightning's docstrings and
+        ours are reStructuredText (``utils.help_format``)."""
+        from ..utils.help_format import PlainHelpFormatter
+
+        kwargs.setdefault("formatter_class", PlainHelpFormatter)
+        return super().init_parser(**kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
         # a subcommand's parser (every one adds the same model arguments): its defaults tell a model key the
@@ -354,7 +361,13 @@ def run(args: list[str] | None = None, run: bool = True, note_earlier: bool = Tr
     the folder (a study's cell says what that means for the study)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+    from ..utils.yamlfile import check_yaml_arguments
+
     saved = sys.argv
+    # its YAML files through the one loader first: a syntax error names the file, line and column (jsonargparse's
+    # "Problems parsing config" names no file, and among two --config files not which)
+    argv = sys.argv[1:] if args is None else args if isinstance(args, (list, tuple)) else []
+    check_yaml_arguments([str(a) for a in argv])
     try:
         if args is None or not isinstance(args, (list, tuple)):
             return _make_cli(args, run, note_earlier)
@@ -371,38 +384,10 @@ def run(args: list[str] | None = None, run: bool = True, note_earlier: bool = Tr
 def config_error(message: str, argv: list[str]) -> str:
     """jsonargparse's nested report of a bad config value ("Parser key "data": ... Parser key "batch_size":
     Expected a <class 'int'>. Got value: four") as one sentence: the key's path, what it expected and got, and the
-    ``--config`` file that sets it."""
-    import re
+    ``--config`` file that sets it (``utils.yamlfile.config_value_error``, which the sweep's config shares)."""
+    from ..utils.yamlfile import config_value_error
 
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    # nested reports name one key per level ("data", then "batch_size"); others the whole path ("model.arch.n_layer")
-    keys = [part for line in lines if (m := re.match(r'Parser key "([^"]+)"', line)) for part in m.group(1).split(".")]
-    expected = next((line for line in reversed(lines) if line.startswith("Expected")), None)
-    if not keys or expected is None:
-        return " ".join(lines[:3]) + " (cli.py fit --help lists every option)"
-    said = expected.replace("Expected a <class '", "expected ").replace("'>. Got value:", ", got")
-    flag = next((a.split("=")[0] for a in reversed(argv) if a.startswith("--") and
-                 (a.split("=")[0].endswith("." + keys[-1]) or a.split("=")[0] == "--" + keys[-1])), None)
-    configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"] + [
-        a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
-    where = f"the flag {flag}" if flag else next((path for path in reversed(configs) if _sets_key(path, keys)),
-                                                  "a config or the command line")
-    return f"{'.'.join(keys)}: {said} (set in {where})."
-
-
-def _sets_key(path: str, keys: list[str]) -> bool:
-    """Whether the YAML file ``path`` sets the last of ``keys`` at any depth (under ``init_args`` too)."""
-    import yaml
-
-    key = keys[-1]
-
-    def has(node) -> bool:
-        return isinstance(node, dict) and (key in node or any(has(v) for v in node.values()))
-
-    try:
-        return has(yaml.safe_load(Path(path).read_text()))
-    except (OSError, yaml.YAMLError):
-        return False
+    return config_value_error(message, argv, "cli.py fit")
 
 
 #: the exit status (1) and line of a run stopped by SIGTERM, SIGUSR1 or Ctrl-C (after ``SaveOnSignal`` saved)

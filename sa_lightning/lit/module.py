@@ -34,17 +34,25 @@ VAL_STREAMS = 1 << 20
 
 
 class LitLM(L.LightningModule):
-    """Args:
+    """The language model trained: its architecture, optimizer and schedule.
+
+    Args:
         arch: the model (``ModelConfig``; ``arch.vocab_size`` is linked from the data's tokenizer).
-        lr, min_lr: peak and final learning rate of the cosine (paper: 3e-4 -> 3e-5).
-        betas, weight_decay, eps: AdamW (paper: 0.9/0.95). Decay applies to matrices only.
-        warmup_tokens / warmup_steps: linear warmup length, in tokens (paper: 0.5B) or optimizer steps.
-        max_tokens: total training tokens (paper: 15B); the CLI turns it into ``trainer.max_steps``.
+        lr: peak learning rate of the cosine schedule (paper: 3e-4).
+        min_lr: final learning rate of the cosine schedule (paper: 3e-5).
+        betas: AdamW's betas (paper: 0.9, 0.95).
+        weight_decay: AdamW's weight decay, applied to matrices only.
+        eps: AdamW's epsilon.
+        warmup_tokens: linear warmup length in tokens (paper: 0.5B); give this or warmup_steps, or neither for
+            no warmup.
+        warmup_steps: linear warmup length in optimizer steps, instead of warmup_tokens.
+        max_tokens: total training tokens (paper: 15B); the CLI turns it into ``trainer.max_steps``. Null: the
+            trainer's own limits.
         compile: wrap the model in ``torch.compile``.
         eval_samples: validation and test average the next-token probabilities over this many draws of the
             attention (``models.ensemble``; variants that draw nothing run once).
-        init_weights: a checkpoint (``.ckpt`` from ``cli.py fit``) whose weights start this new run; nothing
-            else of it is kept (step, optimizer, data position). Every parameter's name and shape must match,
+        init_weights: a checkpoint (``.ckpt`` from ``cli.py fit``) whose weights start this new run (null: fresh
+            weights); nothing else of it is kept (step, optimizer, data position). Every parameter's name and shape must match,
             so settings that change no shape may differ (window, SA <-> SWA <-> full <-> MoBA, backend).
             ``--ckpt_path`` resumes a run instead; a resumed run ignores this.
     """

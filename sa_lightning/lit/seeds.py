@@ -36,6 +36,7 @@ some backward kernels), the GPU test allows ``GPU_RTOL``; it has not run yet.
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from ..models.stacked import fold_draws, stack_members
+from ..utils.atomic import WriteError, replacing
 from .accuracy import DistanceAccuracy
 from .module import LitLM
 from .schedule import steps_for_tokens, warmup_cosine
@@ -371,7 +373,15 @@ def save_member(cli, ensemble: SeedEnsemble, k: int, validations: Sequence[tuple
     model.on_save_checkpoint(state)  # the module's own entry: its micro-step, tokens and architecture
     with tempfile.TemporaryDirectory(dir=trainer.default_root_dir, prefix=".member-") as folder:
         resume = f"{folder}/state.pt"  # not a .ckpt: ``--ckpt_path last`` never takes it
-        torch.save(state, resume)
+        try:  # as a cell's checkpoint is written (``AtomicCheckpointIO``): a full disk is one sentence
+            with replacing(resume, "checkpoint") as tmp, open(tmp, "wb") as fh:
+                torch.save(state, fh)
+        except WriteError as err:  # named by the member and its run folder, not the hidden file it resumes from
+            root, reason = str(trainer.default_root_dir), os.strerror(err.errno) if err.errno else "write error"
+            raise WriteError(err.errno, f"the checkpoint of ensemble member {k + 1} (seed {model.arch.seed}) could "
+                             f"not be written in {root!r} ({reason}); nothing was replaced, the previous checkpoint "
+                             "there (if any) is intact; free space or pass a writable folder, then run again.",
+                             root) from None
         trainer.fit(model, datamodule=data, ckpt_path=resume, weights_only=True)
     if trainer.global_step != steps:
         raise RuntimeError(f"member {k}: its trainer restored step {trainer.global_step}, not {steps}.")

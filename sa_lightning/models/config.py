@@ -37,6 +37,26 @@ class ModelConfig:
     scale, where plain attention stays at the 1/pairs plateau (docs/results.md, Tables 12, 12b). It is the same for
     every variant (it precedes the attention and is never permuted), so a comparison of variants stays a comparison
     of their long-range routes. Training and scoring only: decoding against a KV cache refuses it.
+
+    Args:
+        vocab_size: the vocabulary's size (the CLI links it from the data's tokenizer).
+        n_layer: transformer blocks.
+        n_head: attention heads per layer.
+        n_kv_head: key and value heads (fewer than n_head: GQA); null: n_head.
+        d_model: the hidden size d.
+        d_ff: the feed-forward inner size; null: floor(2.67 d).
+        max_seq_len: the longest sequence the model takes, in tokens.
+        attention: the attention variant and its settings (the registry's ``AttentionSpec``).
+        permutation: ``stochastic`` (a fresh draw per layer on every training step) or ``deterministic`` (one draw
+            per layer).
+        seed: the draws' seed (the CLI links it from ``seed_everything``).
+        rope_theta: RoPE's base.
+        norm_eps: RMSNorm's epsilon.
+        init_std: the standard deviation of the initial weights.
+        backbone: ``transformer++`` (this package's model) or ``qwen3`` (a Hugging Face Qwen3 of the same size).
+        init_from: with backbone qwen3, a local folder or Hub id of pretrained weights to continue from; null:
+            fresh weights.
+        token_shift: add a learnt map of the previous token's embedding to each token's (off in the paper).
     """
 
     vocab_size: int = 32000

@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> Path:
                              "any checkpoint, or files export did not write)")
     parser.add_argument("--decode", choices=DECODE, default="dense",
                         help="how generation reads the cache: every key (dense) or the SWA path's last w (window)")
-    parser.add_argument("--tokenizer", default=None, help="default: the one the checkpoint was trained with")
+    parser.add_argument("--tokenizer", default=None,
+                        help="the tokenizer to ship in the folder (default: the one the checkpoint was trained with)")
     args = parser.parse_args(argv)
     from ..utils.atomic import check_replaceable_folder
 

@@ -40,7 +40,7 @@ class HFBackbone(nn.Module):
 
         self.cfg = cfg
         self.hf = Qwen3ForCausalLM(qwen3_config(cfg)) if cfg.init_from is None else self._pretrained(cfg)
-        self.spec = PatchSpec(**asdict(cfg.attention), seed=cfg.seed,
+        self.spec = PatchSpec(**asdict(cfg.attention.at_depth(cfg.n_layer)), seed=cfg.seed,
                               sa_mode=cfg.permutation)
         patch(self.hf, self.spec)
         self.variant = get_variant(self.spec.variant)
@@ -78,9 +78,11 @@ class HFBackbone(nn.Module):
         return n - self.hf.model.embed_tokens.weight.numel() if exclude_embedding else n
 
     def _reseed(self, stream: int | None) -> None:
-        """Stochastic mode: fresh permutations per training step (the patcher keys them by seed and layer)."""
+        """Stochastic mode: fresh permutations per training step (the patcher keys them by seed and layer); a frozen
+        variant (fixed-σ SA) keeps its seed's, as ``permutation: deterministic`` does."""
         from .patcher import set_seed
-        if self.variant.draws and self.cfg.permutation == "stochastic" and stream is not None:
+        if self.variant.draws and not self.variant.frozen and self.cfg.permutation == "stochastic" \
+                and stream is not None:
             set_seed(self.hf, stream_seed(self.cfg.seed, stream))
 
     def for_evaluation(self, seed: int):

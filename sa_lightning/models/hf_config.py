@@ -21,7 +21,8 @@ RENAMED = {"d_model": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "
 
 class SATransformerConfig(PreTrainedConfig):
     """A ``ModelConfig`` under transformers' names, plus how inference runs: ``decode`` (dense | window),
-    ``sa_mode`` (stochastic | deterministic sigma per input) and ``sa_seed``."""
+    ``sa_mode`` (stochastic | deterministic sigma per input) and ``sa_seed``, for a model trained stochastically: one
+    trained with a fixed sigma keeps it (its ``permutation`` and ``seed``)."""
 
     model_type = MODEL_TYPE
     keys_to_ignore_at_inference = ["cache", "past_key_values"]  # the KV cache: transformers >= 5.24 and older

@@ -11,7 +11,9 @@ through transformers' ``DynamicCache``:
 - **Prefill** (the first call, empty cache) runs the variant. SA draws sigma per input from
   (``sa_seed``, layer, the row's own tokens, the draw index ``sa_sample``), as every evaluation and the patcher
   do (``attention.draws``); padding (left, as ``generate`` pads, or right) is never attended and never changes a
-  row's sigma. ``eval.lm.SALM`` evaluates a checkpoint through this class.
+  row's sigma. A model trained with a fixed sigma (``permutation: deterministic``, or fixed-σ SA) draws the one it
+  trained with, from its ``seed`` (``Transformer.fixed``), whatever ``sa_mode`` and ``sa_seed`` say.
+  ``eval.lm.SALM`` evaluates a checkpoint through this class.
 - **Decoding** (every later call) attends the cache as ``decode`` says. ``dense`` (the default, the
   paper's choice for training-free inference): every path reads every cached key. ``window``: the
   local-window paths (``swa``, and gated ``sa_swa``'s SWA path) read only the last ``w`` keys.

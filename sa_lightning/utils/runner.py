@@ -156,13 +156,13 @@ def preset_values(presets: dict | None, preset: str, where: str, known=None) -> 
     """What ``--preset`` sets over a config, for every command that has presets (sweeps and studies): the config's
     ``presets[NAME]``, or a second YAML file (``--preset my_quick.yaml``) laid over the first. ``known``: the
     fields a preset may set; another is refused in one sentence, naming it."""
-    import yaml
+    from .yamlfile import load_yaml
 
     presets = presets or {}
     if preset in presets:
         values = presets[preset]
     elif str(preset).endswith((".yaml", ".yml")) and Path(preset).is_file():
-        values = yaml.safe_load(Path(preset).read_text()) or {}
+        values = load_yaml(preset, "--preset") or {}
         if isinstance(values, dict):
             values.pop("presets", None)
     elif str(preset).endswith((".yaml", ".yml")):
