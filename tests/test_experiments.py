@@ -117,7 +117,6 @@ def test_reach_measures_each_mask_beyond_swas_field(tmp_path, monkeypatch):
 def test_a_new_experiment_is_one_file_and_its_yaml():
     """The reach experiment holds no plumbing: no parser, folder, lock, loop or writer of its own."""
     text = (ROOT / "sa_lightning" / "experiments" / "reach.py").read_text()
-    lines = len(text.splitlines()) + len((ROOT / "configs" / "study" / "reach.yaml").read_text().splitlines())
-    assert lines < 120, lines
+    assert len(text.splitlines()) <= 110, len(text.splitlines())  # its checks live in analysis.mechanism
     for plumbing in ("argparse", "folder_lock", "run_cells", "replacing_files", "write_text", "json.dump"):
         assert plumbing not in text, plumbing

@@ -55,3 +55,82 @@ def test_a_padded_row_reads_its_own_lengths_offsets():
     assert set((i - dense[1, i, :i + 1].nonzero().view(-1)).tolist()) == {0, *radix_offsets(100, 16)}
     assert set((i - dense[0, i, :i + 1].nonzero().view(-1)).tolist()) == {0, *[o for o in radix_offsets(256, 16)
                                                                               if o <= i]}
+
+
+# ---- the bases tuned for the model's depth (``AttentionSpec.depth``, issue 76) -----------------------------------
+def _pairs_by_matrix_powers(variant: str, n: int, window: int, depth: int) -> int:
+    """The (query, key) pairs j <= i that ``depth`` layers of the variant's own mask at that depth connect, by boolean
+    matrix powers of the dense mask: nothing of ``radix``'s or ``strided_local``'s reach arithmetic is used."""
+    from sa_lightning.attention import AttentionSpec, get_variant, masks
+
+    spec = AttentionSpec(variant, window=window, depth=depth)
+    step = masks.dense(get_variant(variant).mask(spec, n, None), n)[0, 0].double()
+    reach = torch.eye(n, dtype=torch.float64)
+    for _ in range(depth):
+        reach = ((reach @ step) > 0).double()
+    return int(reach.sum())
+
+
+@pytest.mark.parametrize("n", [20, 64, 100, 128, 256, 512])
+@pytest.mark.parametrize("window", [8, 16])
+@pytest.mark.parametrize("depth", [1, 2, 3, 4, 5, 6])
+def test_the_tuned_bases_are_todays_where_those_reach_within_the_depth_and_reach_no_less_elsewhere(n, window, depth):
+    from sa_lightning.attention.radix import offsets_of, reached_pairs
+
+    today, tuned = radix_bases(n, window), radix_bases(n, window, depth)
+    assert sum(b - 1 for b in tuned) <= sa_band_others(window)  # SA's budget, never more
+    assert len(radix_offsets(n, window, depth)) <= sa_band_others(window)
+    if math.prod(today) >= n and len(today) <= depth:
+        assert tuned == today and radix_offsets(n, window, depth) == radix_offsets(n, window)
+    else:
+        assert reached_pairs(offsets_of(tuned, n), n, depth) >= reached_pairs(offsets_of(today, n), n, depth)
+
+
+def test_the_tuned_bases_reach_more_where_the_model_has_fewer_layers_than_digits():
+    from sa_lightning.attention.radix import reached_pairs
+
+    assert radix_bases(128, 16, 4) == (6, 5, 5)  # Table 15's n = 128, L = 4: unchanged, it reaches in 3
+    assert radix_bases(256, 16, 4) == (4, 4, 4, 4)  # the map's n = 256, L = 4: unchanged, it reaches in 4
+    for n, depth in ((256, 2), (256, 3), (512, 2), (512, 3), (512, 4)):
+        more, fewest = radix_offsets(n, 16, depth), radix_offsets(n, 16)
+        assert reached_pairs(more, n, depth) > reached_pairs(fewest, n, depth), (n, depth)
+    assert radix_bases(512, 16, 4) == (5, 4, 4, 4, 2)  # 98.4% of the row's pairs in 4 layers (the fewest: 92.1%)
+
+
+@pytest.mark.parametrize("n, window, depth", [(100, 8, 2), (64, 6, 3), (90, 8, 1)])
+def test_the_tuned_bases_are_the_best_of_every_set_of_bases_within_the_budget(n, window, depth):
+    """Against brute force over every multiset of bases (largest first) that SA's budget holds."""
+    from sa_lightning.attention.radix import offsets_of, reached_pairs
+
+    budget = sa_band_others(window)
+    best = max(reached_pairs(offsets_of(tuple(sorted(bases, reverse=True)), n), n, depth)
+               for digits in range(1, budget + 1)
+               for bases in itertools.combinations_with_replacement(range(2, budget + 2), digits)
+               if sum(bases) - digits <= budget)
+    assert reached_pairs(radix_offsets(n, window, depth), n, depth) == best
+
+
+@pytest.mark.parametrize("n, window, depth", [(100, 16, 2), (256, 16, 2), (256, 16, 3), (200, 12, 2), (64, 8, 1)])
+def test_the_bitset_reach_is_the_masks_own_by_boolean_matrix_powers(n, window, depth):
+    from sa_lightning.attention.radix import reached_pairs
+
+    assert reached_pairs(radix_offsets(n, window, depth), n, depth) == _pairs_by_matrix_powers("radix", n, window,
+                                                                                                depth)
+
+
+def test_a_padded_row_reads_its_own_lengths_offsets_at_the_depth():
+    from sa_lightning.attention import masks
+
+    dense = masks.dense(masks.radix(16, 256, torch.tensor([256, 100]), depth=2), 256, batch=2)[:, 0]
+    i = 99
+    assert set((i - dense[1, i, :i + 1].nonzero().view(-1)).tolist()) == {0, *radix_offsets(100, 16, 2)}
+    assert radix_offsets(100, 16, 2) != radix_offsets(100, 16)  # the depth changed this row's pattern
+
+
+def test_a_depth_below_one_is_refused_in_one_sentence():
+    from sa_lightning.attention import AttentionSpec
+
+    with pytest.raises(ValueError, match="depth must be an integer >= 1, got 0"):
+        AttentionSpec("radix", window=16, depth=0)
+    with pytest.raises(ValueError, match="depth must be an integer >= 1"):
+        radix_bases(512, 16, 0)

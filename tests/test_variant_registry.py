@@ -39,6 +39,10 @@ ROWS = {
     "sa_bucket_swa": dict(window=16),
 }
 CPU_BACKENDS = ("banded", "dense", "flex")  # flex: its eager forward (FlexAttention has no CPU backward)
+#: the variants whose pattern is tuned for the model's depth (``AttentionSpec.depth``), checked at depths where it
+#: differs from the fewest-layers one (1: a band alone; 2: n = 96 and its padded row of 83 take other (h, s), bases)
+TUNED = ("strided_local", "strided_local_swa", "strided_local_swa_union", "radix")
+DEPTHS = (1, 2)
 
 
 def test_every_registered_variant_has_a_row():
@@ -49,19 +53,20 @@ def _cases():
     for name in ROWS:
         for backend in VARIANTS[name].backends:
             for n in (40, 96):  # under two windows (the dense paths of short rows) and over
-                yield name, backend, n
+                for depth in (None, *(DEPTHS if name in TUNED else ())):
+                    yield name, backend, n, depth
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("padded", [False, True])
-@pytest.mark.parametrize("name, backend, n", list(_cases()))
-def test_every_variant_matches_its_oracle_on_every_backend_it_claims(name, backend, n, padded, monkeypatch):
+@pytest.mark.parametrize("name, backend, n, depth", list(_cases()))
+def test_every_variant_matches_its_oracle_on_every_backend_it_claims(name, backend, n, depth, padded, monkeypatch):
     if backend == "flex":  # its eager forward on CPU (compiling costs seconds per shape there)
         from sa_lightning.attention import flex
 
         monkeypatch.setattr(flex, "_compiled", lambda: flex._flex().flex_attention)
     variant = get_variant(name)
-    spec = AttentionSpec(name, backend=backend, **ROWS[name])
+    spec = AttentionSpec(name, backend=backend, depth=depth, **ROWS[name])
     g = torch.Generator().manual_seed(n)
     q, k, v = (torch.randn(2, h, n, 8, generator=g) for h in (4, 2, 2))
     grad = backend != "flex"
@@ -85,10 +90,11 @@ def test_every_variant_matches_its_oracle_on_every_backend_it_claims(name, backe
                 torch.testing.assert_close(a.double(), b.double(), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", list(ROWS))
-def test_every_variant_counts_the_keys_its_oracle_mask_holds(name):
+@pytest.mark.parametrize("name, depth", [(name, None) for name in ROWS] + [(name, d) for name in TUNED
+                                                                           for d in DEPTHS])
+def test_every_variant_counts_the_keys_its_oracle_mask_holds(name, depth):
     variant = get_variant(name)
-    spec = AttentionSpec(name, **ROWS[name])
+    spec = AttentionSpec(name, depth=depth, **ROWS[name])
     n, lengths = 96, torch.tensor([96, 61])
     (perm,) = layer_draws(variant, spec, n, [0], seed=1, lengths=lengths)
     q, k = torch.randn(2, 1, n, 8), torch.randn(2, 1, n, 8)

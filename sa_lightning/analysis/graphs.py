@@ -29,8 +29,9 @@ GRAPHS = tuple(v.name for v in (SWA, SA, SA_SWA))
 # ---- masks -----------------------------------------------------------------------------------------
 def layer_stack(variant: str, n: int, window: int, layers: int, *, seed: int = 0,
                 convention: str = "causal") -> list[np.ndarray]:
-    """The (n, n) bool masks of ``layers`` layers, one permutation per layer as the model draws it."""
-    sampler = LayerSampler(variant, n, window, convention)
+    """The (n, n) bool masks of ``layers`` layers, one permutation per layer as the model draws it (a deterministic
+    control's pattern tuned for a model of ``layers`` layers, ``AttentionSpec.depth``)."""
+    sampler = LayerSampler(variant, n, window, convention, depth=layers if layers >= 1 else None)
     return [sampler.draw(layer_generator(seed, layer)).numpy() for layer in range(layers)]
 
 

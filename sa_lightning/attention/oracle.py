@@ -103,31 +103,33 @@ def strided_swa_union_mask(n: int, window: int, batch: int, lengths: torch.Tenso
     return strided_mask(n, window, batch, lengths, device) | swa_mask(n, window, device)
 
 
-def strided_local_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None, device=None
-                       ) -> torch.Tensor:
+def strided_local_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None, device=None,
+                       depth: int | None = None) -> torch.Tensor:
     """(B, 1, n, n): query i reads j <= i with i - j <= h or (i - j) mod s == 0, (h, s) the row's own
-    (``strided_local.local_stride``); written out row by row, independently of ``masks.strided_local``."""
+    (``strided_local.local_stride`` at ``depth``); written out row by row, independently of ``masks.strided_local``."""
     from .strided_local import local_stride
 
     rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]
     out = torch.zeros(batch, 1, n, n, dtype=torch.bool)
     for b, length in enumerate(rows):
-        h, s, _ = local_stride(length, window)
+        h, s, _ = local_stride(length, window, depth)
         for i in range(n):
             out[b, 0, i, max(0, i - h):i + 1] = True
             out[b, 0, i, i % s:i + 1:s] = True
     return out.to(device)
 
 
-def radix_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None, device=None) -> torch.Tensor:
+def radix_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None, device=None,
+               depth: int | None = None) -> torch.Tensor:
     """(B, 1, n, n): query i reads j = i and j = i - o for each of the row's digit offsets o
-    (``radix.radix_offsets`` of its own length); written out row by row, independently of ``masks.radix``."""
+    (``radix.radix_offsets`` of its own length at ``depth``); written out row by row, independently of
+    ``masks.radix``."""
     from .radix import radix_offsets
 
     rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]
     out = torch.zeros(batch, 1, n, n, dtype=torch.bool)
     for b, length in enumerate(rows):
-        offsets = radix_offsets(max(length, 1), window)
+        offsets = radix_offsets(max(length, 1), window, depth)
         for i in range(n):
             out[b, 0, i, i] = True
             for o in offsets:
@@ -137,9 +139,9 @@ def radix_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = N
 
 
 def strided_local_swa_union_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None,
-                                 device=None) -> torch.Tensor:
+                                 device=None, depth: int | None = None) -> torch.Tensor:
     """The local-band strided pattern or SWA's window (one softmax over both key sets)."""
-    return strided_local_mask(n, window, batch, lengths, device) | swa_mask(n, window, device)
+    return strided_local_mask(n, window, batch, lengths, device, depth) | swa_mask(n, window, device)
 
 
 def _mix32_numpy(x):

@@ -1,8 +1,9 @@
 """``cli.py study reach``: can each mask carry a key to its query beyond SWA's receptive field, layer over layer?
 
 A control stands against SA only if its mask reaches what the task asks. Each cell (variant, depth, window, draw
-seed) stacks ``depth`` layers of the variant's own causal mask over a row of ``n`` tokens and measures, for every
-key-query distance d past SWA's field L·(w−1), the chance that the last query reaches the key d back
+seed) stacks ``depth`` layers of the variant's own causal mask (a deterministic control's pattern tuned for that
+depth, as a model of ``depth`` layers runs it: ``AttentionSpec.depth``) over a row of ``n`` tokens and measures, for
+every key-query distance d past SWA's field L·(w−1), the chance that the last query reaches the key d back
 (``analysis.mechanism.reach_by_distance``, over ``trials`` draws of every layer from that seed): the cell's items. A
 draw seed stands for a trained model's seed, which fixes its draws; fixed patterns draw nothing, so theirs agree.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import product
 
-from ..attention import get_variant, variant_label, variant_names
+from ..attention import AttentionSpec, get_variant, variant_label, variant_names
 from ..attention.variants import FULL, SWA
 from ..utils import trained
 from .base import Experiment, Flag, Report, main as run_experiment
@@ -40,16 +41,24 @@ class Reach(Experiment):
     name = "study reach"
     config = ReachConfig
     config_file = "configs/study/reach.yaml"
-    presets_note = "quick: seconds"
-    folders = "outputs/study/reach, reach_quick"
+    presets_note = "quick: seconds; tuned-n256, tuned-n512: Table 16d, the controls tuned for the depth"
+    folders = "outputs/study/reach, reach_quick, reach_tuned_n256, reach_tuned_n512"
     flags = (Flag("variants", "override the config's variants"), Flag("depths", "override the depths", int),
              Flag("windows", "override the windows", int), Flag("seeds", "override the draw seeds", int))
     required = ("variants", "depths", "windows", "seeds")
     needs = "reach"
 
     def check(self, cfg, given):
+        """Each variant, comparison and window (a control's least is 3), then ``check_reach_grid``."""
+        from ..analysis.mechanism import check_reach_grid
+
         for name in [*cfg.variants, *(c[k] for c in cfg.comparisons for k in ("a", "b"))]:
             get_variant(name)
+        for name, w in product(cfg.variants, cfg.windows):
+            AttentionSpec(name, window=w)  # windows >= 1; a control's >= 3
+        draws = sum((cfg.trials if get_variant(v).draws else 1) * d
+                    for _, v, d, _ in product(cfg.seeds, cfg.variants, cfg.depths, cfg.windows))
+        check_reach_grid(cfg.n, cfg.trials, cfg.depths, cfg.windows, draws)
 
     def cells(self, cfg):
         return [dict(variant=v, depth=d, window=w, seed=s, n=cfg.n)
@@ -59,7 +68,8 @@ class Reach(Experiment):
         return f"{cell['variant']}_L{cell['depth']}_w{cell['window']}_n{cell['n']}_s{cell['seed']}"
 
     def spec(self, cell, cfg, out):
-        return {**cell, "trials": cfg.trials}
+        revision = get_variant(cell["variant"]).revision  # a variant whose pattern changed measures again
+        return {**cell, "trials": cfg.trials, **({"revision": revision} if revision > 1 else {})}
 
     def run(self, cell, spec):
         from ..analysis.mechanism import reach_by_distance

@@ -42,6 +42,6 @@ def matmul_params(model: nn.Module) -> int:
 def train_flops_per_token(cfg, seq_len: int, params: int) -> float:
     """6N + 12 L d keys for a ``ModelConfig`` (its ``attention``, ``n_layer`` and ``d_model``); ``params`` is N,
     the model's ``matmul_params``."""
-    att = cfg.attention
+    att = cfg.attention.at_depth(cfg.n_layer)  # the controls' patterns for the model's layers, as it runs them
     keys = get_variant(att.variant).keys_computed(att, seq_len)
     return 6 * params + 12 * cfg.n_layer * cfg.d_model * keys

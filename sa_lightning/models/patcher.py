@@ -92,7 +92,7 @@ class PatchSpec(AttentionSpec):
             raise ValueError(f"variant {self.variant!r} needs a window >= 1, got None.")
         # the registry's checks: an unknown variant (with close matches), window, block_size, top_k, sink
         AttentionSpec(self.variant, 1 if self.window is None else self.window, self.block_size, self.top_k,
-                      self.backend, self.sink)
+                      self.backend, self.sink, depth=self.depth)
         if self.sa_mode not in SA_MODES:
             raise ValueError(f"sa_mode must be one of {', '.join(SA_MODES)}, got {self.sa_mode!r}.")
 
@@ -294,6 +294,9 @@ def patch(model, variant: str | PatchSpec = SA.name, window: int | None = None, 
     spec = variant if isinstance(variant, PatchSpec) else PatchSpec(variant, window, block_size, top_k, backend, sink,
                                                                     seed, sa_mode)
     _check_patchable(model)
+    layers = getattr(model.config, "num_hidden_layers", None)
+    if spec.depth is None and layers:  # the controls' patterns for the model's own layers, as a trained model's
+        spec = spec.at_depth(layers)
     limit = getattr(model.config, "max_position_embeddings", None)
     if get_variant(spec.variant).blocked and limit and spec.effective_window > limit:
         raise ValueError(f"{get_variant(spec.variant).label}'s block_size * top_k = {spec.effective_window} does not fit the model's "

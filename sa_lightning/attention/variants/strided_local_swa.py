@@ -8,6 +8,6 @@ from .swa import gated_with_swa
 
 VARIANT = STRIDED_LOCAL_SWA = gated_with_swa(
     STRIDED_LOCAL, STRIDED_LOCAL_SWA_UNION, name="strided_local_swa", label="Strided+local+SWA (gated)",
-    color="#AF7AC5", marker="P",
+    color="#AF7AC5", marker="P", revision=2,  # 2: (h, s) tuned for the model's depth (``strided_local``)
     description="control: the local-band strided pattern and SWA, mixed by learned output gates",
 )
