@@ -75,7 +75,7 @@ def test_five_seeds_whose_spreads_differ_never_decide():
     assert row["verdict"] == stats.too_few("seeds") and row["sign_flip"]["p"] >= 0.0625
     b[4] = 0.3
     row = stats.seed_comparison({s: ([x], [y]) for s, (x, y) in enumerate(zip(a, b))})
-    assert row["verdict"] == stats.WORSE and row["test"] == "t"
+    assert row["verdict"] == stats.WORSE and row["test"].startswith("t at 99%")
 
 
 def test_the_sign_flip_p_is_exact():
@@ -143,14 +143,22 @@ def test_an_equivalence_at_the_floor_cannot_decide():
     "equivalent"; the same two arms well above the floor are equivalent."""
     rng = np.random.default_rng(5)
     out = trained.Outcome("acc", "accuracy", scale=100, unit="points")
-    swa = [[0.016 + rng.normal(0, 0.003)] for _ in range(10)]
-    low = _units([[0.04 + rng.normal(0, 0.01)] for _ in range(10)], [[0.03 + rng.normal(0, 0.01)] for _ in range(10)],
+    swa = [[0.016 + rng.normal(0, 0.003)] for _ in range(16)]
+    low = _units([[0.035 + rng.normal(0, 0.01)] for _ in range(16)], [[0.035 + rng.normal(0, 0.01)] for _ in range(16)],
                  swa)
     (row,) = trained.comparisons(low, [("sa", "random")], out, margin=0.05, control=("full", "swa"))
     assert row["verdict"].startswith("cannot decide"), row["verdict"]
-    high = _units([[0.60 + rng.normal(0, 0.01)] for _ in range(10)], [[0.59 + rng.normal(0, 0.01)] for _ in range(10)],
+    high = _units([[0.595 + rng.normal(0, 0.01)] for _ in range(16)], [[0.595 + rng.normal(0, 0.01)] for _ in range(16)],
                   swa)
     (row,) = trained.comparisons(high, [("sa", "random")], out, margin=0.05, control=("full", "swa"))
     assert row["verdict"].startswith("equivalent"), row["verdict"]
     (row,) = trained.comparisons(high, [("sa", "random")], out, margin=0.05, control=None)  # no floor measured
     assert row["verdict"].startswith("cannot decide"), row["verdict"]
+    # issue 78: where no floor was trained, the verdict names the missing floor, not arms that "do not use their routes"
+    assert row["verdict"].startswith("cannot decide: the floor (SWA) was not trained with these seeds"), row["verdict"]
+    del high["swa"]
+    (row,) = trained.comparisons(high, [("sa", "random")], out, margin=0.05, control=("full", "swa"))
+    assert row["verdict"] == ("cannot decide: the floor (swa) was not trained with these seeds, so nothing shows that "
+                              "the arms use their routes (each must beat it by more than ±5.0 points); train it too")
+    (row,) = trained.comparisons(low, [("sa", "random")], out, margin=0.05, control=("full", "swa"))
+    assert "do not use their routes" in row["verdict"]  # a floor trained and not cleared: the arms'

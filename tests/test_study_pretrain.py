@@ -109,7 +109,7 @@ def test_an_equivalence_margin_is_a_verdict_of_its_own():
     base = rng.normal(5.0, 0.3, size=40)
     lw = mc = np.zeros(30)
     results = []
-    for seed in range(8):
+    for seed in range(16):
         shift = rng.normal(0, 0.02)
         results += [_result("sa@32", seed, base + shift + rng.normal(0, 0.001, 40), lw, mc),
                     _result("random@32", seed, base + shift + rng.normal(0, 0.001, 40), lw, mc)]
@@ -120,7 +120,7 @@ def test_an_equivalence_margin_is_a_verdict_of_its_own():
         return next(c for c in compared if c["outcome"] == "val_ppl")["verdict"]
 
     assert said().startswith("cannot decide")  # no SWA trained: the floor rule cannot be met
-    results += [_result(m, seed, base + d + rng.normal(0, 0.001, 40), lw, mc) for seed in range(8)
+    results += [_result(m, seed, base + d + rng.normal(0, 0.001, 40), lw, mc) for seed in range(16)
                 for m, d in (("swa@32", 0.1), ("full", -0.1))]
     assert said() == "equivalent within ±0.010 nats"  # both 0.1 nats better than SWA at their window
     with pytest.raises(ValueError, match="margins maps an outcome"):

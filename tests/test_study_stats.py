@@ -82,7 +82,7 @@ def test_the_answers_log_probability_is_a_second_outcome_with_an_equivalence_mar
     """Where accuracy sits at chance on both sides, the answer's log-probability still ranks them; a margin turns
     a tight null into "equivalent within ±δ", never a wide one."""
     cells = []
-    for s in range(6):
+    for s in range(16):  # an equivalence needs 16 seeds
         for variant, shift in (("sa", 0.0), ("random", 0.002 * (-1) ** s), ("swa", 0.0), ("full", 0.0)):
             cell = _cell(variant, 0.0 if variant != "full" else 1.0, seed=s)
             n = len(cell["scores"][1]["items"])
@@ -105,6 +105,8 @@ def test_the_answers_log_probability_is_a_second_outcome_with_an_equivalence_mar
             cell["scores"][1]["logps"] = [lp - 1.0 for lp in cell["scores"][1]["logps"]]
     text = compare(cells, [{"a": "sa", "b": "random"}], margins={"logp": 0.05}, preregistered="in the test, first")
     assert "equivalent within ±0.050 nats" in sa_random(text)  # the margin in the table's own unit
+    # beside it: its 90% interval, the fewest seeds whose removal undoes it, the leave-one-out range of the mean
+    assert "; 90% [" in sa_random(text) and " undoes it; leaving one seed out, the mean runs " in sa_random(text)
     assert "fixed before the run: in the test, first" in text
     for cell in cells:  # seeds that disagree by ±0.2 nats: not separable, and not equivalent either
         if cell["variant"] == "random":

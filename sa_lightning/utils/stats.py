@@ -456,11 +456,16 @@ def spreads_differ(a_means, b_means) -> bool:
 
 
 # ---- the floor rule --------------------------------------------------------------------------------------
-def cannot_decide(margin: float | str) -> str:
+def cannot_decide(margin: float | str, missing_floor: str | None = None) -> str:
     """The verdict where an equivalence would sit at the floor: an arm does not beat SWA (or chance) by more than
-    the margin, so two arms that learn nothing would be "equivalent" by construction."""
-    return (f"cannot decide: the arms do not use their routes (each must beat the floor by more than "
-            f"±{margin if isinstance(margin, str) else format(margin, 'g')})")
+    the margin, so two arms that learn nothing would be "equivalent" by construction. ``missing_floor`` (the floor's
+    name, "" if none is known): the floor was not trained with the arms' seeds, so the verdict says so rather than
+    blame the arms."""
+    shown = margin if isinstance(margin, str) else format(margin, "g")
+    if missing_floor is not None:
+        return (f"cannot decide: the floor ({missing_floor or 'SWA'}) was not trained with these seeds, so nothing "
+                f"shows that the arms use their routes (each must beat it by more than ±{shown}); train it too")
+    return f"cannot decide: the arms do not use their routes (each must beat the floor by more than ±{shown})"
 
 
 def above_floor(gain: "Interval | None", margin: float, lower_is_better: bool = False) -> bool:
@@ -533,11 +538,24 @@ def comparison_row(diff: Interval, lower_is_better: bool = False, margin: float 
     return {**fields, **diff.as_dict(), "verdict": diff.verdict(lower_is_better, margin)}
 
 
-#: where the arms' spreads differ, both tests decide at this level: resampling Tables 14c–d's own per-seed values
-#: under no difference (one arm tight, the other's seeds learning now and then), the t interval alone says better or
-#: worse 8–10% of the time at 5–16 seeds and the sign-flip test at 95% 8–9%, both at 99% together 1.6–3.2%
-#: (``tests/test_stats_calibration.py``); no test of a mean over so few seeds holds 5% there at 95%
+#: where the arms' spreads differ, better or worse is decided at this level (by the t interval, and by the sign-flip
+#: test beside it where one seed can move the verdict), and under ``FEW_SEEDS`` seeds always. The false verdicts this
+#: rule gives, resampling the project's own per-seed values with no difference in the means
+#: (``tests/test_stats_calibration.py``, 400 draws each, ±1.2 points):
+#: - Tables 14c–d (one arm tight, the other's seeds learning now and then): 2–4% at 5–10 seeds, where the t interval
+#:   alone at 95% gave 8–12%; 6.8% at 16 seeds, above the project's 6%: the differences are skewed to one side, and
+#:   neither the t interval nor the sign-flip test (which needs symmetric differences) holds its level there;
+#: - Table 11b's SA and Random (pass-key, log p and accuracy; exchangeable or each its own spread): at most 6% at
+#:   8–16 seeds.
+#: An arm whose seeds learn rarely enough that a draw of eight to twelve holds none of them (simulated: one time in
+#: ten) is called better or worse 8–18% of the time: nothing in such a sample shows the skew, and no test of a mean
+#: over so few seeds holds its level there; the reports' "seeds that learned" column is what shows it.
 SKEWED_LEVEL = 0.99
+#: under this many training seeds a better or worse needs the t interval at ``SKEWED_LEVEL`` (the 95% interval is
+#: still the one shown): at 95% a draw of five to ten seeds of an arm that learns now and then, holding none of its
+#: rare seeds, is called better or worse 8–12% of the time (Table 14c's gated "better" over five seeds did not
+#: replicate, Table 14d)
+FEW_SEEDS = 16
 
 
 def skewed_verdict(diffs, lower_is_better: bool = False, margin: float | None = None) -> str:
@@ -574,13 +592,74 @@ def seed_comparison(pairs: dict, lower_is_better: bool = False, margin: float | 
     values = [pairs[s] for s in seeds]
     diff = seed_difference(values)
     diffs = per_seed(values)
-    row = comparison_row(diff, lower_is_better, margin, **fields, per_seed=dict(zip(seeds, diffs)), test="t")
-    means = [(float(np.mean(a)), float(np.mean(b))) for a, b in values]
-    if len(diffs) >= MIN_UNITS and spreads_differ([m[0] for m in means], [m[1] for m in means]) \
-            and fragile(diffs, lower_is_better, margin):
+    row = comparison_row(diff, lower_is_better, margin, **fields, per_seed=dict(zip(seeds, diffs)))
+    means = np.array([(float(np.mean(a)), float(np.mean(b))) for a, b in values])
+    said, test = _seed_rule(np.asarray(diffs), means, lower_is_better, margin)
+    row.update(verdict=said, test=test)
+    if test.startswith("t and sign-flip"):
         lo, hi = sign_flip_interval(diffs, SKEWED_LEVEL)
-        row.update(test=f"t and sign-flip at {SKEWED_LEVEL:.0%} (the arms' spreads differ)",
-                   verdict=skewed_verdict(diffs, lower_is_better, margin),
-                   sign_flip={"p": sign_flip_p(diffs), "level": SKEWED_LEVEL, "lo": None if lo != lo else lo,
-                              "hi": None if hi != hi else hi})
+        row["sign_flip"] = {"p": sign_flip_p(diffs), "level": SKEWED_LEVEL, "lo": None if lo != lo else lo,
+                            "hi": None if hi != hi else hi}
+    if said in (BETTER, WORSE) or said.startswith("equivalent"):
+        row["fragility"] = fragility(diffs, means, lower_is_better, margin)
     return row
+
+
+def _seed_test(diffs: np.ndarray, means: np.ndarray, lower_is_better: bool, margin: float | None) -> tuple[str, str]:
+    """``_seed_rule`` before its floor on an equivalence's seeds."""
+    differ = diffs.size >= MIN_UNITS and spreads_differ(means[:, 0], means[:, 1])
+    if differ and fragile(diffs, lower_is_better, margin):
+        return (skewed_verdict(diffs, lower_is_better, margin),
+                f"t and sign-flip at {SKEWED_LEVEL:.0%} (the arms' spreads differ)")
+    if differ:
+        said = t_interval(diffs, SKEWED_LEVEL, items=diffs.size, scheme="seeds").verdict(lower_is_better, margin)
+        return said, f"t at {SKEWED_LEVEL:.0%} (the arms' spreads differ)"
+    if MIN_UNITS <= diffs.size < FEW_SEEDS:
+        said = t_interval(diffs, SKEWED_LEVEL, items=diffs.size, scheme="seeds").verdict(lower_is_better, margin)
+        return said, f"t at {SKEWED_LEVEL:.0%} (under {FEW_SEEDS} seeds)"
+    return t_interval(diffs, items=diffs.size, scheme="seeds").verdict(lower_is_better, margin), "t"
+
+
+def _seed_rule(diffs: np.ndarray, means: np.ndarray, lower_is_better: bool, margin: float | None) -> tuple[str, str]:
+    """(verdict, what decided) of per-seed differences and each seed's (A, B) means: the rule ``seed_comparison``
+    runs, and ``fragility`` reruns on fewer seeds. "Equivalent" needs ``FEW_SEEDS`` seeds: under that the two
+    one-sided tests at 90% said "equivalent" 8% of the time at 10 seeds where the true difference was the margin
+    (Table 11b's pass-key seeds resampled, ``tests/test_stats_calibration.py``); at 16 and 26 seeds under 5%."""
+    said, test = _seed_test(diffs, means, lower_is_better, margin)
+    if said.startswith("equivalent") and diffs.size < FEW_SEEDS:
+        return TIED, f"{test}; an equivalence needs {FEW_SEEDS} seeds"
+    return said, test
+
+
+def fragility(diffs, means=None, lower_is_better: bool = False, margin: float | None = None) -> dict:
+    """How much a verdict over training seeds rests on single seeds: ``fewest``, the fewest seeds whose removal words
+    it otherwise (searched exactly over every set of one and two seeds, then by leaving out the most extreme or the
+    most central seeds; ``exact`` says which; None where no removal that leaves ``MIN_UNITS`` seeds changes it),
+    and the leave-one-out ranges of the mean (``loo_mean``) and of the 90% interval's bounds (``loo90``).
+    ``means``: each seed's (A, B) means, for the rule's spread check (None: the t interval alone)."""
+    d = np.asarray(diffs, dtype=np.float64)
+    m = np.zeros((d.size, 2)) if means is None else np.asarray(means, dtype=np.float64)
+
+    def said(keep) -> str:
+        return _seed_rule(d[keep], m[keep], lower_is_better, margin)[0]
+
+    everything = np.arange(d.size)
+    verdict_ = said(everything)
+    loo = [np.delete(everything, i) for i in range(d.size)]
+    loo_t = [t_interval(d[k], items=k.size) for k in loo] if d.size > MIN_UNITS else []
+    out = {"verdict": verdict_, "fewest": None, "exact": True,
+           "loo_mean": [float(min(d[k].mean() for k in loo)), float(max(d[k].mean() for k in loo))] if loo else None,
+           "loo90": [float(min(t.lo90 for t in loo_t)), float(max(t.hi90 for t in loo_t))] if loo_t else None}
+    room = d.size - MIN_UNITS
+    if room >= 1 and any(said(k) != verdict_ for k in loo):
+        return {**out, "fewest": 1}
+    if room >= 2 and d.size <= 60 and any(said(np.delete(everything, [i, j])) != verdict_
+                                         for i in range(d.size) for j in range(i + 1, d.size)):
+        return {**out, "fewest": 2}
+    order = np.argsort(d)
+    centre = np.argsort(np.abs(d - np.median(d)))
+    for k in range(3, room + 1):
+        for drop in (order[:k], order[-k:], centre[:k]):
+            if said(np.setdiff1d(everything, drop)) != verdict_:
+                return {**out, "fewest": k, "exact": False}
+    return {**out, "exact": room <= 2}

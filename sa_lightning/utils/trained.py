@@ -133,7 +133,10 @@ def comparisons(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, ma
             row["floor"] = {arm: floor_gain(units, arm, floor, outcome) for arm in (a, b)}
             clear = all(above_floor(Interval.from_dict(g) if g else None, margin, outcome.lower_is_better)
                         for g in row["floor"].values())
-            row["verdict"] = equivalent(shown) if clear else cannot_decide(shown)
+            # no floor trained with the arms' seeds: the verdict names it, not the arms
+            missing = floor is None or any(not set(units.get(arm, {})) & set(units.get(floor, {}))
+                                           for arm in (a, b) if arm != floor)
+            row["verdict"] = equivalent(shown) if clear else cannot_decide(shown, (floor or "") if missing else None)
         out.append(row)
     return out
 
@@ -224,17 +227,32 @@ def comparison_table(rows_: list[dict], outcome: Outcome, settings: list[str], l
         room = r.get("headroom")
         lines.append(row([*r["setting"], label(r["a"]), label(r["b"]), r["seeds"], _with_form(outcome, ci, signed=True),
                           ", ".join(outcome.text(v, signed=True) for v in r["per_seed"].values()),
-                          outcome.text(r.get("seed_sd"), signed=True).lstrip("+"), verdict_text(r),
+                          outcome.text(r.get("seed_sd"), signed=True).lstrip("+"), verdict_text(r, outcome),
                           "–" if room is None else ("yes" if room else "no")]))
     return lines
 
 
-def verdict_text(r: dict) -> str:
-    """A comparison row's verdict as the tables print it: with the sign-flip test's p where it decided too."""
-    flip = r.get("sign_flip")
-    if not flip:
-        return r["verdict"]
-    return f"{r['verdict']} (spreads differ: t and sign-flip at {flip['level']:.0%}, sign-flip p = {flip['p']:.3g})"
+def verdict_text(r: dict, outcome: Outcome | None = None) -> str:
+    """A comparison row's verdict as the tables print it: with the sign-flip test's p where it decided too, and
+    beside an "equivalent" its 90% interval and how much it rests on single seeds (``stats.fragility``)."""
+    flip, said = r.get("sign_flip"), r["verdict"]
+    if flip:
+        said += f" (spreads differ: t and sign-flip at {flip['level']:.0%}, sign-flip p = {flip['p']:.3g})"
+    fragility = r.get("fragility")
+    if outcome is None or not fragility or not r["verdict"].startswith("equivalent"):
+        return said  # better and worse keep their fragility in compare.json
+    def text(v):
+        return outcome.text(v, signed=True)
+    if r.get("lo90") is not None:
+        said += f"; 90% [{text(r['lo90'])}, {text(r['hi90'])}]"
+    k = fragility.get("fewest")
+    said += ("; no removal of seeds that leaves five undoes it" if k is None else
+             f"; removing {'at most ' if not fragility.get('exact', True) else ''}{k} seed{'s' if k > 1 else ''} "
+             f"undoes it")
+    if fragility.get("loo_mean"):
+        lo, hi = fragility["loo_mean"]
+        said += f"; leaving one seed out, the mean runs {text(lo)} to {text(hi)}"
+    return said
 
 
 def _with_form(outcome: Outcome, ci: Interval, signed: bool = False) -> str:
