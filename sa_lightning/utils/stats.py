@@ -212,6 +212,7 @@ def percentile_interval(mean: float, reps: np.ndarray, items: int, level: float 
 
 
 @functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)  # few distinct (level, seeds): fragility asks thousands of times
 def _t_quantile(q: float, df: int) -> float:
     from scipy import stats
 
@@ -633,9 +634,10 @@ def _seed_rule(diffs: np.ndarray, means: np.ndarray, lower_is_better: bool, marg
 
 def fragility(diffs, means=None, lower_is_better: bool = False, margin: float | None = None) -> dict:
     """How much a verdict over training seeds rests on single seeds: ``fewest``, the fewest seeds whose removal words
-    it otherwise (searched exactly over every set of one and two seeds, then by leaving out the most extreme or the
-    most central seeds; ``exact`` says which; None where no removal that leaves ``MIN_UNITS`` seeds changes it),
-    and the leave-one-out ranges of the mean (``loo_mean``) and of the 90% interval's bounds (``loo90``).
+    it otherwise (searched exactly over every seed, and every pair of seeds up to 20 seeds, then by leaving out the
+    most extreme or the most central seeds: ``exact`` says which; None where no removal that leaves ``MIN_UNITS``
+    seeds changes it), and the leave-one-out ranges of the mean (``loo_mean``) and of the 90% interval's bounds
+    (``loo90``).
     ``means``: each seed's (A, B) means, for the rule's spread check (None: the t interval alone)."""
     d = np.asarray(diffs, dtype=np.float64)
     m = np.zeros((d.size, 2)) if means is None else np.asarray(means, dtype=np.float64)
@@ -653,7 +655,7 @@ def fragility(diffs, means=None, lower_is_better: bool = False, margin: float | 
     room = d.size - MIN_UNITS
     if room >= 1 and any(said(k) != verdict_ for k in loo):
         return {**out, "fewest": 1}
-    if room >= 2 and d.size <= 60 and any(said(np.delete(everything, [i, j])) != verdict_
+    if room >= 2 and d.size <= 20 and any(said(np.delete(everything, [i, j])) != verdict_
                                          for i in range(d.size) for j in range(i + 1, d.size)):
         return {**out, "fewest": 2}
     order = np.argsort(d)
@@ -662,4 +664,4 @@ def fragility(diffs, means=None, lower_is_better: bool = False, margin: float | 
         for drop in (order[:k], order[-k:], centre[:k]):
             if said(np.setdiff1d(everything, drop)) != verdict_:
                 return {**out, "fewest": k, "exact": False}
-    return {**out, "exact": room <= 2}
+    return {**out, "exact": room <= 1 or (room == 2 and d.size <= 20)}
