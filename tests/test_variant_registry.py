@@ -238,3 +238,16 @@ def test_a_taken_name_is_refused_and_the_registry_keeps_its_variant():
     with pytest.raises(ValueError, match="variant name 'sa' is taken .* register yours under another name"):
         register_variant(replace(sa, label="not SA"))
     assert get_variant("sa") is sa and register_variant(sa) is sa  # the same object again is no change
+
+
+def test_a_second_variant_under_a_registered_name_is_refused_not_swapped_in():
+    """A caller's variant is never replaced without a word (issue 77's leftover): the same object again is fine."""
+    from sa_lightning.attention import VARIANTS
+
+    VARIANTS["my_twice"] = VARIANTS["full"]
+    try:
+        VARIANTS["my_twice"] = VARIANTS["full"]
+        with pytest.raises(ValueError, match="'my_twice' is registered already"):
+            VARIANTS["my_twice"] = VARIANTS["swa"]
+    finally:
+        del VARIANTS["my_twice"]

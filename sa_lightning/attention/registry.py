@@ -446,6 +446,9 @@ class Registry(MutableMapping):
         if name in self.built_in and self._load(name) is not variant:
             raise ValueError(f"{name!r} is a built-in variant (attention/variants/{name}.py); register yours under "
                              "another name.")
+        if name in self._added and self._added[name] is not variant:
+            raise ValueError(f"a variant {name!r} is registered already; register yours under another name, or "
+                             f"remove the first (del VARIANTS[{name!r}]) before it replaces it.")
         self._added[name] = variant
 
     def __delitem__(self, name: str) -> None:

@@ -15,19 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from . import masks
 from .dense import dense_masked_attention, merge_partials
-
-
-def with_sink(mask: masks.MaskMod, sink: int) -> masks.MaskMod:
-    """``mask`` plus the first ``sink`` keys of the row, causally."""
-    if sink <= 0:
-        return mask
-
-    def out(b, h, q_idx, kv_idx):
-        return mask(b, h, q_idx, kv_idx) | ((kv_idx < sink) & (kv_idx <= q_idx))
-
-    return out
 
 
 def attend_with_sinks(variant, call):

@@ -14,7 +14,7 @@ from ..attention import get_variant, variant_names
 from ..attention.variants import FULL, MOBA, SA, SWA
 from ..eval.position import context_length, is_position_task
 from ..models.patcher import PatchSpec
-from ..utils.atomic import read_records, write_records
+from ..utils.atomic import read_records
 from ..utils.report import task_label
 
 #: task names that run model-written code (refused without confirm_run_unsafe_code)
@@ -222,11 +222,6 @@ def cell_path(out: Path, cell: Cell) -> Path:
 def items_path(out: Path, cell: Cell) -> Path:
     """Where a finished cell's per-item records live, beside its record: one JSON line per item (document)."""
     return out / "cells" / f"{cell.key}.items.jsonl.gz"
-
-
-def write_items(path: Path, items: list[dict]) -> None:
-    """The per-item records, gzipped and written atomically (``utils.atomic.write_records``)."""
-    write_records(path, items, "item records")
 
 
 def read_items(out: Path, cell: Cell) -> list[dict] | None:
