@@ -1,6 +1,7 @@
 """The experiments' cell loop: cells trained ``jobs`` at a time in worker processes, each written as it finishes."""
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -302,3 +303,25 @@ def test_a_pre_registered_run_prints_the_commit_that_fixed_its_preset(tmp_path):
     # a full clone names the commit; a shallow one (or a copy without .git) says it cannot
     assert "the preset was first committed in 4a54342" in said or "its commit cannot be shown" in said, said
     assert "pre-registered" not in exp.header(exp.load(exp.config_file, "quick", {}), "quick", tmp_path, [])
+
+
+def test_a_new_outcome_scores_every_finished_cell_again_from_its_checkpoint(tmp_path):
+    """A trained cell's spec names the outcomes its study scores (issue 77's trap): a study that adds one reuses no
+    record made without it, and scores the cell again from its last checkpoint rather than train it."""
+    import torch
+
+    from sa_lightning.experiments import long_range
+
+    exp = long_range.EXPERIMENT
+    cfg = exp.load(exp.config_file, "quick", {})
+    cell = exp.cells(cfg)[0]
+    spec = exp.spec(cell, cfg, tmp_path)
+    assert spec["outcomes"] == [o.key for o in long_range.OUTCOMES]
+    before = {**spec, "outcomes": spec["outcomes"][:1]}  # a record scored before the second outcome existed
+    saved = {"spec": before, "steps": 4, "train_seconds": 1.0}
+    assert not exp.reuse(saved, spec)
+    args = spec["fit_args"]
+    ckpt = Path(args[args.index("--trainer.default_root_dir") + 1]) / "tb" / "version_0" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save({"global_step": 4}, ckpt)
+    assert exp.given(cell, saved, spec)["trained"]["steps"] == 4  # scored again, not trained

@@ -374,7 +374,10 @@ class TrainedExperiment(Experiment):
 
     def spec(self, cell, cfg, out: Path) -> dict:
         args = self.fit_args(cell, cfg, out / "runs" / self.cell_id(cell))
-        spec = {"fit_args": args, "kernels": KERNEL_ROUTES, **variant_revision(args), **self.scoring(cell, cfg)}
+        # the outcomes it scores: a new one makes every finished cell score again from its checkpoint (``given``),
+        # never a column left empty or partial by cells scored before it
+        spec = {"fit_args": args, "kernels": KERNEL_ROUTES, **variant_revision(args), **self.scoring(cell, cfg),
+                "outcomes": [o.key for o in self.outcomes]}
         inputs = config_fingerprint(args)
         return spec if inputs is None else {**spec, "inputs": inputs}
 
