@@ -36,6 +36,18 @@ def run_or_dump(args: list[str], *, timeout: float, env: dict, cwd=ROOT) -> subp
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        import time
+
+        import psutil
+
+        try:  # one process at a time, so that their stacks do not interleave on the shared stderr
+            tree = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
+        except psutil.NoSuchProcess:
+            tree = []
+        for each in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                each.send_signal(signal.SIGABRT)
+                time.sleep(0.5)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGABRT)
         try:
