@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from .report import fmt, head, pyplot, row, save_figure, spread
-from .stats import MIN_UNITS, Interval, above_floor, cannot_decide, derived_seed, equivalent, headroom, \
+from .stats import FEW_SEEDS, MIN_UNITS, Interval, above_floor, cannot_decide, derived_seed, equivalent, headroom, \
     headroom_label, paired_difference, seed_comparison, t_interval
 
 Units = dict[str, dict[int, list[float]]]  # {arm: {training seed: items}}
@@ -263,11 +263,12 @@ def _with_form(outcome: Outcome, ci: Interval, signed: bool = False) -> str:
 
 NOTE = ("Each training seed is one unit: its score is the mean over its items, and A − B pairs A's and B's models "
         "of one seed (one initialisation and data order, the same validation items). 95% interval: a t interval "
-        f"over the seeds; with fewer than {MIN_UNITS} seeds only their range, and no verdict. Where the arms' seed "
-        "SDs differ more than twofold (one tight, the other's seeds learning now and then) and one seed can move the "
-        "verdict, the t interval and a paired sign-flip test over the seeds must agree, both at 99% (under 8 seeds "
-        "nothing is decided then). \"Equivalent within ±δ\" "
-        "only from two one-sided tests (the 90% interval inside ±δ), and only where both arms beat SWA by more than δ "
+        f"over the seeds; with fewer than {MIN_UNITS} seeds only their range, and no verdict. Better or worse needs "
+        f"the t interval at 99% under {FEW_SEEDS} seeds, and wherever the arms' seed SDs differ more than twofold "
+        "(one tight, the other's seeds learning now and then); there, where one seed can move the verdict, a paired "
+        "sign-flip test over the seeds must agree at 99% too (under 8 seeds nothing is decided then). \"Equivalent "
+        f"within ±δ\" only from {FEW_SEEDS} seeds, from two one-sided tests (the 90% interval inside ±δ, printed "
+        "beside it with the fewest seeds whose removal undoes it), and only where both arms beat SWA by more than δ "
         "(their whole 95% interval past it); otherwise \"cannot decide\": arms that learn nothing are equal by "
         "construction. Headroom: whether full attention beats "
         "SWA over the seeds both trained (the positive control of the setting); a row without it cannot rank "
