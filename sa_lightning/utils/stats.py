@@ -557,6 +557,8 @@ SKEWED_LEVEL = 0.99
 #: rare seeds, is called better or worse 8–12% of the time (Table 14c's gated "better" over five seeds did not
 #: replicate, Table 14d)
 FEW_SEEDS = 16
+#: the ``test`` of a verdict that the t interval and the sign-flip test gave together
+SKEWED_TEST = f"t and sign-flip at {SKEWED_LEVEL:.0%} (the arms' spreads differ)"
 
 
 def skewed_verdict(diffs, lower_is_better: bool = False, margin: float | None = None) -> str:
@@ -584,11 +586,12 @@ def seed_comparison(pairs: dict, lower_is_better: bool = False, margin: float | 
     """A − B over training seeds, as one comparison row: ``pairs`` is {training seed: (A's items, B's items)},
     A's and B's models of one seed scored on the same items. The row holds the interval over seeds
     (``seed_difference``), its verdict, and ``per_seed``: each seed's own mean difference, which every report
-    shows beside the interval. Where the arms' seed SDs differ by more than ``SPREAD_RATIO`` (one arm tight, the
-    other's seeds learning now and then) and one seed can move the verdict (``fragile``), the paired sign-flip test
-    is made beside the t interval (``sign_flip``: its interval and p) and the verdict is one both give at
-    ``SKEWED_LEVEL`` (``skewed_verdict``); ``test`` names what decided. The one place a trained comparison is made,
-    for every study."""
+    shows beside the interval. The verdict is ``_seed_rule``'s: better or worse at ``SKEWED_LEVEL`` under
+    ``FEW_SEEDS`` seeds or where the arms' seed SDs differ by more than ``SPREAD_RATIO`` (one arm tight, the other's
+    seeds learning now and then), there with the paired sign-flip test beside the t interval where one seed can move
+    the verdict (``sign_flip``: its interval and p); "equivalent" only from ``FEW_SEEDS`` seeds. ``test`` names what
+    decided, and a better, worse or equivalent carries its ``fragility``. The one place a trained comparison is
+    made, for every study."""
     seeds = list(pairs)
     values = [pairs[s] for s in seeds]
     diff = seed_difference(values)
@@ -597,7 +600,7 @@ def seed_comparison(pairs: dict, lower_is_better: bool = False, margin: float | 
     means = np.array([(float(np.mean(a)), float(np.mean(b))) for a, b in values])
     said, test = _seed_rule(np.asarray(diffs), means, lower_is_better, margin)
     row.update(verdict=said, test=test)
-    if test.startswith("t and sign-flip"):
+    if test == SKEWED_TEST:
         lo, hi = sign_flip_interval(diffs, SKEWED_LEVEL)
         row["sign_flip"] = {"p": sign_flip_p(diffs), "level": SKEWED_LEVEL, "lo": None if lo != lo else lo,
                             "hi": None if hi != hi else hi}
@@ -610,14 +613,11 @@ def _seed_test(diffs: np.ndarray, means: np.ndarray, lower_is_better: bool, marg
     """``_seed_rule`` before its floor on an equivalence's seeds."""
     differ = diffs.size >= MIN_UNITS and spreads_differ(means[:, 0], means[:, 1])
     if differ and fragile(diffs, lower_is_better, margin):
-        return (skewed_verdict(diffs, lower_is_better, margin),
-                f"t and sign-flip at {SKEWED_LEVEL:.0%} (the arms' spreads differ)")
-    if differ:
+        return skewed_verdict(diffs, lower_is_better, margin), SKEWED_TEST
+    if differ or MIN_UNITS <= diffs.size < FEW_SEEDS:
         said = t_interval(diffs, SKEWED_LEVEL, items=diffs.size, scheme="seeds").verdict(lower_is_better, margin)
-        return said, f"t at {SKEWED_LEVEL:.0%} (the arms' spreads differ)"
-    if MIN_UNITS <= diffs.size < FEW_SEEDS:
-        said = t_interval(diffs, SKEWED_LEVEL, items=diffs.size, scheme="seeds").verdict(lower_is_better, margin)
-        return said, f"t at {SKEWED_LEVEL:.0%} (under {FEW_SEEDS} seeds)"
+        why = "the arms' spreads differ" if differ else f"under {FEW_SEEDS} seeds"
+        return said, f"t at {SKEWED_LEVEL:.0%} ({why})"
     return t_interval(diffs, items=diffs.size, scheme="seeds").verdict(lower_is_better, margin), "t"
 
 
