@@ -237,7 +237,7 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
     assert "| SA+SWA+sink4 | Random+SWA+sink4 | equal w |" in compared, compared
     assert "| SA+sink4 | Strided+sink4 | equal keys |" in compared, compared
     assert "| SA+SWA+sink4 | Strided+SWA+sink4 | equal w |" in compared, compared
-    assert "No pair of cells in this run (a mode left out, no B at that window, or no per-item records): SA+SWA − SWA " \
+    assert "No pair of cells in this run (a mode left out, no B at that window, or cells not done): SA+SWA − SWA " \
            "(double w)." in compared  # one window here: SWA at 2w is not in the grid, and the report says so
     capsys.readouterr()
     main(args)  # a rerun resumes: nothing left to run

@@ -35,7 +35,9 @@ def _slow(cell, spec):
 def test_a_finished_cell_is_reused_and_a_damaged_one_runs_again(tmp_path, capsys):
     out = tmp_path / "run"
     first = runner.run_cells([1, 2], out, _id, lambda c: {"v": 1}, _scored, line=lambda r: "ok", needs="scores")
-    assert [r["items"] for r in first] == [{"file": f"c{c}.items.jsonl.gz", "count": 3} for c in (1, 2)]
+    # each record comes back with its per-item records, as a rerun reads them back (one parse of each file)
+    assert [r["items"] for r in first] == [[{"doc_id": i, "x": c} for i in range(3)] for c in (1, 2)]
+    assert [r["items_file"] for r in first] == [f"c{c}.items.jsonl.gz" for c in (1, 2)]
     assert len(runner.read_cell(out / "cells" / "c1.json")) > 0
     # items cut short by a kill before cells were written atomically: a traceback before, a rerun now
     items = out / "cells" / "c2.items.jsonl.gz"
@@ -45,7 +47,7 @@ def test_a_finished_cell_is_reused_and_a_damaged_one_runs_again(tmp_path, capsys
     printed = capsys.readouterr().out
     assert "c2.json is damaged (cut short?); running that cell again" in printed
     assert "[1/2] c1: ok (done before" in printed and "[2/2] c2: ok (0 s" in printed
-    assert len(runner.read_cell(out / "cells" / "c2.json")) > 0 and again[1]["items"]["count"] == 3
+    assert len(runner.read_cell(out / "cells" / "c2.json")) > 0 and len(again[1]["items"]) == 3
     # a record cut short, and one whose items hold another count
     (out / "cells" / "c1.json").write_text('{"cell": 1, "sco')
     rec = json.loads((out / "cells" / "c2.json").read_text())

@@ -60,7 +60,7 @@ def test_two_jobs_run_the_cells_in_two_worker_processes_in_grid_order(tmp_path, 
     assert [r["n"] for r in results] == [1, 2, 3, 4]
     assert os.getpid() not in {r["pid"] for r in results} and {r["threads"] for r in results} == {1}
     printed = capsys.readouterr().out
-    assert "4 cell(s) to run, 2 at a time (1 thread(s) each)" in printed
+    assert "4 cells, 0 already done, 4 to run, 2 at a time (1 thread(s) each)" in printed
     assert all(f"/4] c{n}: x={n} (0 s;" in printed for n in range(1, 5))
     assert json.loads((out / "cells" / "c3.json").read_text())["spec"] == {"v": 1}
     again = runner.run_cells(cells, out, _cell_id, lambda cell: {"v": 1}, _run, line=lambda r: "", jobs=2)

@@ -122,7 +122,8 @@ def test_items_cut_short_are_named_by_compare_and_run_again_by_a_rerun(two_model
     capsys.readouterr()
     main([*args, "--compare"])
     out = capsys.readouterr().out
-    assert "1 of 2 cells done" in out and "swa_w8_s0_shakespeare_lastword" in out and "cut short" in out
+    assert "2 cells, 1 done, none run (--compare)" in out and "swa_w8_s0_shakespeare_lastword" in out
+    assert "cut short" in out
     main(args)
     out = capsys.readouterr().out
     assert "2 cells, 1 already done, 1 to run (1 of them again" in out and "swa_w8_s0_shakespeare_lastword" in out
@@ -144,3 +145,24 @@ def test_a_cell_from_before_weights_were_fingerprinted_runs_again_instead_of_bei
     main(args)
     assert "1 cells, 0 already done, 1 to run" in capsys.readouterr().out
     assert json.loads(cell.read_text())["spec"]["made_by"]["weights"]
+
+
+def test_each_cell_file_is_parsed_once_per_run(two_models, tmp_path, monkeypatch):
+    """Issue 77: the runner reads each cell's record and items once and hands them to the report, which reads no
+    cell file again (a sweep parsed each record six times). A fresh run parses none: its records come from the run."""
+    from sa_lightning.experiments.sweep import main
+    from sa_lightning.utils import runner
+
+    args = ["--model", str(two_models[0]), "--dtype", "float32", "--tasks", "[shakespeare_lastword, position_ppl_64]",
+            "--modes", "[full, swa, sa]", "--windows", "[8]", "--seeds", "[0, 1]", "--limit", "3",
+            "--comparisons", "[{a: sa, b: swa}]", "--out", str(tmp_path)]
+    counted = runner.PARSES
+    counted.clear()
+    main(args)
+    assert not counted, counted
+    names = sorted(p.name for p in (tmp_path / "cells").iterdir() if not p.name.startswith("."))
+    assert len(names) == 4 * 2 * 2  # full and swa at one seed, sa at two; two tasks; a record and its items each
+    for again in (args, [*args, "--compare"]):
+        counted.clear()
+        main(again)
+        assert sorted(counted) == names and set(counted.values()) == {1}, counted

@@ -148,6 +148,7 @@ class Experiment:
         """What a run does once its folder is held, before the cells."""
 
     def runs_cells(self, cfg) -> bool:
+        """False: run no cell, report the cells already done (``--compare``)."""
         return True
 
     def reports(self, cfg) -> bool:
@@ -262,11 +263,15 @@ def main(experiment: Experiment, argv: list[str] | None = None):
         print(experiment.header(cfg, preset, out, todo), flush=True)
         start = time.perf_counter()
         experiment.before(cfg, out, todo)
+        runs = experiment.runs_cells(cfg)  # else --compare: the records of the cells done, none run
         records = runner.run_cells(todo, out, experiment.cell_id, lambda cell: experiment.spec(cell, cfg, out),
-                                   experiment.run, experiment.line, experiment.loaded, experiment.jobs(cfg),
-                                   given=experiment.given, setup=experiment.setup, needs=experiment.needs,
-                                   kind=experiment.kind, announce=experiment.announce, reuse=experiment.reuse) \
-            if experiment.runs_cells(cfg) else []
+                                   experiment.run if runs else None, experiment.line, experiment.loaded,
+                                   experiment.jobs(cfg), given=experiment.given, setup=experiment.setup,
+                                   needs=experiment.needs, kind=experiment.kind, announce=experiment.announce,
+                                   reuse=experiment.reuse)
+        if not runs and not records:
+            raise ValueError(f"--compare reports the cells already done, and {out / 'cells'} holds none of this "
+                             "config's; run it first (without --compare), or pass its --out.")
         if not experiment.reports(cfg):
             return records
         report = experiment.report(cfg, records, out)

@@ -26,7 +26,7 @@ from ..eval.evaluate import (DEFAULT_SEEDS, _by_task, _limit_words, _seed_counts
                              slug, summarize, task_limit)
 from ..eval.evaluate import cell_id as cell_name
 from ..utils.argtypes import doc_help, non_negative_int, positive_int, seed
-from ..utils.atomic import check_own_files, output_folder, read_records
+from ..utils.atomic import check_own_files, output_folder
 from ..utils.report import RESULT_FILES
 from ..utils.runner import fingerprint, prune_cells, unique_seeds
 from ..utils.stats import LEVEL, MIN_UNITS, RESAMPLES
@@ -191,12 +191,12 @@ class Evaluate(Experiment):
             _, info = self.models[label]
             cells_ = [by_cell[(label, s)] for s in seeds[label]]
             per_seed = [c["metrics"] for c in cells_]
-            items[label] = [_by_task(read_records(out / "cells" / c["items"]["file"])) for c in cells_]
+            items[label] = [_by_task(c["items"]) for c in cells_]
             means[label], stds[label] = summarize(per_seed)
             report["models"][label] = {"checkpoint": info["path"], "weights": self.weights[label],
                                        "step": info["step"], "arch": info["arch"], "per_seed": per_seed,
                                        "mean": means[label], "std": stds[label],
-                                       "items": [f"cells/{c['items']['file']}" for c in cells_]}
+                                       "items": [f"cells/{c['items_file']}" for c in cells_]}
             log_tensorboard(out / "tb" / slug(label), means[label], step=info["step"] or 0)
         columns = layout_for(next(iter(means.values())))
         intervals = {label: intervals_of(items[label], columns, label) for label in labels}

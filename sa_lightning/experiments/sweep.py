@@ -25,8 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..eval.position import is_position_task
-from ..inference.plan import (Cell, SweepConfig, cell_path, cell_spec, cells, check_before_loading, check_made,
-                              load_config, made_by)
+from ..inference.plan import (Cell, SweepConfig, cell_spec, cells, check_before_loading, load_config, made_by,
+                              other_run)
 from ..inference.sweep import line, load_model, run_cell, weights_of
 from ..utils import runner
 from .base import Experiment, Report
@@ -80,22 +80,7 @@ class Sweep(Experiment):
         return runner.folder_lock(out, "sweep")
 
     def header(self, cfg, preset, out, todo):
-        for c in todo:
-            check_made(cell_path(out, c), c, made_by(cfg, c, self.weights()))
-        pending = [c for c in todo if not runner.stands_for(runner.read_cell(cell_path(out, c), "items", quiet=True),
-                                                            self.spec(c, cfg, out))]
-        if cfg.compare:
-            if not any(cell_path(out, c).exists() for c in todo):
-                raise ValueError(f"--compare reports the cells of a sweep, and {out / 'cells'} holds none of this "
-                                 "config's; run the sweep first (without --compare), or pass its --out.")
-            return (f"sweep --compare: {len(todo) - len(pending)} of {len(todo)} cells done; reporting them, running "
-                    "none")
-        if pending:  # every refusal before a cell file is written
-            check_before_loading(cfg, self.source, cfg.tasks)
-        again = sum(cell_path(out, c).exists() for c in pending)
-        return (f"sweep: {len(todo)} cells, {len(todo) - len(pending)} already done, {len(pending)} to run" +
-                (f" ({again} of them again: written with another spec, without per-item records, or damaged)"
-                 if again else ""))
+        return f"sweep{' --compare' if cfg.compare else ''}: results in {out}/"
 
     def runs_cells(self, cfg):
         return not cfg.compare
@@ -106,10 +91,28 @@ class Sweep(Experiment):
                   "the report job (or `sweep --compare` with the whole config)", flush=True)
         return not cfg.cells_only
 
+    def reuse(self, saved, spec):
+        """A record stands for its cell when its spec is equal; one of the same patch made by another model,
+        tokenizer, limit, ... refuses the folder (``plan.other_run``) before any cell runs."""
+        differ = other_run(saved, spec)
+        if differ:
+            raise runner.OtherRun(f"was made with other settings: {differ}; pass another --out (or remove that "
+                                  "folder's cells/) so that no cell of another run is counted as this one's.")
+        return runner.same_spec(saved, spec)
+
+    def loaded(self, saved):
+        """A record with its items as the numbers the report takes (``compare.item_values``), not the documents."""
+        from ..inference.compare import item_values
+
+        items = saved.pop("items", None)
+        return {**saved, "values": item_values(saved["task"], saved.get("metrics", {}), items)
+                if isinstance(items, list) else None}
+
     def run(self, cell: Cell, spec: dict) -> dict:
         from ..models.patcher import patch
 
-        if self.lm is None:
+        if self.lm is None:  # every refusal before the first cell file is written; then the model, once
+            check_before_loading(self.cfg_of_run, self.source, self.cfg_of_run.tasks)
             self.lm, self.metadata = self._load(self.cfg_of_run)
         start = time.perf_counter()
         patch(self.lm.model, cell.spec)
@@ -122,7 +125,7 @@ class Sweep(Experiment):
         self.cfg_of_run = cfg
 
     def _load(self, cfg):
-        """The model, once, when the first cell runs: every dataset first (the refusals came in ``header``)."""
+        """The model, once, when the first cell runs: every dataset first."""
         from ..eval.harness import load_tasks
         from ..inference.lm import PatchedHFLM
         from ..models.sources import loadable
@@ -143,7 +146,7 @@ class Sweep(Experiment):
     def report(self, cfg, records, out):
         from ..inference.sweep_report import report
 
-        made = report(cfg, out)
+        made = report(cfg, records, out)
         compared = made["compared"]
         return Report(table=made["table"], compare=compared.text, comparisons=compared.rows, rows=made["rows"],
                       csv_fields=made["csv_fields"], draw=made["draw"], compare_extra=compared.extra,

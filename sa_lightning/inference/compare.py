@@ -1,6 +1,6 @@
 """The statistics of a training-free sweep: the intervals of its tables and its paired comparisons.
 
-Every cell keeps its per-item records beside its record (``plan.items_path``): each lm-eval document's scores,
+Every cell keeps its per-item records beside its record (``utils.runner.write_cell``): each lm-eval document's scores,
 each ``position_ppl_*`` document's per-token NLL. From them, for each setting (mode, w_eff, sink) and task:
 
 - ``intervals``: the 95% interval of each number in ``table.md`` (``utils.stats``: a bootstrap over items for a
@@ -11,12 +11,12 @@ each ``position_ppl_*`` document's per-token NLL. From them, for each setting (m
 - ``regime_rows``: for a sweep over several prompt lengths n, those ΔNLLs and the windowed comparisons against
   w_eff / n (``regime.png``): does a deficit shrink as the window covers more of the prompt?
 
-``build`` makes the last two, for ``compare.md`` and ``compare.json`` in the report's set of files. A cell on disk
-without per-item records (written before sweeps kept them) is left out of all of it and named in one sentence.
+``build`` makes the last two, for ``compare.md`` and ``compare.json`` in the report's set of files, from the records
+the runner handed over (each read once). A cell of the grid with no finished record (``--compare`` before it ran)
+is left out of all of it and named in one sentence.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,8 +30,7 @@ from ..utils.report import head, row
 from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval, block_units,
                            comparison_row, derived_seed, documents_difference, headroom, headroom_label,
                            mean_of_tasks, percentile_interval, replicates, seed_spread)
-from .plan import (Comparison, SweepConfig, cell_path, cells, column_label, comparisons_of, lower_is_better,
-                   metric_of, read_items)
+from .plan import Comparison, SweepConfig, cells, column_label, comparisons_of, lower_is_better, metric_of
 
 #: (mode, w_eff, sink)
 Setting = tuple
@@ -64,12 +63,13 @@ def units(scores: TaskScores) -> np.ndarray:
 @dataclass
 class Loaded:
     scores: dict[tuple[Setting, str], TaskScores]
-    lacking: list[str]  # keys of the cells on disk without per-item records
+    missing: list[str]  # keys of the grid's cells with no finished record here (--compare: not run, or damaged)
 
 
-def _item_values(task: str, metrics: dict, items: list[dict]) -> tuple[list, list[float], list | None] | None:
-    """(ids, one value per item, per-token NLL or None) of a cell's records; None when its column's metric is
-    not a number per item (a rolling perplexity)."""
+def item_values(task: str, metrics: dict, items: list[dict]) -> tuple[list, list[float], list | None] | None:
+    """(ids, one value per item, per-token NLL or None) of a cell's per-item records: what a sweep keeps of them
+    (``experiments.sweep``'s ``loaded``); None when its column's metric is not a number per item (a rolling
+    perplexity)."""
     ids = [item["doc_id"] for item in items]
     if is_position_task(task):
         nll = [item["nll"] for item in items]
@@ -80,38 +80,17 @@ def _item_values(task: str, metrics: dict, items: list[dict]) -> tuple[list, lis
     return ids, [100.0 * item["scores"][name] for item in items], None
 
 
-def finished_record(path: Path) -> dict:
-    """A finished cell's record for a report; one that does not parse (cut short) is one sentence naming it, not a
-    JSON parser's position. Its per-item records are ``read_items``'s to check (a cell without them is named
-    as lacking them)."""
-    try:
-        record = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError):
-        record = None
-    if not isinstance(record, dict):
-        raise ValueError(f"the cell record {path} is damaged (cut short?): run the same sweep command again, which "
-                         "redoes that cell and keeps the others.")
-    return record
-
-
-def load(cfg: SweepConfig, out: Path) -> Loaded:
-    """Every cell's per-item records on disk, gathered by (setting, task) over seeds and aligned by item."""
+def load(cfg: SweepConfig, records: list[dict]) -> Loaded:
+    """The records the runner handed over (each with its items as numbers, ``item_values``), gathered by (setting,
+    task) over seeds and aligned by item; the grid's cells without one named as missing."""
     gathered: dict[tuple[Setting, str], list] = {}
-    lacking = []
-    for cell in cells(cfg):
-        path = cell_path(out, cell)
-        if not path.exists():
-            continue
-        record = finished_record(path)
-        items = read_items(out, cell) if "items" in record else None
-        if items is None:
-            lacking.append(cell.key)
-            continue
-        values = _item_values(cell.task, record.get("metrics", {}), items)
-        if values is not None:
-            gathered.setdefault(((cell.mode, cell.w_eff, cell.sink), cell.task), []).append(
-                (cell.seed, *values, record.get("keys_per_query")))
-    return Loaded({key: _aligned(runs) for key, runs in gathered.items()}, lacking)
+    for r in records:
+        if r.get("values") is not None:
+            gathered.setdefault(((r["mode"], r["w_eff"], r.get("sink", 0)), r["task"]), []).append(
+                (r["seed"], *r["values"], r.get("keys_per_query")))
+    done = {(r["mode"], r["w_eff"], r.get("sink", 0), r["seed"], r["task"]) for r in records}
+    missing = [c.key for c in cells(cfg) if (c.mode, c.w_eff, c.sink, c.seed, c.task) not in done]
+    return Loaded({key: _aligned(runs) for key, runs in gathered.items()}, missing)
 
 
 def _aligned(runs: list) -> TaskScores:
@@ -336,14 +315,14 @@ def regime_markdown(regime: list[dict]) -> list[str]:
 
 
 # ---- compare.md / compare.json ----------------------------------------------------------------------
-def lacking_sentence(out: Path, lacking: list[str]) -> str | None:
-    """The one sentence that names the cells without per-item records, or None."""
-    if not lacking:
+def missing_sentence(out: Path, missing: list[str]) -> str | None:
+    """The one sentence that names the grid's cells with no finished record in ``out`` (``--compare``), or None."""
+    if not missing:
         return None
-    names = ", ".join(lacking[:6]) + (f" and {len(lacking) - 6} more" if len(lacking) > 6 else "")
-    return (f"{len(lacking)} cell(s) in {out / 'cells'} have no per-item records that read back whole (written "
-            f"before sweeps kept them, or cut short) and are left out of every interval and comparison: {names}; run "
-            "the sweep again without --compare to rerun them.")
+    names = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+    return (f"{len(missing)} cell(s) of this config have no finished record in {out / 'cells'} (not run yet, run "
+            f"with other settings, or cut short) and are left out of every table, interval and comparison: {names}; "
+            "run the sweep again without --compare to run them.")
 
 
 def _interval_cell(d: dict, spec: str) -> str:
@@ -361,7 +340,7 @@ def _setting_label(w_eff, kpq) -> str:
 
 def unpaired(cfg: SweepConfig, rows: list[dict]) -> list[Comparison]:
     """The configured comparisons with no pair of cells here: a mode this run leaves out (``--modes`` narrower than
-    the config's), no B at twice A's window, or cells without per-item records."""
+    the config's), no B at twice A's window, or cells not done (``--compare``)."""
     found = {(r["a"], r["b"], r["match"]) for r in rows}
     return [c for c in comparisons_of(cfg) if (c.a, c.b, c.match) not in found]
 
@@ -370,7 +349,7 @@ def _comparison_label(a: str, b: str, match: str) -> str:
     return f"{variant_label(a)} − {variant_label(b)} ({match.replace('_', ' ')})"
 
 
-def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: str | None,
+def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], missing: str | None,
              regime: list[dict] = ()) -> str:
     lines = [f"# Paired comparisons: {cfg.model}", "",
              "A − B on the same items: lm-eval tasks in points of their column's metric, perplexity tasks as each "
@@ -383,11 +362,11 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: st
              "(keys/q): the setting's window and the keys per query it attended on that task, measured. "
              + one_draw_note(cfg)
              + HEADROOM_NOTE, ""]
-    if lacking:
-        lines += [f"**{lacking}**", ""]
+    if missing:
+        lines += [f"**{missing}**", ""]
     skipped = [_comparison_label(c.a, c.b, c.match) for c in unpaired(cfg, rows)]
     if skipped:
-        lines += [f"No pair of cells in this run (a mode left out, no B at that window, or no per-item records): "
+        lines += [f"No pair of cells in this run (a mode left out, no B at that window, or cells not done): "
                   f"{', '.join(skipped)}.", ""]
     if rows:
         lines += head(["A", "B", "Match", "Task", "A w_eff (keys/q)", "B w_eff (keys/q)", "A − B [95%]", "Verdict",
@@ -400,7 +379,7 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], lacking: st
                               _interval_cell(r, spec), r["verdict"], headroom_label(r.get("headroom")), r["items"],
                               f"{r['seeds']}/{r['seeds_b']}"]))
     else:
-        lines.append("No comparison: the config lists none (`comparisons:`), or their cells hold no per-item records.")
+        lines.append("No comparison: the config lists none (`comparisons:`), or their cells are not done.")
     for task in dict.fromkeys(d["task"] for d in deltas):
         names = list(next(d for d in deltas if d["task"] == task)["buckets"])
         lines += ["", f"## ΔNLL against full attention by position: {column_label(task)}", "",
@@ -427,7 +406,7 @@ class Compared:
     extra: dict  # compare.json beside its rows
 
 
-def summary(rows: list[dict], lacking: str | None) -> str:
+def summary(rows: list[dict], missing: str | None) -> str:
     """One line per comparison: how many of its rows each verdict has."""
     lines = []
     for key in dict.fromkeys((r["a"], r["b"], r["match"]) for r in rows):
@@ -440,15 +419,15 @@ def summary(rows: list[dict], lacking: str | None) -> str:
                        + (", ".join(f"{decided.count(v)} {v}" for v in dict.fromkeys(decided)) or "none"))
         lines.append(f"compare: {_comparison_label(key[0], key[1], _match_label(mine[0]).replace(' ', '_'))}: "
                      f"{counts}")
-    return "\n".join(lines + ([lacking] if lacking else [])) or "compare: no comparison configured"
+    return "\n".join(lines + ([missing] if missing else [])) or "compare: no comparison configured"
 
 
 def build(cfg: SweepConfig, out: Path, loaded: Loaded) -> Compared:
     """``compare.md``'s text, ``compare.json``'s rows and its further tables (ΔNLL by position, the regime)."""
     rows, deltas = comparison_rows(cfg, loaded), delta_nll_rows(cfg, loaded)
     regime = regime_rows(deltas, rows)
-    lacking = lacking_sentence(out, loaded.lacking)
-    text = markdown(cfg, rows, deltas, lacking, regime)
-    return Compared(text, rows, deltas, regime, summary(rows, lacking),
+    missing = missing_sentence(out, loaded.missing)
+    text = markdown(cfg, rows, deltas, missing, regime)
+    return Compared(text, rows, deltas, regime, summary(rows, missing),
                     {"resamples": RESAMPLES, "level": LEVEL, "delta_nll": deltas, "regime": regime,
-                     "lacking_items": loaded.lacking})
+                     "missing_cells": loaded.missing})

@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
 from ..attention import get_variant, variant_names
 from ..attention.variants import FULL, MOBA, SA, SWA
 from ..eval.position import context_length, is_position_task
 from ..models.patcher import PatchSpec
-from ..utils.atomic import read_records
 from ..utils.report import task_label
 
 #: task names that run model-written code (refused without confirm_run_unsafe_code)
@@ -214,27 +212,6 @@ def cells(cfg: SweepConfig) -> list[Cell]:
     return out
 
 
-def cell_path(out: Path, cell: Cell) -> Path:
-    """Where a finished cell's record lives."""
-    return out / "cells" / f"{cell.key}.json"
-
-
-def items_path(out: Path, cell: Cell) -> Path:
-    """Where a finished cell's per-item records live, beside its record: one JSON line per item (document)."""
-    return out / "cells" / f"{cell.key}.items.jsonl.gz"
-
-
-def read_items(out: Path, cell: Cell) -> list[dict] | None:
-    """A cell's per-item records, or None where it has none (a cell written before sweeps kept them) or they do not
-    read back whole (cut short: the report leaves the cell out and names it; a plain rerun runs it again)."""
-    from ..utils.runner import read_cell
-
-    path = items_path(out, cell)
-    if not path.exists() or not read_cell(cell_path(out, cell), "items", quiet=True):
-        return None
-    return read_records(path)
-
-
 def made_by(cfg: "SweepConfig", cell: Cell, weights: str | None = None) -> dict:
     """Everything besides the cell's spec that its score depends on: a finished cell is reused only when all of
     it matches (a sweep into an older sweep's folder must not report the old model's scores as its own), the
@@ -250,20 +227,18 @@ def cell_spec(cell: Cell, made: dict) -> dict:
     return {**asdict(cell.spec), "made_by": made}
 
 
-def check_made(path: Path, cell: Cell, made: dict) -> None:
-    """Refuse a folder whose record of this cell (the same patch) was made by another model, tokenizer, limit, ...,
-    in one sentence: its cells are another run's, and running over them would mix two runs in one folder."""
-    try:  # the record alone: its per-item file is the runner's to check, not read here too
-        spec = json.loads(path.read_text()).get("spec") if path.is_file() else None
-    except (OSError, ValueError, AttributeError):  # unreadable: the runner says so and runs it again
-        spec = None
-    if not isinstance(spec, dict) or {k: v for k, v in spec.items() if k != "made_by"} != asdict(cell.spec):
-        return
-    then = spec.get("made_by")
-    if isinstance(then, dict) and set(then) == set(made) and then != made:
-        differ = ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in made.items() if then.get(k) != v)
-        raise ValueError(f"{path} was made with other settings: {differ}; pass another --out (or remove that "
-                         "folder's cells/) so that no cell of another run is counted as this one's.")
+def other_run(saved: dict, spec: dict) -> str | None:
+    """Where a record of this cell's patch was made by another model, tokenizer, limit, ... (``made_by``): the
+    settings that differ, in words (its cells are another run's, and running over them would mix two runs in one
+    folder); None otherwise."""
+    then, now = saved.get("spec"), spec
+    if not isinstance(then, dict) or {k: v for k, v in then.items() if k != "made_by"} != \
+            {k: v for k, v in now.items() if k != "made_by"}:
+        return None
+    then, now = then.get("made_by"), now["made_by"]
+    if not isinstance(then, dict) or set(then) != set(now) or then == now:
+        return None
+    return ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in now.items() if then.get(k) != v)
 
 
 def context_of(task: str) -> int | None:

@@ -7,7 +7,7 @@ comparisons and the ΔNLL against full attention, ``compare.py``), and the plots
 ``tasks.png`` (Figures 5-8), ``budget.png`` (score against keys per query), ``position.png`` (perplexity by
 position) and, for a sweep over several prompt lengths, ``regime.png`` (ΔNLL against w_eff / n).
 
-``report`` makes them; the sweep experiment (``experiments.sweep``) writes them, with ``config.json``, as every
+``report`` makes them from the records the runner hands over (each cell read once); the sweep experiment (``experiments.sweep``) writes them, with ``config.json``, as every
 experiment writes its set (``experiments.base.write_report``): all at once, the previous set whole on a failure.
 """
 from __future__ import annotations
@@ -22,19 +22,18 @@ from ..attention.variants import FULL
 from ..utils.report import head, number, pyplot, ranked_cells, row, save_figure, score
 from ..utils.stats import Interval
 from . import compare
-from .plan import SweepConfig, cell_path, cells, column_label, lower_is_better, metric_of
+from .plan import SweepConfig, column_label, lower_is_better, metric_of
 
 #: what each interval of a table row holds, as ``<column>:<field>`` keys of the row
 INTERVAL_FIELDS = ("lo", "hi", "items", "seeds", "seed_sd", "form", "units")
 
 
-def collect(cfg: SweepConfig, out: Path, loaded: compare.Loaded | None = None) -> list[dict]:
+def collect(cfg: SweepConfig, records: list[dict], loaded: compare.Loaded | None = None) -> list[dict]:
     """One row per (mode, w_eff, sink): each task's metric averaged over seeds (accuracies in %), ``avg`` the
     mean of the accuracy tasks (perplexities stay out of it), ``kpq`` the keys per query averaged over the
     same accuracy tasks (so ``avg`` and ``kpq`` describe one set of inputs), ``kpq:<task>`` each task's own, and ``pos:<task>`` the perplexity by position of a
-    ``position_ppl_*`` task. With ``loaded`` (``compare.load``), each column's interval as ``<column>:lo``,
+    ``position_ppl_*`` task, from the cells' ``records``. With ``loaded`` (``compare.load``), each column's interval as ``<column>:lo``,
     ``:hi``, ``:items``, ``:seeds`` and, for a mode run at several seeds, ``:seed_sd``."""
-    records = [compare.finished_record(cell_path(out, c)) for c in cells(cfg) if cell_path(out, c).exists()]
     rows: dict[tuple, dict] = {}
     for rec in records:
         key = (rec["mode"], rec["w_eff"], rec.get("sink", 0))
@@ -88,9 +87,9 @@ def _scored(r: dict, col: str, lower: bool) -> str:
         ".2f" if lower else ".1f")
 
 
-def markdown(cfg: SweepConfig, table: list[dict], lacking: str | None = None) -> str:
+def markdown(cfg: SweepConfig, table: list[dict], missing: str | None = None) -> str:
     """The table (intervals in its cells), how they were made, and the seed-to-seed spread of the stochastic
-    modes; ``lacking``: the sentence naming the cells without per-item records."""
+    modes; ``missing``: the sentence naming the grid's cells not done."""
     cols = [*cfg.tasks, "avg"]
     lower = {c: lower_is_better(c) for c in cfg.tasks} | {"avg": False}
     heads = [column_label(t) + (" ↓" if lower[t] else "") for t in cfg.tasks]
@@ -106,7 +105,7 @@ def markdown(cfg: SweepConfig, table: list[dict], lacking: str | None = None) ->
         if not get_variant(r["mode"]).sparse:
             lines.append(row(["all", FULL.label, number(r.get("kpq"), ".1f"),
                               *(_scored(r, c, lower[c]) for c in cols)]))
-    lines += ["", compare.method_note(cfg)] + ([f"**{lacking}**"] if lacking else [])
+    lines += ["", compare.method_note(cfg)] + ([f"**{missing}**"] if missing else [])
     return "\n".join(lines + _spread_table(cfg, table, cols, heads + ["Avg."])) + "\n"
 
 
@@ -333,13 +332,13 @@ def _draw_buckets(ax, by_bucket: dict[str, float], dodge: float = 1.0, **style) 
     ax.plot(*zip(*sorted(pts)), **style)
 
 
-def report(cfg: SweepConfig, out: Path) -> dict:
-    """What the sweep's report holds, from the cells in ``out``: ``table`` (table.md), ``rows`` and ``csv_fields``
+def report(cfg: SweepConfig, records: list[dict], out: Path) -> dict:
+    """What the sweep's report holds, from the records of its cells (each read once, by the runner): ``table`` (table.md), ``rows`` and ``csv_fields``
     (results.csv, results.json), ``compared`` (``compare.Compared``) and ``draw`` (the figures, drawn into a folder,
     their names returned)."""
-    loaded = compare.load(cfg, out)
-    table = collect(cfg, out, loaded)
-    text = markdown(cfg, table, compare.lacking_sentence(out, loaded.lacking))
+    loaded = compare.load(cfg, records)
+    table = collect(cfg, records, loaded)
+    text = markdown(cfg, table, compare.missing_sentence(out, loaded.missing))
     cols = [*cfg.tasks, "avg"]
     compared = compare.build(cfg, out, loaded)
 

@@ -18,6 +18,7 @@ one cell, and the comparisons made from the cells. What they share lives here:
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import gzip
 import hashlib
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import host
-from .atomic import CELLS_KIND, remove_stale_partials, write_records, write_text
+from .atomic import CELLS_KIND, read_records, remove_stale_partials, write_records, write_text
 from .load import cores_available
 from .runlock import RunLock
 
@@ -217,25 +218,34 @@ def items_file(record_path: Path) -> Path:
     return record_path.with_name(record_path.name[:-len(".json")] + ".items.jsonl.gz")
 
 
-def _lines(path: Path) -> int:
-    """The lines of a gzipped JSON-lines file, read to its end: a file cut short fails gzip's own length and CRC
-    check (``EOFError``), so the count checks it whole without parsing a record."""
-    with gzip.open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
+#: the cell files this process parsed, by name (a record, its per-item records): each once per run (a test counts)
+PARSES: "collections.Counter[str]" = collections.Counter()
 
 
-def read_cell(path: Path, needs: str | None = None, quiet: bool = False) -> dict:
-    """A finished cell's record, or {} (run it) when there is none or it is damaged: a record cut short, one
-    without ``needs`` (a key every record of this kind holds), or per-item records that do not read back whole
-    or hold another count than the record says. A damaged cell gets one line and runs again."""
+def read_cell(path: Path, needs: str | None = None, quiet: bool = False,
+              wanted: Callable[[dict], bool] = lambda saved: True) -> dict:
+    """A finished cell's record with its per-item records in ``items`` (a list, parsed here once), or {} (run it)
+    when there is none or it is damaged: a record cut short, one without ``needs`` (a key every record of this kind
+    holds), or per-item records that do not read back whole or hold another count than the record says. A damaged
+    cell gets one line and runs again. A record that ``wanted`` refuses (another spec) is returned without its items
+    read: it runs again."""
     if not path.is_file():
         return {}
     try:
         saved = json.loads(path.read_text())
-        whole = isinstance(saved, dict) and (needs is None or needs in saved)
-        items = saved.get("items") if whole else None
-        if isinstance(items, dict) and "count" in items:
-            whole = _lines(path.with_name(items["file"])) == items["count"]
+        PARSES[path.name] += 1
+    except (OSError, ValueError, UnicodeDecodeError):
+        saved = None
+    whole = isinstance(saved, dict) and (needs is None or needs in saved)
+    if whole and not wanted(saved):  # outside the try: ``wanted`` may refuse the folder in one sentence
+        return saved
+    try:
+        ref = saved.get("items") if whole else None
+        if isinstance(ref, dict) and "count" in ref:
+            items = read_records(path.with_name(ref["file"]))  # a file cut short fails gzip's own length check
+            PARSES[ref["file"]] += 1
+            whole = len(items) == ref["count"]
+            saved = {**saved, "items": items, "items_file": ref["file"]}
         if whole:
             return saved
     except (OSError, ValueError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, TypeError, KeyError):
@@ -273,6 +283,11 @@ def prune_cells(out: Path, keep: list[str], kind: str) -> None:
         if p.name not in names and (p.name.endswith(".json") or p.name.endswith(".items.jsonl.gz")):
             with contextlib.suppress(OSError):
                 p.unlink()
+
+
+class OtherRun(ValueError):
+    """What a ``reuse`` rule raises for a record of another run (another model under the same patch): the runner
+    names the record's file before the message and refuses the folder, before any cell runs."""
 
 
 def same_spec(saved: dict, spec: dict) -> bool:
@@ -343,31 +358,33 @@ def _kill_workers(pids) -> None:
 
 
 def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of: Callable[[object], dict],
-              run: Callable[[object, dict], dict], line: Callable[[dict], str],
+              run: Callable[[object, dict], dict] | None, line: Callable[[dict], str],
               loaded: Callable[[dict], dict] = lambda saved: saved, jobs: int | str | None = 1,
               given: Callable[[object, dict, dict], dict] | None = None, setup: Callable[[], None] | None = None,
               needs: str | None = None, kind: str | None = None,
               reuse: Callable[[dict, dict], bool] = same_spec,
               announce: bool = False) -> list[dict]:
-    """Every cell's record, in grid order: the one on disk when its ``spec`` is this run's (``loaded`` turns it
-    back from JSON), else ``run(cell, spec)``'s, written as soon as it finishes (``write_cell``). ``given(cell,
-    saved, spec)`` may hand ``run`` more than the spec from an earlier record of the cell (a study's trained
-    checkpoint);
-    ``reuse(saved, spec)`` decides whether a record on disk stands for the cell (default: its spec is this one).
-    With ``jobs`` > 1 (or ``auto``, ``plan_jobs``) the cells to run go to that many worker processes (``run`` and
-    ``setup``, each worker's start, must then be module-level functions); a cell that fails stops the run once
-    the cells in flight are written. One line per cell as it finishes: its place in the grid, its id,
+    """Every cell's record, in grid order, with its per-item records (``items``, a list): the one on disk when its
+    ``spec`` is this run's (read once, ``read_cell``), else ``run(cell, spec)``'s, written as soon as it finishes
+    (``write_cell``); ``loaded`` turns either into what the report takes (a study: integer keys; a sweep: its items
+    as numbers). ``run`` None runs nothing: the records of the cells already done, the others left out (``--compare``).
+    ``given(cell, saved, spec)`` may hand ``run`` more than the spec from an earlier record of the cell (a study's
+    trained checkpoint); ``reuse(saved, spec)`` decides whether a record on disk stands for the cell (default: its
+    spec is this one; it may refuse the folder in one sentence). With ``jobs`` > 1 (or ``auto``, ``plan_jobs``) the
+    cells to run go to that many worker processes (``run`` and ``setup``, each worker's start, must then be
+    module-level functions); a cell that fails stops the run once the cells in flight are written. One line for
+    the plan (cells, done, to run), then one per cell as it finishes: its place in the grid, its id,
     ``line(record)``, its time and the run's so far; with ``announce`` (cells that take minutes), one as it
     starts. A signal stops every worker and exits in one line (``Stopped``), the finished cells kept."""
-    (out / "cells").mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(out / "cells")
-    if kind is not None:
-        mark = out / "cells" / CELLS_KIND
-        if mark.is_file() and mark.read_text().strip() != kind:
-            raise ValueError(f"{out} holds the cells of a {mark.read_text().strip()}, not of a {kind}; name another "
-                             "folder (nothing there was touched).")
-        if not mark.is_file() and not any((out / "cells").glob("*.json")):  # a folder of before: left unclaimed
-            write_text(mark, kind + "\n")
+    if (out / "cells").is_dir():
+        remove_stale_partials(out / "cells")
+    mark = out / "cells" / CELLS_KIND
+    if kind is not None and mark.is_file() and mark.read_text().strip() != kind:
+        raise ValueError(f"{out} holds the cells of a {mark.read_text().strip()}, not of a {kind}; name another "
+                         "folder (nothing there was touched).")
+    # the folder and its mark come with the first cell written: a run refused before it writes nothing; a folder of
+    # before (cells and no mark) stays unclaimed
+    claim = kind is not None and not mark.is_file() and not any((out / "cells").glob("*.json"))
     start = time.perf_counter()
     results: dict[int, dict] = {}
     todo = []
@@ -380,19 +397,46 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
     here = host.machine()  # what each record names; the threads are the run's own (below)
 
     def keep(i: int, cell, path: Path, record: dict) -> None:
-        written = write_cell(path, {**record, "machine": record.get("machine") or here})
-        finish(i, cell, loaded(json.loads(json.dumps(written))), f"{record.get('seconds', 0.0):.0f} s")
+        nonlocal claim
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if claim:
+            write_text(mark, kind + "\n")
+            claim = False
+        written = json.loads(json.dumps(write_cell(path, {**record, "machine": record.get("machine") or here})))
+        if isinstance(record.get("items"), list):  # handed on as a rerun reads them back, not read again
+            written.update(items=json.loads(json.dumps(record["items"])), items_file=written["items"]["file"])
+        finish(i, cell, loaded(written), f"{record.get('seconds', 0.0):.0f} s")
 
+    def wanted(path: Path, spec: dict) -> Callable[[dict], bool]:
+        def check(saved: dict) -> bool:
+            try:
+                return reuse(saved, spec)
+            except OtherRun as err:
+                raise ValueError(f"{path} {err}") from None
+        return check
+
+    again = 0
     for i, cell in enumerate(cells, 1):
         path, spec = out / "cells" / f"{cell_id(cell)}.json", spec_of(cell)
-        saved = read_cell(path, needs)
+        saved = read_cell(path, needs, quiet=True, wanted=wanted(path, spec))
+        if path.is_file() and not saved:
+            print(f"{path} is damaged (cut short?); " + ("running that cell again" if run is not None else
+                  "left out (run the same command without --compare to run it again)"), flush=True)
         if stands_for(saved, spec, reuse):  # allowed across machines, and said: a seed's value may differ there
             elsewhere = saved.get("machine") and not host.same_machine(saved["machine"], here)
             finish(i, cell, loaded(saved),
                    f"done before on another machine: {host.describe(saved['machine'])}" if elsewhere else "done before")
-        else:
+        elif run is not None:
+            again += path.exists()
             todo.append((i, cell, path, spec, given(cell, saved, spec) if given else spec))
     processes, threads = plan_jobs(jobs, len(todo)) if todo else (1, 1)
+    if run is None:
+        print(f"{len(cells)} cells, {len(results)} done, none run (--compare)", flush=True)
+        return [results[i] for i in sorted(results)]
+    print(f"{len(cells)} cells, {len(results)} already done, {len(todo)} to run"
+          + (f" ({again} of them again: written with another spec, without per-item records, or damaged)"
+             if again else "")
+          + (f", {processes} at a time ({threads} thread(s) each)" if processes > 1 else ""), flush=True)
     if processes > 1:
         here["threads"] = threads
     try:
@@ -403,7 +447,7 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
                         print(f"[{i}/{len(cells)}] {cell_id(cell)}: started", flush=True)
                     keep(i, cell, path, {**run(cell, arg), "spec": spec})
             else:
-                _in_workers(todo, processes, threads, run, setup, keep,
+                _in_workers(todo, processes, run, setup, keep, threads,
                             (lambda i, cell: print(f"[{i}/{len(cells)}] {cell_id(cell)}: started", flush=True))
                             if announce else None)
     except Stopped as err:
@@ -412,10 +456,9 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
     return [results[i] for i in sorted(results)]
 
 
-def _in_workers(todo: list, processes: int, threads: int, run, setup, keep, started=None) -> None:
+def _in_workers(todo: list, processes: int, run, setup, keep, threads: int, started=None) -> None:
     """The cells of ``todo`` in ``processes`` spawned workers, at most that many submitted at once (a failure
     stops the rest from starting); every worker is killed when this returns or raises (a signal included)."""
-    print(f"{len(todo)} cell(s) to run, {processes} at a time ({threads} thread(s) each)", flush=True)
     ctx = get_context("spawn")
     pids = ctx.Queue()
     pool = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_start_worker,
