@@ -92,9 +92,10 @@ def sweep_pairs(config: str, extra: list[str] = ()):
     from .attention import get_variant
     from .eval.harness import resolve_tasks
     from .eval.position import is_position_task
-    from .inference.plan import cells, load_config
+    from .experiments.sweep import EXPERIMENT
+    from .inference.plan import cells
 
-    cfg = load_config(["--config", config, *extra])
+    cfg = EXPERIMENT.parse(["--config", config, *extra])[0]
     resolve_tasks([t for t in cfg.tasks if not is_position_task(t)] or ["offline"])  # an unknown task fails now
     pairs = []
     for cell in cells(cfg):

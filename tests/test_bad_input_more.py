@@ -169,7 +169,8 @@ def test_a_tokenizer_path_that_does_not_exist_says_so(tmp_path):
 ])
 def test_evaluate_refuses_a_bad_count_while_parsing(flag, values, expected, tmp_path):
     res = run_cli_here("evaluate", "--ckpt", str(tmp_path / "none.ckpt"), flag, *values, "--out", str(tmp_path / "e"))
-    assert res.returncode == 2 and _line(res) == f"cli.py evaluate: error: {expected}"  # before the checkpoint is read
+    assert res.returncode == 2 and _line(res) == f"cli.py evaluate: error: {expected} (cli.py evaluate --help lists " \
+        "every option)"  # before the checkpoint is read
     assert not (tmp_path / "e").exists()
 
 

@@ -264,12 +264,12 @@ def test_table_marks_best_bold_and_second_underlined():
 
 def test_evaluate_scores_a_model_that_draws_under_five_sigma_seeds_and_one_that_draws_nothing_once():
     from sa_lightning.eval.evaluate import seeds_of
-    from sa_lightning.experiments.evaluate import parser
+    from sa_lightning.experiments.evaluate import EXPERIMENT
 
     def info(variant):
         return {"arch": {"attention": {"variant": variant, "window": 8}}}
 
-    assert parser().parse_args(["--ckpt", "x.ckpt"]).seeds is None
+    assert EXPERIMENT.parse(["--ckpt", "x.ckpt"])[0].seeds is None
     for variant in VARIANTS:
         draws = VARIANTS[variant].draws and not VARIANTS[variant].frozen  # a frozen σ: every seed scores alike
         expected = [0, 1, 2, 3, 4] if draws else [0]

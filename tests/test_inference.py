@@ -318,10 +318,10 @@ def test_patched_prefill_never_builds_an_n_by_n_tensor(mode):
 
 @pytest.mark.parametrize("name", ["qwen3_8b", "qwen3_30b_a3b"])
 def test_paper_sweep_configs_run_all_seven_tasks_and_opt_in_to_code_execution_in_the_file(name, tmp_path):
-    from sa_lightning.experiments.sweep import load_config, main
+    from sa_lightning.experiments.sweep import EXPERIMENT, main
 
     config = str(ROOT / f"configs/sweep/{name}.yaml")
-    cfg = load_config(["--config", config])
+    cfg = EXPERIMENT.parse(["--config", config])[0]
     assert cfg.tasks == ["hellaswag", "mmlu", "arc_challenge", "boolq", "lambada_openai", "arc_easy", "humaneval_exec"]
     assert cfg.confirm_run_unsafe_code is True and "EXECUTES" in (ROOT / f"configs/sweep/{name}.yaml").read_text()
     # without the opt-in the same config refuses before it loads the model (which is not reachable here)

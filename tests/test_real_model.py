@@ -245,18 +245,23 @@ def test_the_smollm2_sweep_config_runs_on_a_stand_in(llama_folder, tmp_path, cap
 
 
 def test_an_unknown_preset_names_the_ones_there_are(tmp_path):
+    from sa_lightning.experiments.sweep import EXPERIMENT
     from sa_lightning.inference.plan import cells
-    from sa_lightning.inference.plan import load_config
 
-    with pytest.raises(ValueError, match="unknown preset 'fast'; this config has full, quick"):
+    def load_config(argv):
+        return EXPERIMENT.parse(argv)[0]
+
+    with pytest.raises(ValueError, match="unknown preset 'fast'; .*smollm2_135m.yaml has full, quick"):
         load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "fast"])
     cfg = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "quick",
                        "--windows", "[64]"])
     assert cfg.windows == [64] and cfg.seeds == [0]  # a flag beats the preset; the preset beats the file
     assert cfg.out == "outputs/sweep/smollm2_135m_quick"
     cfg = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "quick",
-                       "--task_limits.passkey_512", "7"])  # a nested flag updates the preset's dict
-    assert cfg.task_limits == {"passkey_512": 7, "position_ppl_1k": 1, "shakespeare_lastword": 4}
+                       "--task_limits", "{passkey_512: 7}"])  # a flag's dict replaces the preset's
+    assert cfg.task_limits == {"passkey_512": 7}
+    cfg = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--windows", "16", "64"])
+    assert cfg.windows == [16, 64]  # a list flag takes its values as words too
     # --preset full: the default's folder, so it runs only the cells the default lacks (w 16, 32, no sinks, PK-1k)
     default = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml")])
     full = load_config(["--config", str(ROOT / "configs/sweep/smollm2_135m.yaml"), "--preset", "full"])

@@ -51,16 +51,15 @@ def test_a_fit_config_among_two_says_which_file_and_line(broken, monkeypatch):
 
 
 def test_every_reader_of_yaml_goes_through_the_one_loader(broken, monkeypatch):
-    """From Python too (a study's ``main(argv)``, the sweep's ``load_config``, ``lit.cli.run``, a study's fit config
+    """From Python too (a study's ``main(argv)``, the sweep's ``parse``, ``lit.cli.run``, a study's fit config
     checked before its first cell), and no module of the package reads YAML another way."""
     import re
 
-    from sa_lightning.experiments import long_range, reach
-    from sa_lightning.inference.plan import load_config
+    from sa_lightning.experiments import long_range, reach, sweep
     from sa_lightning.lit.cli import run
 
     monkeypatch.chdir(ROOT)
-    for call in (lambda: reach.main(["--config", str(broken)]), lambda: load_config(["--config", str(broken)]),
+    for call in (lambda: reach.main(["--config", str(broken)]), lambda: sweep.EXPERIMENT.parse(["--config", str(broken)]),
                  lambda: run(["fit", "--config", str(broken)], run=False)):
         with pytest.raises(ValueError) as err:
             call()
@@ -90,7 +89,7 @@ def test_a_sweep_configs_wrong_type_names_the_key_and_where_it_was_set(tmp_path,
     monkeypatch.chdir(ROOT)
     config = tmp_path / "sweep.yaml"
     config.write_text("model: runs/none\nlimit: four\nwindows: [8]\npresets:\n  q: {windows: [a]}\n")
-    said = f"error: limit: expected float, got four (set in {config})."
+    said = f"error: limit: expected float, got four (set in --config {config})."
     assert _line(run_cli_here("sweep", "--config", str(config))) == said
     assert _line(run_cli_here("submit", "sweep", "--dry_run", "--config", str(config))) == said
     # the file's value is read before a later flag would override it: named as the file's, not the flag's
@@ -99,9 +98,10 @@ def test_a_sweep_configs_wrong_type_names_the_key_and_where_it_was_set(tmp_path,
     assert _line(run_cli_here("sweep", "--config", str(config), "--preset", "q")) == \
         "error: windows: expected int, got a (set in --preset q)."
     assert _line(run_cli_here("sweep", "--config", "configs/sweep/tiny.yaml", "--limit", "x")) == \
-        "error: limit: expected float, got x (set in the flag --limit)."
+        "error: limit: expected float, got x (set in the command line (--limit))."
     assert _line(run_cli_here("sweep", "--config", "configs/sweep/tiny.yaml", "--nope", "3")) == \
-        "error: unrecognized arguments: --nope 3 (cli.py sweep --help lists every option)"
+        "cli.py sweep: error: unrecognized arguments: --nope 3 (cli.py sweep --help lists every option)"
+    assert _line(run_cli_here("sweep")) == "error: sweep needs model: set it in --config or as --model."
 
 
 # ---- study reach's n, trials and size ---------------------------------------------------------------

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..utils import runner
-from ..utils.argtypes import HelpFormatter, plain
-from ..utils.atomic import check_results_folder, output_folder, replacing_files, write_text
-from ..utils.report import compare_json
+from ..utils.argtypes import doc_help
+from ..utils.atomic import check_own_files, check_results_folder, output_folder, replacing_files, write_text
+from ..utils.report import RESULT_FILES, compare_json
 from ..utils.runner import jobs_arg
 from ..utils.tables import write_csv
 from ..utils.yamlfile import load_yaml
@@ -29,12 +29,60 @@ from ..utils.yamlfile import load_yaml
 
 @dataclass(frozen=True)
 class Flag:
-    """A command-line flag that overrides the config's field of the same name (``nargs`` ``+``: a list)."""
+    """A command-line flag that overrides the config's field of the same name (``nargs`` ``+``: a list; a list
+    flag also takes the list as one YAML value, ``--windows '[16, 32]'``)."""
 
     name: str
     help: str
     type: Callable[[str], Any] = str
     nargs: str | None = "+"
+    choices: tuple | None = None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A refusal while parsing is one line, the option named, not the usage text above it."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists every option)\n")
+
+
+@dataclass(frozen=True)
+class Run:
+    """How a run goes, the same flags for every experiment: ``compare`` runs no cell and reports those done;
+    ``cells_only`` runs cells and writes no report (a SLURM array's task); ``overwrite`` writes into a folder that
+    holds other files, replacing only files of the report's names."""
+
+    compare: bool = False
+    cells_only: bool = False
+    overwrite: bool = False
+
+
+def yaml_value(text: str):
+    """A flag's value as YAML reads it (``16``, ``[16, 32]``, ``{a: 3}``, ``null``, ``true``), else the text."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def config_flags(config: type, skip: tuple[str, ...] = ()) -> tuple[Flag, ...]:
+    """A flag for each field of a config dataclass (its help from the class's ``Args:`` docstring), each value read
+    as YAML; the fields every experiment's parser has (``out``, ``jobs``) and ``skip`` left out."""
+    import re
+
+    doc = (config.__doc__ or "").split("Args:", 1)[-1]
+    helps = {m.group(1): " ".join(m.group(2).split())
+             for m in re.finditer(r"^\s{8}(\w+): (.*?)(?=^\s{8}\w+: |\Z)", doc, flags=re.M | re.S)}
+    out = []
+    for f in dataclasses.fields(config):
+        if f.name in ("out", "jobs", *skip):
+            continue
+        kind = str(f.type)
+        nargs = "+" if kind.startswith("list") else "?" if kind == "bool" else None
+        out.append(Flag(f.name, helps.get(f.name, f"the config's {f.name}"), yaml_value, nargs))
+    return tuple(out)
 
 
 @dataclass
@@ -126,15 +174,16 @@ class Experiment:
     # ---- how a run goes (the defaults suit most) -------------------------------------------------------
     #: the flag that names the output folder, in refusals
     out_flag = "--out"
-    #: whether it takes ``--overwrite`` (write into a folder of other files, replacing only its own names)
-    takes_overwrite = False
 
     def parse(self, argv: list[str] | None):
-        """The typed config and the preset's name, from the command line."""
+        """The typed config, the preset's name and how the run goes (``Run``), from the command line."""
         args = self.parser().parse_args(argv)
-        if not Path(args.config).is_file():
+        if args.config and not Path(args.config).is_file():
             raise SystemExit(f"error: {self.name} config {args.config} not found.")
-        return self.settings(args), args.preset
+        if args.compare and args.cells_only:
+            raise ValueError("--cells_only runs cells without the report and --compare writes the report without "
+                             "running cells: pass one of them.")
+        return self.settings(args), args.preset, Run(args.compare, args.cells_only, args.overwrite)
 
     def prepare(self, cfg) -> None:
         """What a run loads once its settings are known and its folder checked, before its cells are listed (the
@@ -147,21 +196,10 @@ class Experiment:
     def before(self, cfg, out: Path, todo: list) -> None:
         """What a run does once its folder is held, before the cells."""
 
-    def runs_cells(self, cfg) -> bool:
-        """False: run no cell, report the cells already done (``--compare``)."""
-        return True
-
-    def reports(self, cfg) -> bool:
-        return True
-
     def reuse(self, saved: dict, spec: dict) -> bool:
         """The one reuse rule (``utils.runner.same_spec``): a record stands for its cell exactly when its spec is
         equal."""
         return runner.same_spec(saved, spec)
-
-    def overwrite(self, cfg) -> bool:
-        """Whether the report may replace a file of one of its names that a user put in its folder."""
-        return True
 
     def after(self, cfg, out: Path, todo: list) -> None:
         """What a run does once its report is written (an evaluation prunes the cells of earlier settings)."""
@@ -176,34 +214,65 @@ class Experiment:
 
     # ---- the command line and the settings -----------------------------------------------------------
     def parser(self) -> argparse.ArgumentParser:
-        parser = argparse.ArgumentParser(prog=f"cli.py {self.name}", description=plain(self.description()),
-                                         formatter_class=HelpFormatter)
-        parser.add_argument("--config", default=self.config_file,
-                            help="the config (YAML): the settings the flags below override, and its presets")
+        """The one parser: the config (YAML), a preset, the flags of the config's fields, and ``Run``'s."""
+        parser = OneLineParser(prog=f"cli.py {self.name}", **doc_help(self.description()))
+        parser.add_argument("--config", default=default_config(self.config_file),
+                            help="the config (YAML): the settings the flags below override, and its presets; each "
+                                 "flag's default below is this config's" +
+                                 ("" if self.config_file else " (default: none, the flags and their defaults)"))
         parser.add_argument("--preset", help=f"a preset of the config ({self.presets_note}); the default config's: "
-                                             f"{', '.join(preset_names(self.config_file)) or 'none found'}; its "
+                                             f"{', '.join(preset_names(default_config(self.config_file))) or 'none found'}; its "
                                              "header says each")
-        parser.add_argument("--jobs", type=jobs_arg,
-                            help="cells run at once, each in its own process with cores/jobs threads (default: the "
-                                 "config's jobs, else auto: one per CPU core without a GPU, one with a GPU)")
+        if "jobs" in {f.name for f in dataclasses.fields(self.config)}:
+            parser.add_argument("--jobs", type=jobs_arg,
+                                help="cells run at once, each in its own process with cores/jobs threads (default: "
+                                     "the config's jobs, else auto: one per CPU core without a GPU, one with a GPU)")
         parser.add_argument("--out", type=output_folder,
-                            help=f"output folder (default: the config's out, one per preset so that a quick run "
-                                 f"never overwrites the full one: {self.folders})")
+                            help=f"output folder (default: {self.defaults().get('out')}, the config's out; each preset "
+                                 f"has its own, so that a quick run never overwrites the full one: {self.folders})")
+        defaults = self.defaults()
         for flag in self.flags:
-            parser.add_argument(f"--{flag.name}", nargs=flag.nargs, type=flag.type,
-                                help=f"{flag.help} (default: the config's)")
+            shown = defaults.get(flag.name)
+            shown = " ".join(map(str, shown)) if isinstance(shown, list) else "null" if shown is None else shown
+            said = "" if "(default" in flag.help else " (required)" if flag.name not in defaults else \
+                f" (default: {shown})"
+            parser.add_argument(f"--{flag.name}", nargs=flag.nargs, type=flag.type, choices=flag.choices,
+                                const=True if flag.nargs == "?" else None, help=flag.help + said)
+        on = {"nargs": "?", "const": True, "default": False, "type": yaml_value}
+        parser.add_argument("--compare", **on, help="run no cell: write the report from the cells already done in "
+                                                    "--out (an interim look at a long run)")
+        parser.add_argument("--cells_only", **on, help="run the cells and write no report (a SLURM array's task "
+                                                       "beside the array's others; its report job writes it)")
+        parser.add_argument("--overwrite", **on, help="write into an --out that holds other files: files with the "
+                                                      "report's names are replaced, yours of those names too; "
+                                                      "nothing else there is touched")
         return parser
+
+    def defaults(self) -> dict:
+        """Each field's value without a preset or a flag: the default config's, else the dataclass's (for help)."""
+        fields = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                  for f in dataclasses.fields(self.config)
+                  if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+        try:
+            raw = load_yaml(default_config(self.config_file)) if self.config_file else {}
+        except (OSError, ValueError):  # help must not fail
+            raw = {}
+        return {**fields, **{k: v for k, v in (raw or {}).items() if k != "presets"}}
 
     def description(self) -> str:
         import sys
 
-        doc = sys.modules[type(self).__module__].__doc__ or ""
-        return doc.split("\n\n")[0]
+        return sys.modules[type(self).__module__].__doc__ or ""
 
     def overrides(self, args: argparse.Namespace) -> dict:
-        """The config fields the command line sets (None: not given)."""
-        return {"jobs": args.jobs, "out": None if args.out is None else str(args.out),
-                **{flag.name: getattr(args, flag.name) for flag in self.flags}}
+        """The config fields the command line sets (None: not given); a list given as one YAML value is that list."""
+        def given(flag: Flag):
+            value = getattr(args, flag.name)
+            return value[0] if flag.nargs == "+" and value and len(value) == 1 and isinstance(value[0], list) \
+                else value
+
+        return {"jobs": getattr(args, "jobs", None), "out": None if args.out is None else str(args.out),
+                **{flag.name: given(flag) for flag in self.flags}}
 
     def settings(self, args: argparse.Namespace):
         """The typed config: the YAML's top level, then its preset (or a YAML file of overrides), then the flags."""
@@ -212,6 +281,15 @@ class Experiment:
     def load(self, path: str | Path, preset: str | None = None, overrides: dict | None = None):
         """The typed config from a file, a preset and overrides (``load_config``)."""
         return load_config(self, path, preset, overrides or {})
+
+
+def default_config(name: str) -> str:
+    """An experiment's own config: from the working folder where it is there, else from this checkout's (a command
+    run from another folder still finds it)."""
+    if not name or Path(name).is_file():
+        return name
+    here = Path(__file__).resolve().parents[2] / name
+    return str(here) if here.is_file() else name
 
 
 def preset_names(config: str) -> list[str]:
@@ -226,17 +304,24 @@ def load_config(experiment: Experiment, path: str | Path, preset: str | None, ov
     """``experiment.config`` from the file's top level, then ``presets[preset]`` (or a second YAML file), then
     ``overrides`` (those not None): each field checked against its type, no unknown field; each ``required`` field
     holds an entry; then the experiment's own ``check``."""
-    raw = load_yaml(path, "--config") or {}
+    raw = (load_yaml(path, "--config") or {}) if path else {}
     if not isinstance(raw, dict):
         raise ValueError(f"--config {path}: a config is a mapping of fields (name: value), but this file holds a "
                          f"{type(raw).__name__}; write it as `field: value` lines.")
     presets = raw.pop("presets", {}) or {}
     values = copy.deepcopy(raw)
-    if preset:
-        values.update(runner.preset_values(presets, preset, str(path)))
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    where = str(path) + (f" with preset {preset!r}" if preset else "")
-    kept = runner.typed_settings(experiment.config, values, where)
+    chosen = runner.preset_values(presets, preset, str(path)) if preset else {}
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    values.update({**chosen, **flags})
+    needed = [f.name for f in dataclasses.fields(experiment.config) if f.default is dataclasses.MISSING
+              and f.default_factory is dataclasses.MISSING and f.name not in values]
+    if needed:
+        raise ValueError(f"{experiment.name} needs {', '.join(needed)}: set {'them' if len(needed) > 1 else 'it'} in "
+                         f"--config or as {', '.join('--' + n for n in needed)}.")
+    where = (str(path) or "the command line") + (f" with preset {preset!r}" if preset else "")
+    kept = runner.typed_settings(experiment.config, values, where, [
+        (f"--config {path}", raw), (f"--preset {preset}", chosen),
+        ("the command line" + (f" ({', '.join('--' + k for k in flags)})" if flags else ""), flags)])
     for key in experiment.required:
         if not kept.get(key):
             raise ValueError(f"{experiment.name} needs at least one entry in {key!r} ({path}).")
@@ -252,30 +337,34 @@ def load_config(experiment: Experiment, path: str | Path, preset: str | None, ov
 
 # ---- the one entry -------------------------------------------------------------------------------------
 def main(experiment: Experiment, argv: list[str] | None = None):
-    """Run ``experiment`` from its command line: every cell (reused where its spec is equal), then the report.
-    Returns the records (a sweep: what its report returned)."""
-    cfg, preset = experiment.parse(argv)
-    out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag,
-                               overwrite=experiment.overwrite(cfg) if experiment.takes_overwrite else None)
+    """Run ``experiment`` from its command line: every cell (reused where its spec is equal), then the report
+    (``Run``: ``--compare`` runs no cell, ``--cells_only`` writes no report). Returns the records, or what the
+    report returns (``Report.returned``)."""
+    cfg, preset, how = experiment.parse(argv)
+    out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag, overwrite=how.overwrite)
+    check_own_files(out, list(RESULT_FILES), how.overwrite, experiment.kind)  # before any cell: a user's table.md
     experiment.prepare(cfg)
     todo = experiment.cells(cfg)
-    with experiment.lock(cfg, out, todo):  # one run at a time in this folder (an array's task: in its own cells)
+    lock = runner.cells_lock(out, [experiment.cell_id(c) for c in todo], experiment.kind) if how.cells_only \
+        else experiment.lock(cfg, out, todo)  # an array's task: beside the array's other tasks, on cells of its own
+    with lock:  # one run at a time in this folder
         print(experiment.header(cfg, preset, out, todo), flush=True)
         start = time.perf_counter()
         experiment.before(cfg, out, todo)
-        runs = experiment.runs_cells(cfg)  # else --compare: the records of the cells done, none run
         records = runner.run_cells(todo, out, experiment.cell_id, lambda cell: experiment.spec(cell, cfg, out),
-                                   experiment.run if runs else None, experiment.line, experiment.loaded,
+                                   None if how.compare else experiment.run, experiment.line, experiment.loaded,
                                    experiment.jobs(cfg), given=experiment.given, setup=experiment.setup,
                                    needs=experiment.needs, kind=experiment.kind, announce=experiment.announce,
                                    reuse=experiment.reuse)
-        if not runs and not records:
+        if how.compare and not records:
             raise ValueError(f"--compare reports the cells already done, and {out / 'cells'} holds none of this "
                              "config's; run it first (without --compare), or pass its --out.")
-        if not experiment.reports(cfg):
+        if how.cells_only:
+            print(f"{experiment.name} --cells_only: {len(todo)} cells in {out / 'cells'}; the report comes from the "
+                  f"report job (or `--compare` with the whole config)", flush=True)
             return records
         report = experiment.report(cfg, records, out)
-        names = write_report(out, experiment, cfg, report)
+        names = write_report(out, experiment, cfg, report, how.overwrite)
         experiment.after(cfg, out, todo)
     views = [text for name, text in report.views.items() if name.endswith(".md")]
     print("\n" + "\n".join(text for text in (report.table, *views, report.summary or report.compare) if text))
@@ -283,12 +372,12 @@ def main(experiment: Experiment, argv: list[str] | None = None):
     return report.returned if report.returned is not None else records
 
 
-def write_report(out: Path, experiment: Experiment, cfg, report: Report) -> list[str]:
+def write_report(out: Path, experiment: Experiment, cfg, report: Report, overwrite: bool = False) -> list[str]:
     """The files every experiment writes, moved into place together (``utils.atomic.replacing_files``: a full disk
     or a figure that fails leaves the previous set whole, and ``cells/`` stays). Returns their names."""
     names = []
-    # in its own folder (cells/); a user's file of one of these names only with --overwrite where it takes one
-    with replacing_files(out, f"{experiment.kind} report", overwrite=experiment.overwrite(cfg)) as tmp:
+    # in its own folder (cells/); a user's file of one of these names only with --overwrite
+    with replacing_files(out, f"{experiment.kind} report", overwrite=overwrite) as tmp:
         for name, text in {"table.md": report.table, "compare.md": report.compare, **report.views}.items():
             write_text(tmp / name, text)
             names.append(name)

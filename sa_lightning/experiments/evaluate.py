@@ -5,6 +5,7 @@ paper's layout with a 95% interval on every number, and TensorBoard scalars.
     python cli.py evaluate --ckpt full.ckpt swa.ckpt sa.ckpt sa_swa.ckpt --tasks table1 \\
         --label Full SWA SA SA+SWA --baseline SWA   # Table 1, each row against SWA
     python cli.py evaluate --ckpt sa.ckpt --seeds 0 1 2 3 4 --eval_samples 4   # permutation variance
+    python cli.py evaluate --ckpt sa.ckpt --preset quick   # presets: configs/evaluate.yaml
 
 Every (checkpoint, σ seed) is a cell: ``cells/<label>_s<k>_<digest>.json`` and its per-item records beside it
 (``.items.jsonl.gz``: each document's scores and log-likelihoods, as the sweeps keep them), so any two rows can be
@@ -16,27 +17,23 @@ each other row minus that one, paired on the same documents, with a verdict word
 """
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..eval.evaluate import (DEFAULT_SEEDS, _by_task, _limit_words, _seed_counts, _unique, comparison_markdown,
                              comparisons_of, interval_markdown, intervals_of, label_of, log_tensorboard, seeds_of,
                              slug, summarize, task_limit)
 from ..eval.evaluate import cell_id as cell_name
-from ..utils.argtypes import doc_help, non_negative_int, positive_int, seed
-from ..utils.atomic import check_own_files, output_folder
-from ..utils.report import RESULT_FILES
+from ..utils.argtypes import non_negative_int, positive_int, seed
 from ..utils.runner import fingerprint, prune_cells, unique_seeds
 from ..utils.stats import LEVEL, MIN_UNITS, RESAMPLES
-from .base import Experiment, Report
+from .base import Experiment, Flag, Report
 from .base import main as run_experiment
 
 
 @dataclass
 class EvaluateConfig:
-    """The command line's settings (``--help`` says each)."""
+    """The settings (``--help`` says each; ``configs/evaluate.yaml`` holds the defaults and the presets)."""
 
     ckpt: list[str]
     label: list[str] | None = None
@@ -51,61 +48,47 @@ class EvaluateConfig:
     bootstrap_iters: int = 0
     baseline: str | None = None
     out: str = "outputs/eval"
-    overwrite: bool = False
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cli.py evaluate", **doc_help(__doc__))
-    p.add_argument("--ckpt", nargs="+", required=True, help="checkpoints written by `cli.py fit`")
-    p.add_argument("--label", nargs="+", help="row names, one per checkpoint (default: variant and window)")
-    p.add_argument("--tasks", nargs="+", default=["offline"],
-                   help="task names, or the sets `table1` (the paper's) and `offline` (shipped; the default)")
-    p.add_argument("--limit", type=task_limit, default=None, help="documents per task (an int, or a fraction < 1) (default: every document)")
-    p.add_argument("--batch_size", type=positive_int, default=32, help="documents scored per forward pass")
-    p.add_argument("--eval_samples", type=positive_int, default=1, help="permutation draws averaged per score (SA)")
-    p.add_argument("--sa_mode", choices=("stochastic", "deterministic"), default="stochastic",
-                   help="stochastic: each document draws its own σ (the paper's); deterministic: one σ per layer "
-                        "and length for every document. A checkpoint trained with a fixed σ (permutation: "
-                        "deterministic, sa_fixed) keeps the one it trained with, and is scored once")
-    p.add_argument("--seeds", type=seed, nargs="+", default=None,
-                   help=f"σ seeds of a checkpoint whose attention draws (SA, the random keys, their gated pairs; "
-                        f"default {' '.join(map(str, DEFAULT_SEEDS))}); >1 also reports the std. A checkpoint that "
-                        f"draws nothing is scored once, under the first")
-    p.add_argument("--tokenizer", default=None, help="override the checkpoint's tokenizer (default: the checkpoint's)")
-    p.add_argument("--device", default=None,
-                   help="where to score (cuda, cuda:1, cpu); default: the CPU, where a checkpoint loads")
-    p.add_argument("--bootstrap_iters", type=non_negative_int, default=0,
-                   help="lm-eval's stderr bootstrap (0: off, fast); the table's intervals are computed either way")
-    p.add_argument("--baseline", default=None,
-                   help="a row label: add each other row minus it, paired on the same documents, with a verdict "
-                        "(default: none, no comparison)")
-    p.add_argument("--out", type=output_folder, default="outputs/eval",
-                   help="the evaluation's folder: table.md, compare.md, compare.json, results.json, results.csv, "
-                        "cells/, tb/")
-    p.add_argument("--overwrite", action="store_true",
-                   help="write into an --out that holds other files: files with the evaluation's names (cells/, tb/, "
-                        "table.md, compare.md, compare.json, results.json, results.csv) are replaced, yours of those "
-                        "names too; nothing else there is touched or removed")
-    return p
-
-
+FLAGS = (
+    Flag("ckpt", "checkpoints written by `cli.py fit`"),
+    Flag("label", "row names, one per checkpoint (default: variant and window)"),
+    Flag("tasks", "task names, or the sets `table1` (the paper's) and `offline` (shipped)"),
+    Flag("limit", "documents per task (an int, or a fraction < 1); null: every document", task_limit, None),
+    Flag("batch_size", "documents scored per forward pass", positive_int, None),
+    Flag("eval_samples", "permutation draws averaged per score (SA)", positive_int, None),
+    Flag("sa_mode", "stochastic: each document draws its own σ (the paper's); deterministic: one σ per layer and "
+                    "length for every document. A checkpoint trained with a fixed σ (permutation: deterministic, "
+                    "sa_fixed) keeps the one it trained with, and is scored once", str, None,
+         ("stochastic", "deterministic")),
+    Flag("seeds", f"σ seeds of a checkpoint whose attention draws (SA, the random keys, their gated pairs; null: "
+                  f"{' '.join(map(str, DEFAULT_SEEDS))}); >1 also reports the std. A checkpoint that draws nothing is "
+                  "scored once, under the first", seed),
+    Flag("tokenizer", "override the checkpoint's tokenizer (null: the checkpoint's)", str, None),
+    Flag("device", "where to score (cuda, cuda:1, cpu); null: the CPU, where a checkpoint loads", str, None),
+    Flag("bootstrap_iters", "lm-eval's stderr bootstrap (0: off, fast); the table's intervals are computed either "
+                            "way", non_negative_int, None),
+    Flag("baseline", "a row label: add each other row minus it, paired on the same documents, with a verdict "
+                     "(null: no comparison)", str, None),
+)
 
 
 class Evaluate(Experiment):
     name = "evaluate"
     kind = "evaluation"
     config = EvaluateConfig
-    takes_overwrite = True
+    config_file = "configs/evaluate.yaml"
+    presets_note = "quick: 40 documents, two σ seeds; table1: the paper's tasks; permutation: eight σ seeds"
+    folders = "outputs/eval, outputs/eval_<preset>"
+    flags = FLAGS
     needs = "metrics"
 
-    def parse(self, argv):
-        cfg = EvaluateConfig(**vars(parser().parse_args(argv)))
+    def check(self, cfg, given):
         if cfg.device is not None:
             from ..utils.device import check_device
 
             check_device(cfg.device)
         self.cfg = cfg
-        return cfg, None
 
     def prepare(self, cfg):
         """The checkpoints (a bad one fails first, in a second), the tasks, the labels and the σ seeds, once the
@@ -113,7 +96,6 @@ class Evaluate(Experiment):
         from ..eval.harness import load_tasks, resolve_tasks
         from ..models.checkpoint import load_checkpoint
 
-        check_own_files(Path(cfg.out), list(RESULT_FILES), cfg.overwrite, "evaluation")
         loaded = [load_checkpoint(path) for path in cfg.ckpt]
         cfg.tasks = resolve_tasks(cfg.tasks or ["offline"])
         load_tasks(cfg.tasks)  # every dataset is at hand before any checkpoint is scored
@@ -137,9 +119,6 @@ class Evaluate(Experiment):
     def before(self, cfg, out, todo):
         """Each checkpoint's fingerprint (its bytes hashed), once the folder is this run's."""
         self.weights = {label: fingerprint(info["path"]) for label, (_, info) in self.models.items()}
-
-    def overwrite(self, cfg):
-        return cfg.overwrite
 
     def jobs(self, cfg):
         return 1  # the checkpoints are loaded in this process

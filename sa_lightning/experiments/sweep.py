@@ -22,14 +22,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 from ..eval.position import is_position_task
-from ..inference.plan import (Cell, SweepConfig, cell_spec, cells, check_before_loading, load_config, made_by,
-                              other_run)
+from ..inference.plan import Cell, SweepConfig, cell_spec, cells, check_before_loading, made_by, other_run
 from ..inference.sweep import line, load_model, run_cell, weights_of
 from ..utils import runner
-from .base import Experiment, Report
+from .base import Experiment, Report, config_flags
 from .base import main as run_experiment
 
 
@@ -37,23 +35,23 @@ class Sweep(Experiment):
     name = "sweep"
     kind = "sweep"
     config = SweepConfig
-    out_flag = "out"
+    presets_note = "configs/sweep/*.yaml name theirs: quick, for one"
+    folders = "the config's out"
+    flags = config_flags(SweepConfig)
     needs = "items"
 
-    def parse(self, argv):
+    def check(self, cfg, given):
         from ..eval.harness import resolve_tasks
-        from ..models.sources import resolve
 
-        cfg = load_config(argv, description=__doc__.splitlines()[0])
-        if cfg.compare and cfg.cells_only:
-            raise ValueError("--cells_only runs cells without the tables and --compare writes the tables without "
-                             "running cells: pass one of them.")
-        self.source = resolve(cfg.model)  # a missing or unpatchable GGUF fails here, in one sentence
         # lm-eval names (task sets such as table1 expand); position_ppl_* is ours and stays as it is
         cfg.tasks = [name for t in cfg.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
         cfg.seeds = runner.unique_seeds(cfg.seeds, "sweep seeds")
+
+    def prepare(self, cfg):
+        from ..models.sources import resolve
+
+        self.source = resolve(cfg.model)  # a missing or unpatchable GGUF fails here, in one sentence
         self._weights, self.lm = (), None
-        return cfg, None
 
     def weights(self) -> str | None:
         """The model's fingerprint (its bytes hashed: seconds to minutes for a large model), taken the first time a
@@ -73,23 +71,6 @@ class Sweep(Experiment):
 
     def jobs(self, cfg):
         return 1  # one model, loaded once
-
-    def lock(self, cfg, out, todo):
-        if cfg.cells_only:  # an array's task: beside the array's other tasks, on cells of its own
-            return runner.cells_lock(out, [c.key for c in todo], "sweep")
-        return runner.folder_lock(out, "sweep")
-
-    def header(self, cfg, preset, out, todo):
-        return f"sweep{' --compare' if cfg.compare else ''}: results in {out}/"
-
-    def runs_cells(self, cfg):
-        return not cfg.compare
-
-    def reports(self, cfg):
-        if cfg.cells_only:
-            print(f"sweep --cells_only: {len(cells(cfg))} cells in {Path(cfg.out) / 'cells'}; the tables come from "
-                  "the report job (or `sweep --compare` with the whole config)", flush=True)
-        return not cfg.cells_only
 
     def reuse(self, saved, spec):
         """A record stands for its cell when its spec is equal; one of the same patch made by another model,

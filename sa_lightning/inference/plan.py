@@ -5,8 +5,6 @@ into tables and plots.
 """
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import asdict, dataclass, field, replace
 
 from ..attention import get_variant, variant_names
@@ -103,7 +101,6 @@ class SweepConfig:
             tokens) or ``deterministic`` (one sigma per seed, layer and length).
         limit: documents per task (an int, or a fraction < 1); null: every document.
         task_limits: per-task overrides of ``limit``, ``{task: limit}``.
-        presets: named sets of overrides, picked by ``--preset NAME``.
         num_fewshot: few-shot examples per prompt; null: each task's own.
         confirm_run_unsafe_code: required for tasks that run model-written code (HumanEval).
         trust_remote_code: let the model's repo run its own code (off unless you opt in).
@@ -111,10 +108,6 @@ class SweepConfig:
             of equal_w (B at A's w_eff), double_w (B at twice A's w_eff) or equal_keys (B's setting with the
             nearest measured keys per query on the same task), optionally ``sink: K``; a mode without a window
             (full) pairs with every setting of the other. Null: none.
-        compare: run no cell; write the tables and ``compare.md`` from the cells already in ``out``
-            (``cli.py sweep --config X --compare``).
-        cells_only: run and write this run's cells and no tables (a SLURM array's task: ``submit sweep`` adds it,
-            and its report job writes the tables); tasks on other cells of one folder run side by side.
         out: the sweep's folder: its cells, tables and plots.
     """
 
@@ -137,13 +130,10 @@ class SweepConfig:
     sa_mode: str = "stochastic"
     limit: float | None = None
     task_limits: dict[str, float] | None = None
-    presets: dict[str, dict] | None = None
     num_fewshot: int | None = None
     confirm_run_unsafe_code: bool = False
     trust_remote_code: bool = False
     comparisons: list[dict] | None = None
-    compare: bool = False
-    cells_only: bool = False
     out: str = "outputs/sweep"
 
     def __post_init__(self):
@@ -279,51 +269,3 @@ def check_before_loading(cfg: SweepConfig, source, tasks: list[str]) -> None:
     if too_wide:
         raise ValueError(f"MoBA's block_size * top_k = {too_wide} does not fit the model's "
                          f"max_position_embeddings={limit}; drop those moba_block_sizes.")
-
-
-def load_config(argv: list[str] | None = None, description: str | None = None) -> SweepConfig:
-    """The sweep config from ``--config FILE`` and flag overrides (as ``cli.py sweep`` and ``cli.py submit`` read
-    it); ``description`` heads ``--help``."""
-    import argparse
-
-    from jsonargparse import ActionConfigFile, ArgumentParser
-
-    from ..utils.help_format import PlainHelpFormatter
-    from ..utils.yamlfile import check_yaml_arguments, config_value_error
-
-    # exit_on_error False: a bad value is one sentence naming the key and where it was set, not the usage text
-    parser = ArgumentParser(prog="cli.py sweep", description=description, formatter_class=PlainHelpFormatter,
-                            exit_on_error=False)
-    parser.add_argument("--config", action=ActionConfigFile,
-                        help="a sweep config (YAML: configs/sweep/*.yaml) whose keys are the options below; without one, "
-                             "the flags and the defaults below")
-    parser.add_argument("--preset", type=str | None, default=None,
-                        help="apply the config's presets[NAME] (flags given on the command line still win)")
-    parser.add_class_arguments(SweepConfig, nested_key=None, fail_untyped=False)
-    argv = list(sys.argv[2:] if argv is None else argv)
-    # ``--compare`` (``--cells_only``) alone means ``--compare true``
-    argv = [part for i, arg in enumerate(argv) for part in
-            ([arg, "true"] if arg in ("--compare", "--cells_only") and (i + 1 == len(argv) or argv[i + 1].startswith("--"))
-             else [arg])]
-    check_yaml_arguments(argv)  # a YAML syntax error: the file, line and column (jsonargparse's names no file)
-
-    def parse(line: list[str], where: str | None = None) -> dict:
-        try:
-            return vars(parser.parse_args(line))
-        except argparse.ArgumentError as err:
-            raise ValueError(config_value_error(str(err), argv, "cli.py sweep", where)) from None
-
-    args = parse(argv)
-    if args.get("preset"):
-        from ..utils.runner import preset_values
-
-        values = preset_values(args.get("presets"), args["preset"], "this config", SweepConfig.__dataclass_fields__)
-        # the preset goes in as flags right after the config file: over the file, under the user's own flags
-        flags = [part for key, value in values.items()
-                 for part in (f"--{key}", value if isinstance(value, str) else json.dumps(value))]
-        cut = max((i + (1 if a.startswith("--config=") else 2) for i, a in enumerate(argv)
-                   if a == "--config" or a.startswith("--config=")), default=0)
-        # the config and the command line parsed above: a value refused now is the preset's
-        args = parse(argv[:cut] + flags + argv[cut:], f"--preset {args['preset']}")
-    values = {k: v for k, v in args.items() if k in SweepConfig.__dataclass_fields__}
-    return SweepConfig(**values)

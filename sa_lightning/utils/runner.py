@@ -180,10 +180,12 @@ def preset_values(presets: dict | None, preset: str, where: str, known=None) -> 
     return values
 
 
-def typed_settings(cls, settings: dict, where: str) -> dict:
+def typed_settings(cls, settings: dict, where: str, layers: list[tuple[str, dict]] = ()) -> dict:
     """``settings`` (a config file's fields, its preset's and the command line's, merged) checked against the
     dataclass ``cls`` the way jsonargparse reads every other config of the CLI: each field's type, and no field
-    that ``cls`` does not have. A wrong one is refused in one sentence naming ``where`` and the key."""
+    that ``cls`` does not have. A wrong one is refused in one sentence naming ``where`` and the key; with ``layers``
+    (``[(where, values), ...]``, the file, the preset, the flags), naming the layer that set it, even where a later
+    one overrides it."""
     import copy
     import dataclasses
 
@@ -193,17 +195,35 @@ def typed_settings(cls, settings: dict, where: str) -> dict:
     parser.add_class_arguments(cls, nested_key=None, fail_untyped=False)
     # the class's own fields first, then those every config of its kind shares (keyword-only)
     known = [f.name for f in sorted(dataclasses.fields(cls), key=lambda f: f.kw_only)]
-    unknown = sorted(set(settings) - set(known))
-    if unknown:
-        raise ValueError(f"{where} sets unknown field(s) {', '.join(map(repr, unknown))}; its fields are "
-                         f"{', '.join(known)}.")
-    try:
-        parsed = parser.parse_object(copy.deepcopy({k: v for k, v in settings.items() if v is not None}))
-    except Exception as err:  # jsonargparse's ArgumentError: 'Parser key "seeds": Expected a <class 'int'>...'
-        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-        key = next((line.split('"')[1] for line in lines if line.startswith("Parser key")), None)
-        said = next((line for line in lines if line.startswith("Expected")), lines[-1] if lines else str(err))
-        raise ValueError(f"{where}: {key or 'a field'} has the wrong type ({said}).") from None
+    required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING and settings.get(f.name) is not None]
+
+    def parse(values: dict, said: str):
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"{said} sets unknown field(s) {', '.join(map(repr, unknown))}; its fields are "
+                             f"{', '.join(known)}.")
+        try:
+            return parser.parse_object(copy.deepcopy({k: v for k, v in values.items() if v is not None}))
+        except Exception as err:  # jsonargparse's ArgumentError: 'Parser key "seeds": Expected a <class 'int'>...'
+            text = str(err)
+            key = next((line.split('"')[1] for line in text.splitlines() if line.strip().startswith("Parser key")),
+                       None)
+            if key is None:
+                raise ValueError(f"{said}: {text.splitlines()[0] if text else type(err).__name__}.") from None
+            import re
+
+            expected = re.search(r"Expected a <class '(\w+)'>", text)
+            kind = expected.group(1) if expected else \
+                str(next(f.type for f in dataclasses.fields(cls) if f.name == key)).replace(" | None", "")
+            got = re.search(r"(?:Got|Given) value: (.*)", text)
+            raise ValueError(f"{key}: expected {kind}, got {got.group(1).strip() if got else values.get(key)} "
+                             f"(set in {said}).") from None
+
+    for layer, values in layers:  # each layer alone (the required fields from the whole), so a refusal names it
+        if values:
+            parse({**{k: settings[k] for k in required}, **values}, layer)
+    parsed = parse(settings, where)
     kept = {k: v for k, v in vars(parsed).items() if k in known}
     # a field that holds anything (``fit_overrides``: fit arguments) keeps its values as written: jsonargparse reads
     # a value naming a class_path (a callbacks list) into a Namespace, which prints as no fit argument (it parses a
