@@ -10,7 +10,7 @@ import torch
 
 from sa_lightning.analysis.mechanism import reach_by_distance
 from sa_lightning.attention.masks import sa_band_others
-from sa_lightning.attention.radix import radix_bases, radix_layers, radix_offsets
+from sa_lightning.attention.radix import radix_bases, radix_layers, radix_mask, radix_offsets
 
 
 def fewest_digits(n: int, window: int) -> int | None:
@@ -49,7 +49,7 @@ def test_its_mask_reaches_every_distance_in_its_layers_and_not_in_one_fewer(n, w
 def test_a_padded_row_reads_its_own_lengths_offsets():
     from sa_lightning.attention import masks
 
-    mod = masks.radix(16, 256, torch.tensor([256, 100]))
+    mod = radix_mask(16, 256, torch.tensor([256, 100]))
     dense = masks.dense(mod, 256, batch=2)[:, 0]
     i = 99
     assert set((i - dense[1, i, :i + 1].nonzero().view(-1)).tolist()) == {0, *radix_offsets(100, 16)}
@@ -121,7 +121,7 @@ def test_the_bitset_reach_is_the_masks_own_by_boolean_matrix_powers(n, window, d
 def test_a_padded_row_reads_its_own_lengths_offsets_at_the_depth():
     from sa_lightning.attention import masks
 
-    dense = masks.dense(masks.radix(16, 256, torch.tensor([256, 100]), depth=2), 256, batch=2)[:, 0]
+    dense = masks.dense(radix_mask(16, 256, torch.tensor([256, 100]), depth=2), 256, batch=2)[:, 0]
     i = 99
     assert set((i - dense[1, i, :i + 1].nonzero().view(-1)).tolist()) == {0, *radix_offsets(100, 16, 2)}
     assert radix_offsets(100, 16, 2) != radix_offsets(100, 16)  # the depth changed this row's pattern

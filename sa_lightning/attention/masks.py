@@ -126,40 +126,6 @@ def strided(window: int, n: int, lengths: torch.Tensor | None = None) -> MaskMod
     return mask
 
 
-def strided_local(window: int, n: int, lengths: torch.Tensor | None = None, depth: int | None = None) -> MaskMod:
-    """The strided control with its local band: j <= i and (i - j <= h or (i - j) mod s = 0), (h, s) from
-    ``strided_local.local_stride`` for each row's valid length (n without ``lengths``) at the model's ``depth``."""
-    from .strided_local import local_stride, local_strides
-
-    if lengths is None:
-        h, s, _ = local_stride(n, window, depth)
-    else:
-        h, s = local_strides(lengths, window, depth)
-
-    def mask(b, h_, q_idx, kv_idx):
-        band, step = (h, s) if lengths is None else (h[b], s[b])
-        gap = q_idx - kv_idx
-        return (gap >= 0) & ((gap <= band) | (gap % step == 0))
-
-    return mask
-
-
-def radix(window: int, n: int, lengths: torch.Tensor | None = None, depth: int | None = None) -> MaskMod:
-    """The radix control: j <= i and i - j is 0 or one of the row's digit offsets (``radix.radix_offsets`` for
-    each row's valid length, n without ``lengths``, at the model's ``depth``)."""
-    from .radix import gap_table
-
-    table = gap_table(n, window, lengths, depth=depth)
-
-    def mask(b, h, q_idx, kv_idx):
-        gap = q_idx - kv_idx
-        rows = table.to(gap.device)
-        row = b if rows.shape[0] > 1 else torch.zeros_like(b)
-        return (gap >= 0) & rows[row, gap.clamp(min=0)]
-
-    return mask
-
-
 #: the random keys' counter-based hash: 32-bit values held in int64, every product below 2**63 (multipliers
 #: below 2**31), so CPU tensors, Triton's integers, numpy's uint64 and Python's ints compute the same bits
 HASH_MASK = 0xFFFFFFFF

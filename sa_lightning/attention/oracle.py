@@ -106,7 +106,7 @@ def strided_swa_union_mask(n: int, window: int, batch: int, lengths: torch.Tenso
 def strided_local_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = None, device=None,
                        depth: int | None = None) -> torch.Tensor:
     """(B, 1, n, n): query i reads j <= i with i - j <= h or (i - j) mod s == 0, (h, s) the row's own
-    (``strided_local.local_stride`` at ``depth``); written out row by row, independently of ``masks.strided_local``."""
+    (``strided_local.local_stride`` at ``depth``); written out row by row, independently of ``strided_local.strided_local_mask``."""
     from .strided_local import local_stride
 
     rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]
@@ -123,7 +123,7 @@ def radix_mask(n: int, window: int, batch: int, lengths: torch.Tensor | None = N
                depth: int | None = None) -> torch.Tensor:
     """(B, 1, n, n): query i reads j = i and j = i - o for each of the row's digit offsets o
     (``radix.radix_offsets`` of its own length at ``depth``); written out row by row, independently of
-    ``masks.radix``."""
+    ``radix.radix_mask``."""
     from .radix import radix_offsets
 
     rows = [n] * batch if lengths is None else [int(x) for x in lengths.tolist()]

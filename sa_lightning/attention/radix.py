@@ -194,3 +194,17 @@ def radix_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: i
     probs = torch.exp(scores - lse.unsqueeze(-1)).to(v.dtype)
     out = torch.einsum("bhgnu,bhnud->bhgnd", probs, values).reshape(B, Hq, n, d)
     return (out, lse.reshape(B, Hq, n)) if return_lse else out
+
+
+def radix_mask(window: int, n: int, lengths: torch.Tensor | None = None, depth: int | None = None):
+    """The radix control: j <= i and i - j is 0 or one of the row's digit offsets (``radix_offsets`` for
+    each row's valid length, n without ``lengths``, at the model's ``depth``)."""
+    table = gap_table(n, window, lengths, depth=depth)
+
+    def mask(b, h, q_idx, kv_idx):
+        gap = q_idx - kv_idx
+        rows = table.to(gap.device)
+        row = b if rows.shape[0] > 1 else torch.zeros_like(b)
+        return (gap >= 0) & rows[row, gap.clamp(min=0)]
+
+    return mask

@@ -154,3 +154,19 @@ def local_strided_attention(q, k, v, window: int, *, scale: float, lengths: torc
     own (h, s) (at the model's ``depth``), rows of one length run together; outputs at padding tokens are 0."""
     return by_length(q, k, v, lengths, validate,
                      lambda q_, k_, v_: _one_length(q_, k_, v_, window, scale, extra_band, depth))
+
+
+def strided_local_mask(window: int, n: int, lengths: torch.Tensor | None = None, depth: int | None = None):
+    """The strided control with its local band: j <= i and (i - j <= h or (i - j) mod s = 0), (h, s) from
+    ``local_stride`` for each row's valid length (n without ``lengths``) at the model's ``depth``."""
+    if lengths is None:
+        h, s, _ = local_stride(n, window, depth)
+    else:
+        h, s = local_strides(lengths, window, depth)
+
+    def mask(b, h_, q_idx, kv_idx):
+        band, step = (h, s) if lengths is None else (h[b], s[b])
+        gap = q_idx - kv_idx
+        return (gap >= 0) & ((gap <= band) | (gap % step == 0))
+
+    return mask

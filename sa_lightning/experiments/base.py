@@ -359,6 +359,9 @@ def main(experiment: Experiment, argv: list[str] | None = None):
         if how.compare and not records:
             raise ValueError(f"--compare reports the cells already done, and {out / 'cells'} holds none of this "
                              "config's; run it first (without --compare), or pass its --out.")
+        if how.compare and len(records) < len(todo):
+            print(f"an interim look: {len(records)} of {len(todo)} cells done; a pre-registered run's verdicts count "
+                  "only once every cell has trained", flush=True)
         if how.cells_only:
             print(f"{experiment.name} --cells_only: {len(todo)} cells in {out / 'cells'}; the report comes from the "
                   f"report job (or `--compare` with the whole config)", flush=True)

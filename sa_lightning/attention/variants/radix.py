@@ -6,14 +6,14 @@ better than a deterministic one that covers at least as fast: where this pattern
 model runs, what is left between them is the routing, not the reach."""
 from __future__ import annotations
 
-from .. import masks, oracle
-from ..radix import radix_attention, radix_offsets
+from .. import oracle
+from ..radix import radix_attention, radix_mask, radix_offsets
 from ..registry import Variant
 from ._common import dense_output, dense_with_lse
 
 
 def mask(spec, n, perm=None, lengths=None):
-    return masks.radix(spec.window, n, lengths, spec.depth)
+    return radix_mask(spec.window, n, lengths, spec.depth)
 
 
 def kernel_with_lse(call):

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import torch
 
-from .. import masks, oracle
+from .. import oracle
 from ..registry import Variant
-from ..strided_local import local_stride, local_strided_attention
+from ..strided_local import local_stride, local_strided_attention, strided_local_mask
 from ._common import dense_with_lse
 
 
 def mask(spec, n, perm=None, lengths=None):
-    return masks.strided_local(spec.window, n, lengths, spec.depth)
+    return strided_local_mask(spec.window, n, lengths, spec.depth)
 
 
 def kernel_with_lse(call):

@@ -7,12 +7,12 @@ import torch
 from .. import masks, oracle
 from ..registry import Variant
 from ..sinks import causal_keys
-from ..strided_local import local_stride, local_strided_attention
+from ..strided_local import local_stride, local_strided_attention, strided_local_mask
 from ._common import dense_with_lse
 
 
 def mask(spec, n, perm=None, lengths=None):
-    return masks.union(masks.strided_local(spec.window, n, lengths, spec.depth), masks.sliding_window(spec.window))
+    return masks.union(strided_local_mask(spec.window, n, lengths, spec.depth), masks.sliding_window(spec.window))
 
 
 def kernel_with_lse(call):
