@@ -18,6 +18,7 @@ path as is.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import pkgutil
 from collections.abc import MutableMapping
@@ -142,6 +143,11 @@ SlotOrderer = Callable[..., "object"]
 OracleMask = Callable[..., torch.Tensor]
 
 
+def _output_of(kernel_with_lse: LseKernel, call: Call) -> tuple[torch.Tensor]:
+    """A single-path variant's kernel from its kernel with log-sum-exp: the output alone."""
+    return (kernel_with_lse(call)[0],)
+
+
 @dataclass(frozen=True)
 class Variant:
     """One attention variant, whole."""
@@ -153,9 +159,10 @@ class Variant:
     marker: str
     #: one output per path; a variant with several is gated by its trained model (``gated``)
     paths: tuple[str, ...]
-    kernel: Kernel = field(repr=False)
-    keys_attended_row: KeyCount = field(repr=False)
-    keys_computed_at: KeyCost = field(repr=False)
+    #: None: its single path's output from ``kernel_with_lse`` (the log-sum-exp dropped)
+    kernel: Kernel | None = field(default=None, repr=False)
+    keys_attended_row: KeyCount = field(default=None, repr=False)
+    keys_computed_at: KeyCost = field(default=None, repr=False)
     #: the backends its kernel honours besides ``auto``
     backends: tuple[str, ...] = ("banded", "dense")
     #: its single path with log-sum-exp, on checked arguments (None: it takes no sinks)
@@ -232,6 +239,14 @@ class Variant:
 
     def __post_init__(self):
         object.__setattr__(self, "title", self.title or self.label)
+        if self.keys_attended_row is None or self.keys_computed_at is None:
+            raise TypeError(f"variant {self.name!r} needs keys_attended_row and keys_computed_at.")
+        if self.kernel is None:
+            if self.kernel_with_lse is None:
+                raise TypeError(f"variant {self.name!r} needs a kernel or a kernel_with_lse.")
+            # named as its kernel_with_lse, so that a traceback names the variant's own function
+            object.__setattr__(self, "kernel", functools.update_wrapper(
+                functools.partial(_output_of, self.kernel_with_lse), self.kernel_with_lse))
 
     @property
     def draws(self) -> bool:

@@ -23,10 +23,6 @@ def far_with_lse(call):
 kernel_with_lse = union_with_swa(mask, far_with_lse, dense=lambda call: call.backend == "dense")
 
 
-def kernel(call):
-    return (kernel_with_lse(call)[0],)
-
-
 def keys_attended_row(spec, length, row):
     """SWA's window, plus each bucket's earlier keys at distance >= w. O(length * b), on ``row``'s device."""
     window, b = spec.window, bucket_size(spec.window)
@@ -38,7 +34,7 @@ def keys_attended_row(spec, length, row):
 
 VARIANT = SA_BUCKET_SWA_UNION = Variant(
     name="sa_bucket_swa_union", label="SA-bucket+SWA", color="#D4AC0D", marker=">", paths=("sa_bucket_swa_union",),
-    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
+    kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: (oracle.sa_bucket_mask(perm, spec.window, q.shape[0], lengths)
                                                    | oracle.swa_mask(q.shape[2], spec.window, q.device)),
     keys_attended_row=keys_attended_row,

@@ -23,10 +23,6 @@ def kernel_with_lse(call):
                              validate=False)  # checked by the call
 
 
-def kernel(call):
-    return (kernel_with_lse(call)[0],)
-
-
 def keys_attended_row(spec, length, row=None):
     """Query i reads floor(i / s) + 1 keys."""
     s = stride(length, spec.window)
@@ -35,7 +31,7 @@ def keys_attended_row(spec, length, row=None):
 
 VARIANT = STRIDED = Variant(
     name="strided", label="Strided", color="#8E44AD", marker="p", paths=("strided",),
-    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
+    kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.strided_mask(q.shape[2], spec.window, q.shape[0], lengths,
                                                                      q.device),
     keys_attended_row=keys_attended_row,

@@ -25,10 +25,6 @@ def kernel_with_lse(call):
                                    validate=False, depth=call.spec.depth)  # checked by the call
 
 
-def kernel(call):
-    return (kernel_with_lse(call)[0],)
-
-
 def keys_attended_row(spec, length, row=None):
     """Query i reads min(i, h) + 1 band keys and floor(i / s) strided ones (s > h: no key counted twice)."""
     h, s, _ = local_stride(length, spec.window, spec.depth)
@@ -43,7 +39,7 @@ def keys_computed_at(spec, n):
 
 VARIANT = STRIDED_LOCAL = Variant(
     name="strided_local", label="Strided+local", color="#6C3483", marker="d", paths=("strided_local",),
-    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
+    kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.strided_local_mask(q.shape[2], spec.window, q.shape[0],
                                                                            lengths, q.device, spec.depth),
     keys_attended_row=keys_attended_row, keys_computed_at=keys_computed_at,

@@ -22,10 +22,6 @@ def kernel_with_lse(call):
                                    validate=False, extra_band=call.window, depth=call.spec.depth)  # checked by the call
 
 
-def kernel(call):
-    return (kernel_with_lse(call)[0],)
-
-
 def keys_attended_row(spec, length, row=None):
     """SWA's window (which holds the local band), plus the strided keys at distance >= w."""
     h, s, _ = local_stride(length, spec.window, spec.depth)
@@ -37,7 +33,7 @@ def keys_attended_row(spec, length, row=None):
 
 VARIANT = STRIDED_LOCAL_SWA_UNION = Variant(
     name="strided_local_swa_union", label="Strided+local+SWA", color="#4A235A", marker="8",
-    paths=("strided_local_swa_union",), kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"),
+    paths=("strided_local_swa_union",), kernel_with_lse=kernel_with_lse, backends=("banded", "dense"),
     mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.strided_local_swa_union_mask(q.shape[2], spec.window,
                                                                                      q.shape[0], lengths, q.device,

@@ -25,10 +25,6 @@ def far_with_lse(call):
 kernel_with_lse = union_with_swa(mask, far_with_lse)
 
 
-def kernel(call):
-    return (kernel_with_lse(call)[0],)
-
-
 def keys_attended_row(spec, length, row=None):
     """SWA's window, plus the strided keys at distance >= w: multiples of s in [w, i] for query i."""
     s, w = stride(length, spec.window), spec.window
@@ -39,7 +35,7 @@ def keys_attended_row(spec, length, row=None):
 
 VARIANT = STRIDED_SWA_UNION = Variant(
     name="strided_swa_union", label="Strided+SWA", color="#5B2C6F", marker="h", paths=("strided_swa_union",),
-    kernel=kernel, kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
+    kernel_with_lse=kernel_with_lse, backends=("banded", "dense"), mask=mask,
     oracle_mask=lambda spec, q, k, perm, lengths: oracle.strided_swa_union_mask(q.shape[2], spec.window, q.shape[0],
                                                                                lengths, q.device),
     keys_attended_row=keys_attended_row,
