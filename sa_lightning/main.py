@@ -18,6 +18,7 @@
     python cli.py analyze coverage|connection|variance|connectome|spectrum|small-world|all   checks of the paper's theory
     python cli.py analyze gates --ckpt A.ckpt                 SA+SWA gate means per layer and by read distance (App. A.5)
     python cli.py analyze attention-maps --ckpt A.ckpt ...   Figure 3: attention heat maps per variant
+    python cli.py analyze map RUN [RUN ...]                  SA against each control per (n, L), reach beside
     python cli.py bench profile [--preset cpu|paper]         where each variant's time goes; the bytes its reorders move
     python cli.py bench seeds [--preset cpu|gpu] [--ks ...]  training seeds per hour: each alone, and K as one ensemble
     python cli.py bench cell [--variants ...] [--seq_lens ...] where a study cell's time goes, against its FLOP floor

@@ -9,6 +9,7 @@
     small-world   its clustering and path length against a random graph's
     all           every check above
     attention-maps, gates   read a checkpoint (--ckpt) and take their own flags: `analyze gates --help`
+    map           the map of where routing could matter, from finished long-range runs: `analyze map --help`
 
     python cli.py analyze coverage --out outputs/analysis
     python cli.py analyze reach --n 128 --window 16 --variants swa sa random strided strided_local
@@ -335,8 +336,8 @@ def run_small_world(args) -> Path:
 DEFAULT_TRIALS = {"coverage": 8, "connection": 200, "variance": 256, "reach": 16}
 RUNNERS = {"coverage": run_coverage, "reach": run_reach, "connection": run_connection, "variance": run_variance,
            "connectome": run_connectome, "spectrum": run_spectrum, "small-world": run_small_world}
-#: commands that read a checkpoint and take their own flags
-CHECKPOINT_COMMANDS = ("attention-maps", "gates")
+#: commands that take their own flags (a checkpoint's, the map's runs)
+CHECKPOINT_COMMANDS = ("attention-maps", "gates", "map")
 GRAPH_COMMANDS = ("connectome", "spectrum", "small-world")
 
 
@@ -382,8 +383,8 @@ def check_size(args) -> None:
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="cli.py analyze", **doc_help(__doc__))
     parser.add_argument("what", choices=[*RUNNERS, "all", *CHECKPOINT_COMMANDS],
-                        help="which check to run (attention-maps and gates read a checkpoint and take their own "
-                             "flags: --ckpt, ...)")
+                        help="which check to run (attention-maps and gates read a checkpoint, map reads finished "
+                             "long-range runs; each takes its own flags: `analyze map --help`)")
     parser.add_argument("--n", type=int, default=2048, help="sequence length (Figure 2 uses 2048)")
     parser.add_argument("--window", type=int, default=32,
                         help="window for coverage, connectome, spectrum and small-world (Figure 2 uses 32)")
@@ -414,6 +415,12 @@ def main(argv: list[str] | None = None) -> None:
 
         with Heartbeat("analyze attention-maps", PROGRESS_EVERY):
             maps_main(argv[1:])
+        return
+    if argv and argv[0] == "map":
+        from .routing_map import main as map_main
+
+        with Heartbeat("analyze map", PROGRESS_EVERY):
+            map_main(argv[1:])
         return
     if argv and argv[0] == "gates":
         from .gates import main as gates_main

@@ -220,9 +220,9 @@ class Experiment:
                             help="the config (YAML): the settings the flags below override, and its presets; each "
                                  "flag's default below is this config's" +
                                  ("" if self.config_file else " (default: none, the flags and their defaults)"))
+        named = ", ".join(preset_names(default_config(self.config_file))) or "none found"
         parser.add_argument("--preset", help=f"a preset of the config ({self.presets_note}); the default config's: "
-                                             f"{', '.join(preset_names(default_config(self.config_file))) or 'none found'}; its "
-                                             "header says each")
+                                             f"{named}; its header says each")
         if "jobs" in {f.name for f in dataclasses.fields(self.config)}:
             parser.add_argument("--jobs", type=jobs_arg,
                                 help="cells run at once, each in its own process with cores/jobs threads (default: "
