@@ -646,3 +646,22 @@ def test_the_lm_eval_model_builds_without_hflms_warnings_for_a_built_model(token
     said = [r.getMessage() for r in caplog.records]
     assert "another line" in said
     assert not [m for m in said if "not of type `str`" in m or "already-initialized" in m], said
+
+
+def test_evaluate_runs_without_its_config_where_none_is_at_hand(monkeypatch, tmp_path):
+    """A wheel ships no configs/: evaluate then reads the flags over its dataclass's defaults (the same values as
+    configs/evaluate.yaml's top level), while a --config that is missing is still refused."""
+    from sa_lightning.experiments import base
+    from sa_lightning.experiments.evaluate import EXPERIMENT
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(base, "default_config", lambda name: name)  # not in the working folder, no checkout
+    cfg, preset, how = EXPERIMENT.parse(["--ckpt", "x.ckpt", "--limit", "4"])
+    assert (cfg.ckpt, cfg.limit, cfg.batch_size, cfg.out, preset, how.compare) == (["x.ckpt"], 4, 32, "outputs/eval",
+                                                                                   None, False)
+    with pytest.raises(SystemExit, match="evaluate config gone.yaml not found"):
+        EXPERIMENT.parse(["--ckpt", "x.ckpt", "--config", "gone.yaml"])
+    shipped = base.load_yaml(str(base.Path(__file__).resolve().parents[1] / "configs/evaluate.yaml"))
+    defaults = {k: v for k, v in vars(cfg).items() if k in shipped}
+    assert {k: v for k, v in shipped.items() if k not in ("presets", "tasks", "limit")} == \
+        {k: v for k, v in defaults.items() if k not in ("tasks", "limit")}

@@ -178,7 +178,10 @@ class Experiment:
     def parse(self, argv: list[str] | None):
         """The typed config, the preset's name and how the run goes (``Run``), from the command line."""
         args = self.parser().parse_args(argv)
-        if args.config and not Path(args.config).is_file():
+        if args.config is None:  # its own config, or none where it is not at hand (a wheel ships no configs/)
+            found = default_config(self.config_file)
+            args.config = found if found and Path(found).is_file() else ""
+        elif not Path(args.config).is_file():
             raise SystemExit(f"error: {self.name} config {args.config} not found.")
         if args.compare and args.cells_only:
             raise ValueError("--cells_only runs cells without the report and --compare writes the report without "
@@ -216,10 +219,10 @@ class Experiment:
     def parser(self) -> argparse.ArgumentParser:
         """The one parser: the config (YAML), a preset, the flags of the config's fields, and ``Run``'s."""
         parser = OneLineParser(prog=f"cli.py {self.name}", **doc_help(self.description()))
-        parser.add_argument("--config", default=default_config(self.config_file),
-                            help="the config (YAML): the settings the flags below override, and its presets; each "
-                                 "flag's default below is this config's" +
-                                 ("" if self.config_file else " (default: none, the flags and their defaults)"))
+        parser.add_argument("--config", help="the config (YAML): the settings the flags below override, and its "
+                                             "presets; each flag's default below is this config's (default: " +
+                                             (f"{self.config_file}, else none" if self.config_file else "none") +
+                                             ": the flags and their defaults)")
         named = ", ".join(preset_names(default_config(self.config_file))) or "none found"
         parser.add_argument("--preset", help=f"a preset of the config ({self.presets_note}); the default config's: "
                                              f"{named}; its header says each")
