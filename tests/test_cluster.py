@@ -420,7 +420,7 @@ def test_a_submitted_sweep_runs_as_slurm_runs_it_and_reports_what_one_process_do
     assert "2 cells, 2 already done, 0 to run" in logs[None], logs[None]
     assert all(Path(t["log"]).resolve().parent == (out / "slurm").resolve() for t in array["tasks"] + report["tasks"])
     single = tmp_path / "single"
-    monkeypatch.setattr(sweep_report, "plots", lambda *args: [])  # the figures have tests of their own
+    monkeypatch.setattr(sweep_report, "figures", lambda *args: {})  # the figures have tests of their own
     sweep(["--config", str(config), "--out", str(single), *modes])
     for name in ("results.json", "compare.json"):
         got, want = (json.loads((folder / name).read_text()) for folder in (out, single))

@@ -292,7 +292,7 @@ def test_evaluate_compares_checkpoints_in_one_table(checkpoint, tmp_path):
     assert "| a |" in table and "| b |" in table and "Shk. ppl" in table and "Standard deviation" in table
     # the table says how many documents of each task it scored, not only the limit it was given
     assert "documents scored: " + ", ".join(f"{t} 4" for t in offline.TASK_NAMES) + " (the first 4 of each)" in table
-    assert json.loads((tmp_path / "results.json").read_text())["tasks"] == list(offline.TASK_NAMES)
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["tasks"] == list(offline.TASK_NAMES)
     compared = check_result_contract(tmp_path, "evaluate")["comparisons"]
     assert compared and {(r["a"], r["b"]) for r in compared} == {("b", "a")} and all(r["outcome"] for r in compared)
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))

@@ -107,7 +107,7 @@ def test_reach_measures_each_mask_beyond_swas_field(tmp_path, monkeypatch):
     reach nearly all of them, the stride alone only its multiples."""
     monkeypatch.chdir(ROOT)
     records = reach.main(["--preset", "quick", "--variants", "full", "swa", "sa", "strided", "--depths", "4",
-                          "--seeds", "0", "1", "--out", str(tmp_path)])
+                          "--seeds", "0", "1", "--out", str(tmp_path)])["records"]
     mean = {r["variant"]: sum(r["reach"]) / len(r["reach"]) for r in records if r["seed"] == 0}
     assert mean["full"] == 1.0 and mean["swa"] == 0.0
     assert mean["sa"] > 0.9 > 0.2 > mean["strided"] > 0.0

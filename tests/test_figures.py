@@ -126,7 +126,7 @@ def test_sweep_position_figure_shows_equal_modes_side_by_side(monkeypatch, tmp_p
     figures = {}
     monkeypatch.setattr(sweep_report, "_save", lambda fig, path: figures.setdefault(path.name, fig) and path)
     cfg = SweepConfig(model="m", tasks=["position_ppl_1k"], modes=["swa", "sa"], windows=[16, 32])
-    sweep_report.position_plot(cfg, _sweep_table(["swa", "sa"]), tmp_path)
+    sweep_report.position_plot(cfg, _sweep_table(["swa", "sa"]), tmp_path / "position.png")
     fig = figures["position.png"]
     try:
         for ax in (ax for ax in fig.axes if ax.axison):

@@ -150,7 +150,7 @@ def test_a_cell_trains_scores_its_items_and_resumes(tmp_path, capsys):
     """The shipped config changed only in size: one random-keys model, 2 steps, 3 documents per task."""
     args = ["--config", CONFIG, "--models", "random@32", "--seeds", "0", "--limit", "3",
             "--set", "trainer.max_steps=2", "--set", "data.val_blocks=4", "--out", str(tmp_path)]
-    (result,) = pretrain.main(args)
+    (result,) = pretrain.main(args)["records"]
     assert result["steps"] == 2 and len(result["scores"]["val_ppl"]) == 4
     # scored under each shipped σ seed, each with its own draws; an item's score is their mean
     by_seed = result["scores_by_eval_seed"]

@@ -32,7 +32,7 @@ def test_a_sweep_keeps_paired_items_puts_intervals_in_its_table_and_compares(tin
     from sa_lightning.inference import sweep_report
     from sa_lightning.experiments.sweep import main
 
-    monkeypatch.setattr(sweep_report, "plots", lambda *args: [])  # the figures have tests of their own
+    monkeypatch.setattr(sweep_report, "figures", lambda *args: {})  # the figures have tests of their own
     out = tmp_path / "sweep"
     args = ["--model", str(tiny_model), "--dtype", "float32", "--device_map", "cpu",
             "--tasks", "[shakespeare_lastword, position_ppl_256]", "--modes", "[full, swa, sa]", "--windows", "[8]",

@@ -89,7 +89,7 @@ def config_flags(config: type, skip: tuple[str, ...] = ()) -> tuple[Flag, ...]:
 class Report:
     """What an experiment's records make. ``comparisons`` are ``compare.json``'s rows (``COMPARE_FIELDS``);
     ``rows`` are ``results.csv``'s and ``results.json``'s; ``figures`` draw each PNG into the path given (a figure
-    that returns False had nothing to draw); ``views`` are further markdown files (``reach.md``)."""
+    that writes no file had nothing to draw); ``views`` are further files (``reach.md``)."""
 
     table: str
     compare: str
@@ -97,25 +97,22 @@ class Report:
     rows: list[dict]
     figures: dict[str, Callable[[Path], object]] = field(default_factory=dict)
     views: dict[str, str] = field(default_factory=dict)
-    #: more of ``compare.json`` than its rows (a sweep's ΔNLL by position)
+    #: ``compare.json``'s and ``results.json``'s further tables, beside their rows (a sweep's ΔNLL by position, an
+    #: evaluation's models)
     compare_extra: dict = field(default_factory=dict)
-    #: figures drawn together into the folder given, returning their names (a sweep's)
-    draw: Callable[[Path], list[str]] | None = None
+    results_extra: dict = field(default_factory=dict)
     #: what the command prints at the end instead of ``compare`` (a sweep's verdicts counted)
     summary: str | None = None
-    #: what ``main`` returns instead of the records
-    returned: Any = None
     #: ``results.csv``'s columns in their order (default: as the rows first name them)
     csv_fields: list[str] | None = None
-    #: ``results.json`` beside the experiment's name (default: its config and ``rows``)
-    results: dict | None = None
 
 
 class Experiment:
     """One experiment: subclass it, set the class attributes, write the methods; its module holds one instance,
-    ``EXPERIMENT``. What a run finds out once (a loaded model, its checkpoints) may sit on the instance from
-    ``parse`` or ``before`` to ``report``; ``run`` goes to worker processes where ``jobs`` is above 1 (the instance
-    pickled), so an experiment that keeps such state runs its cells in this process (``jobs`` 1)."""
+    ``EXPERIMENT``. ``main`` runs each command on a copy of it, so what a run finds out once (a loaded model, its
+    checkpoints) sits on that run's copy from ``check``/``prepare`` to ``report``, never on ``EXPERIMENT``; ``run``
+    goes to worker processes where ``jobs`` is above 1 (the copy pickled), so an experiment that keeps such state
+    runs its cells in this process (``jobs`` 1)."""
 
     #: the command, as a user types it after ``cli.py`` (``study long-range``)
     name: str = ""
@@ -341,9 +338,11 @@ def load_config(experiment: Experiment, path: str | Path, preset: str | None, ov
 # ---- the one entry -------------------------------------------------------------------------------------
 def main(experiment: Experiment, argv: list[str] | None = None):
     """Run ``experiment`` from its command line: every cell (reused where its spec is equal), then the report
-    (``Run``: ``--compare`` runs no cell, ``--cells_only`` writes no report). Returns the records, or what the
-    report returns (``Report.returned``)."""
+    (``Run``: ``--compare`` runs no cell, ``--cells_only`` writes no report). Returns what it wrote, the same keys for
+    every experiment: ``results.json``'s, ``table`` and ``compare`` (the markdown), ``comparisons`` and
+    ``compare.json``'s further tables, and the cells' ``records`` (``--cells_only``: the records alone)."""
     cfg, preset, how = experiment.parse(argv)
+    experiment = copy.copy(experiment)  # what this run finds out (a loaded model) stays on its own copy
     out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag, overwrite=how.overwrite)
     check_own_files(out, list(RESULT_FILES), how.overwrite, experiment.kind)  # before any cell: a user's table.md
     experiment.prepare(cfg)
@@ -368,14 +367,15 @@ def main(experiment: Experiment, argv: list[str] | None = None):
         if how.cells_only:
             print(f"{experiment.name} --cells_only: {len(todo)} cells in {out / 'cells'}; the report comes from the "
                   f"report job (or `--compare` with the whole config)", flush=True)
-            return records
+            return {"records": records}
         report = experiment.report(cfg, records, out)
         names = write_report(out, experiment, cfg, report, how.overwrite)
         experiment.after(cfg, out, todo)
     views = [text for name, text in report.views.items() if name.endswith(".md")]
     print("\n" + "\n".join(text for text in (report.table, *views, report.summary or report.compare) if text))
     print(f"wrote {out}/{', '.join(names)} ({time.perf_counter() - start:.0f} s)")
-    return report.returned if report.returned is not None else records
+    return {**results_json(experiment, cfg, report), "table": report.table, "compare": report.compare,
+            "comparisons": report.comparisons, **report.compare_extra, "records": records}
 
 
 def write_report(out: Path, experiment: Experiment, cfg, report: Report, overwrite: bool = False) -> list[str]:
@@ -389,18 +389,20 @@ def write_report(out: Path, experiment: Experiment, cfg, report: Report, overwri
             names.append(name)
         write_text(tmp / "compare.json", json.dumps(compare_json(experiment.name, report.comparisons,
                                                                  **report.compare_extra), indent=2, default=str))
-        results = report.results if report.results is not None else {"config": config_dict(cfg), "rows": report.rows}
-        write_text(tmp / "results.json", json.dumps({"experiment": experiment.name, **results}, indent=1,
-                                                    default=str))
+        write_text(tmp / "results.json", json.dumps(results_json(experiment, cfg, report), indent=1, default=str))
         write_csv(tmp / "results.csv", report.rows,
                   fields=report.csv_fields or list(dict.fromkeys(k for r in report.rows for k in r)))
         names += ["compare.json", "results.json", "results.csv"]
         for name, draw in report.figures.items():
-            if draw(tmp / name) is not False:
+            draw(tmp / name)
+            if (tmp / name).is_file():
                 names.append(name)
-        if report.draw is not None:
-            names += report.draw(tmp)
     return names
+
+
+def results_json(experiment: Experiment, cfg, report: Report) -> dict:
+    """``results.json``, one schema for every experiment: its name, its config, its rows, then its further tables."""
+    return {"experiment": experiment.name, "config": config_dict(cfg), "rows": report.rows, **report.results_extra}
 
 
 def config_dict(cfg) -> dict:

@@ -162,9 +162,12 @@ class Evaluate(Experiment):
         from ..eval.table import markdown_table
 
         labels, seeds = self.labels, self.seeds
-        by_cell = dict(zip(self.cells(cfg), records))  # in grid order (a reused cell may carry another label)
-        report = {"tasks": cfg.tasks, "limit": cfg.limit, "eval_samples": cfg.eval_samples, "sa_mode": cfg.sa_mode,
-                  "seeds": seeds, "models": {}}
+        grid = self.cells(cfg)
+        if len(records) != len(grid):  # --compare before every cell was scored
+            raise ValueError(f"an evaluation's table needs every (checkpoint, σ seed) cell, and {len(records)} of "
+                             f"{len(grid)} are done in {out / 'cells'}; run it without --compare to score the rest.")
+        by_cell = dict(zip(grid, records))  # in grid order (a reused cell may carry another label)
+        report = {"seeds": seeds, "models": {}}
         means, stds, items = {}, {}, {}
         for label in labels:
             _, info = self.models[label]
@@ -202,14 +205,14 @@ class Evaluate(Experiment):
                 markdown_table(spread, columns).replace("**", "").replace("<u>", "").replace("</u>", "")
         compared, rows = "No comparison: `--baseline LABEL` compares every other row with that one.\n", []
         if cfg.baseline is not None:
-            rows = report["comparisons"] = comparisons_of(items, columns, cfg.baseline)
+            rows = comparisons_of(items, columns, cfg.baseline)
             compared = (f"Each row minus {cfg.baseline}, paired on the same documents (a paired bootstrap that "
                         f"draws them once for both sides), with a verdict worded from the interval:\n\n"
                         f"{comparison_markdown(rows)}")
             text += "\n" + compared
         flat = [{"model": label, "column": column, **ci} for label, model in report["models"].items()
                 for column, ci in model["intervals"].items()]
-        return Report(table=text, compare=compared, comparisons=rows, rows=flat, results=report, returned=report,
+        return Report(table=text, compare=compared, comparisons=rows, rows=flat, results_extra=report,
                       summary=f"per-item records in {out / 'cells'}, TensorBoard logs in {out / 'tb'}")
 
     def after(self, cfg, out, todo):

@@ -50,7 +50,7 @@ class Sweep(Experiment):
     def prepare(self, cfg):
         from ..models.sources import resolve
 
-        self.source = resolve(cfg.model)  # a missing or unpatchable GGUF fails here, in one sentence
+        self.cfg, self.source = cfg, resolve(cfg.model)  # a missing or unpatchable GGUF fails here, in one sentence
         self._weights, self.lm = (), None
 
     def weights(self) -> str | None:
@@ -93,17 +93,14 @@ class Sweep(Experiment):
         from ..models.patcher import patch
 
         if self.lm is None:  # every refusal before the first cell file is written; then the model, once
-            check_before_loading(self.cfg_of_run, self.source, self.cfg_of_run.tasks)
-            self.lm, self.metadata = self._load(self.cfg_of_run)
+            check_before_loading(self.cfg, self.source, self.cfg.tasks)
+            self.lm, self.metadata = self._load(self.cfg)
         start = time.perf_counter()
         patch(self.lm.model, cell.spec)
-        metrics, budget, items = run_cell(self.lm, cell, self.cfg_of_run, self.metadata)
+        metrics, budget, items = run_cell(self.lm, cell, self.cfg, self.metadata)
         return {"mode": cell.mode, "w_eff": cell.w_eff, "sink": cell.sink, "seed": cell.seed, "task": cell.task,
                 "metrics": metrics, "keys_per_query": budget,
                 "seconds": time.perf_counter() - start, "items": items}
-
-    def before(self, cfg, out, todo):
-        self.cfg_of_run = cfg
 
     def _load(self, cfg):
         """The model, once, when the first cell runs: every dataset first."""
@@ -130,11 +127,8 @@ class Sweep(Experiment):
         made = report(cfg, records, out)
         compared = made["compared"]
         return Report(table=made["table"], compare=compared.text, comparisons=compared.rows, rows=made["rows"],
-                      csv_fields=made["csv_fields"], draw=made["draw"], compare_extra=compared.extra,
-                      views={"config.json": json.dumps(asdict(cfg), indent=2)}, summary=compared.summary,
-                      returned={"rows": made["rows"], "table": made["table"], "compare": compared.text,
-                                "comparisons": compared.rows, "delta_nll": compared.deltas})
-
+                      figures=made["figures"], views={"config.json": json.dumps(asdict(cfg), indent=2)},
+                      compare_extra=compared.extra, summary=compared.summary, csv_fields=made["csv_fields"])
 
 EXPERIMENT = Sweep()
 

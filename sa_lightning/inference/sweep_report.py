@@ -191,56 +191,51 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def plots(cfg: SweepConfig, table: list[dict], out: Path) -> list[Path]:
+def score_plot(cfg: SweepConfig, table: list[dict], path: Path, columns: list[str], x_of: str | None) -> Path:
+    """Figures 4-8 (score against w_eff) and budget.png (the same scores against the keys each query attended)."""
     full = next((r for r in table if not get_variant(r["mode"]).sparse), None)
-    written = []
-    # Figures 4-8: score against w_eff; budget.png: the same scores against the keys each query attended
-    for name, columns, x_of in (("average", ["avg"], None), ("tasks", cfg.tasks, None),
-                                ("budget", ["avg", *cfg.tasks], "kpq")):
-        fig, axes = _panels(len(columns))
-        for ax, col in zip(axes.flat, columns):
-            xkey = None if x_of is None else ("kpq" if col == "avg" else f"kpq:{col}")
-            if full is not None and full.get(col) is not None:
-                ax.axhline(full[col], label=FULL.label, **FULL_STYLE)
-            series = list(_series(cfg, table))
-            # at each w_eff the series sit a little apart; the measured budget (x_of) is plotted as measured
-            for (mode, sink, rows), dodge in zip(series, _dodges(len(series)) if xkey is None else [1.0] * len(series)):
-                pts = sorted((r["w_eff"] if xkey is None else r.get(xkey), r[col], r.get(f"{col}:lo"),
-                              r.get(f"{col}:hi")) for r in rows
-                             if r.get(col) is not None and (xkey is None or r.get(xkey) is not None))
-                if pts:
-                    style = _style(mode, sink)
-                    xs, ys = [p[0] * dodge for p in pts], [p[1] for p in pts]
-                    ax.plot(xs, ys, **style)
-                    bars = [(x, y, lo, hi) for x, (_, y, lo, hi) in zip(xs, pts) if lo is not None and hi is not None]
-                    if bars:  # the table's interval (or range) of each point, thin, in the series' colour
-                        ax.errorbar([b[0] for b in bars], [b[1] for b in bars],
-                                    yerr=[[max(0.0, b[1] - b[2]) for b in bars], [max(0.0, b[3] - b[1]) for b in bars]],
-                                    linestyle="none", color=style["color"], elinewidth=0.8, capsize=1.5, alpha=0.6,
-                                    zorder=2)
-            ax.set_xscale("log", base=2)
-            if xkey is None:
-                ticks = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
-                ax.set_xticks(ticks, [str(t) for t in ticks])
-                ax.minorticks_off()
-            ax.set(xlabel="effective window $w_{eff}$" if xkey is None else "keys per query (measured)",
-                   ylabel=_ylabel(col), title="Average" if col == "avg" else column_label(col))
-            if col != "avg" and lower_is_better(col):
-                ax.set_yscale("log")
-            ax.grid(alpha=0.3, which="both")
-        _legend(fig, axes)
-        seeds = f"σ seeds {', '.join(map(str, cfg.seeds))}" if len(cfg.seeds) > 1 else f"σ seed {cfg.seeds[0]}"
-        fig.suptitle(f"{cfg.model}: training-free prefill attention" +
-                     (", score against the measured budget" if x_of else "") +
-                     f"\n{f'{cfg.limit:g}' if cfg.limit else 'all'} documents per task (task_limits apart), {seeds}; "
-                     "bars: 95% interval "
-                     "over documents (a range under five)", fontsize=9)
-        written.append(_save(fig, out / f"{name}.png"))
-    position = position_plot(cfg, table, out)
-    return written + ([position] if position else [])
+    fig, axes = _panels(len(columns))
+    for ax, col in zip(axes.flat, columns):
+        xkey = None if x_of is None else ("kpq" if col == "avg" else f"kpq:{col}")
+        if full is not None and full.get(col) is not None:
+            ax.axhline(full[col], label=FULL.label, **FULL_STYLE)
+        series = list(_series(cfg, table))
+        # at each w_eff the series sit a little apart; the measured budget (x_of) is plotted as measured
+        for (mode, sink, rows), dodge in zip(series, _dodges(len(series)) if xkey is None else [1.0] * len(series)):
+            pts = sorted((r["w_eff"] if xkey is None else r.get(xkey), r[col], r.get(f"{col}:lo"),
+                          r.get(f"{col}:hi")) for r in rows
+                         if r.get(col) is not None and (xkey is None or r.get(xkey) is not None))
+            if pts:
+                style = _style(mode, sink)
+                xs, ys = [p[0] * dodge for p in pts], [p[1] for p in pts]
+                ax.plot(xs, ys, **style)
+                bars = [(x, y, lo, hi) for x, (_, y, lo, hi) in zip(xs, pts) if lo is not None and hi is not None]
+                if bars:  # the table's interval (or range) of each point, thin, in the series' colour
+                    ax.errorbar([b[0] for b in bars], [b[1] for b in bars],
+                                yerr=[[max(0.0, b[1] - b[2]) for b in bars], [max(0.0, b[3] - b[1]) for b in bars]],
+                                linestyle="none", color=style["color"], elinewidth=0.8, capsize=1.5, alpha=0.6,
+                                zorder=2)
+        ax.set_xscale("log", base=2)
+        if xkey is None:
+            ticks = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
+            ax.set_xticks(ticks, [str(t) for t in ticks])
+            ax.minorticks_off()
+        ax.set(xlabel="effective window $w_{eff}$" if xkey is None else "keys per query (measured)",
+               ylabel=_ylabel(col), title="Average" if col == "avg" else column_label(col))
+        if col != "avg" and lower_is_better(col):
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3, which="both")
+    _legend(fig, axes)
+    seeds = f"σ seeds {', '.join(map(str, cfg.seeds))}" if len(cfg.seeds) > 1 else f"σ seed {cfg.seeds[0]}"
+    fig.suptitle(f"{cfg.model}: training-free prefill attention" +
+                 (", score against the measured budget" if x_of else "") +
+                 f"\n{f'{cfg.limit:g}' if cfg.limit else 'all'} documents per task (task_limits apart), {seeds}; "
+                 "bars: 95% interval "
+                 "over documents (a range under five)", fontsize=9)
+    return _save(fig, path)
 
 
-def position_plot(cfg: SweepConfig, table: list[dict], out: Path) -> Path | None:
+def position_plot(cfg: SweepConfig, table: list[dict], path: Path) -> Path | None:
     """position.png: perplexity by distance from the start, one panel per (position task, window)."""
     tasks = [t for t in cfg.tasks if is_position_task(t)]
     windows = sorted({r["w_eff"] for r in table if r["w_eff"] is not None})
@@ -265,14 +260,14 @@ def position_plot(cfg: SweepConfig, table: list[dict], out: Path) -> Path | None
         ax.grid(alpha=0.3, which="both")
     _legend(fig, axes)
     fig.suptitle(f"{cfg.model}: perplexity by position", fontsize=10)
-    return _save(fig, out / "position.png")
+    return _save(fig, path)
 
 
 #: regime.png's y axis is linear within ±this many nats (symlog's linear part), and wholly linear for a panel inside it
 REGIME_LINEAR = 0.1
 
 
-def regime_plot(cfg: SweepConfig, regime: list[dict], out: Path) -> Path | None:
+def regime_plot(cfg: SweepConfig, regime: list[dict], path: Path) -> Path | None:
     """regime.png (a sweep over several prompt lengths): ΔNLL against full over all tokens against w_eff / n, one
     panel per sink, then one panel per windowed comparison (A − B, the sinks as line styles); each point a (n,
     w_eff) with its 95% interval, a line through the mean of the points at each w_eff / n."""
@@ -320,7 +315,7 @@ def regime_plot(cfg: SweepConfig, regime: list[dict], out: Path) -> Path | None:
     _legend(fig, axes)
     fig.suptitle(f"{cfg.model}: the regime, ΔNLL against the share of the prompt a window covers "
                  f"(n in {sorted({r['n'] for r in regime})})", fontsize=10)
-    return _save(fig, out / "regime.png")
+    return _save(fig, path)
 
 
 def _draw_buckets(ax, by_bucket: dict[str, float], dodge: float = 1.0, **style) -> None:
@@ -332,20 +327,26 @@ def _draw_buckets(ax, by_bucket: dict[str, float], dodge: float = 1.0, **style) 
     ax.plot(*zip(*sorted(pts)), **style)
 
 
+def figures(cfg: SweepConfig, table: list[dict], regime: list[dict]) -> dict:
+    """The sweep's figures, each drawn into the path given (None: nothing to draw): ``average.png`` (Figure 4),
+    ``tasks.png`` (Figures 5-8), ``budget.png`` (score against the measured keys per query), ``position.png`` and
+    ``regime.png``."""
+    return {"average.png": lambda path: score_plot(cfg, table, path, ["avg"], None),
+            "tasks.png": lambda path: score_plot(cfg, table, path, cfg.tasks, None),
+            "budget.png": lambda path: score_plot(cfg, table, path, ["avg", *cfg.tasks], "kpq"),
+            "position.png": lambda path: position_plot(cfg, table, path),
+            "regime.png": lambda path: regime_plot(cfg, regime, path)}
+
+
 def report(cfg: SweepConfig, records: list[dict], out: Path) -> dict:
-    """What the sweep's report holds, from the records of its cells (each read once, by the runner): ``table`` (table.md), ``rows`` and ``csv_fields``
-    (results.csv, results.json), ``compared`` (``compare.Compared``) and ``draw`` (the figures, drawn into a folder,
-    their names returned)."""
+    """What the sweep's report holds, from the records of its cells (each read once, by the runner): ``table``
+    (table.md), ``rows`` and ``csv_fields`` (results.csv, results.json), ``compared`` (``compare.Compared``) and
+    ``figures``."""
     loaded = compare.load(cfg, records)
     table = collect(cfg, records, loaded)
     text = markdown(cfg, table, compare.missing_sentence(out, loaded.missing))
     cols = [*cfg.tasks, "avg"]
     compared = compare.build(cfg, out, loaded)
-
-    def draw(folder: Path) -> list[str]:
-        figures = plots(cfg, table, folder) + [p for p in [regime_plot(cfg, compared.regime, folder)] if p]
-        return [p.name for p in figures]
-
-    return {"table": text, "rows": table, "compared": compared, "draw": draw,
+    return {"table": text, "rows": table, "compared": compared, "figures": figures(cfg, table, compared.regime),
             "csv_fields": ["mode", "w_eff", "sink", *cols, "kpq", *(f"kpq:{t}" for t in cfg.tasks),
                            *(f"{c}:{name}" for c in cols for name in INTERVAL_FIELDS)]}
