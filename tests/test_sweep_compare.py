@@ -109,7 +109,8 @@ def test_a_sweep_keeps_paired_items_puts_intervals_in_its_table_and_compares(tin
 
 def _scores(kpq, seeds=1, n=20, shift=0.0):
     rng = np.random.default_rng(int(kpq * 10))
-    return compare.TaskScores(list(range(n)), 100.0 * (rng.random((seeds, n)) < 0.5 + shift), list(range(seeds)), kpq)
+    return compare.TaskScores(list(range(n)), 100.0 * (rng.random((seeds, n)) < 0.5 + shift), list(range(seeds)),
+                              kpq=kpq)
 
 
 def test_each_match_pairs_the_settings_the_paper_compares():
@@ -130,8 +131,8 @@ def test_a_clear_difference_gets_its_verdict_and_a_tie_does_not():
     ones, zeros = np.full((1, 50), 100.0), np.zeros((1, 50))
     ones[0, :5] = 0.0
     for a, b, want in ((ones, zeros, BETTER), (zeros, ones, WORSE), (zeros, zeros, TIED)):
-        loaded = compare.Loaded({(("sa", 8, 0), "t"): compare.TaskScores(list(range(50)), a, [0], 4.0),
-                                 (("swa", 8, 0), "t"): compare.TaskScores(list(range(50)), b, [0], 8.0)}, [])
+        loaded = compare.Loaded({(("sa", 8, 0), "t"): compare.TaskScores(list(range(50)), a, [0], kpq=4.0),
+                                 (("swa", 8, 0), "t"): compare.TaskScores(list(range(50)), b, [0], kpq=8.0)}, [])
         (row,) = compare.comparison_rows(cfg, loaded)
         assert row["verdict"] == want
 
@@ -143,11 +144,11 @@ def test_a_row_without_headroom_says_so_and_the_summary_counts_only_the_rows_wit
         {"a": "full", "b": "swa"}, {"a": "sa", "b": "swa", "match": "equal_w"}])
     ids, n = list(range(40)), 40
     right, wrong = np.full((1, n), 100.0), np.zeros((1, n))
-    loaded = compare.Loaded({(("full", None, 0), "t"): compare.TaskScores(ids, right, [0], 50.0),
-                             (("swa", 8, 0), "t"): compare.TaskScores(ids, wrong, [0], 8.0),  # full beats it
-                             (("swa", 16, 0), "t"): compare.TaskScores(ids, right, [0], 16.0),  # no headroom
-                             (("sa", 8, 0), "t"): compare.TaskScores(ids, wrong, [0, 1], 4.0),
-                             (("sa", 16, 0), "t"): compare.TaskScores(ids, wrong.repeat(2, 0), [0, 1], 8.0)}, [])
+    loaded = compare.Loaded({(("full", None, 0), "t"): compare.TaskScores(ids, right, [0], kpq=50.0),
+                             (("swa", 8, 0), "t"): compare.TaskScores(ids, wrong, [0], kpq=8.0),  # full beats it
+                             (("swa", 16, 0), "t"): compare.TaskScores(ids, right, [0], kpq=16.0),  # no headroom
+                             (("sa", 8, 0), "t"): compare.TaskScores(ids, wrong, [0, 1], kpq=4.0),
+                             (("sa", 16, 0), "t"): compare.TaskScores(ids, wrong.repeat(2, 0), [0, 1], kpq=8.0)}, [])
     rows = compare.comparison_rows(cfg, loaded)
     assert [(r["a"], r["b_w_eff"], r["headroom"]) for r in rows] == [
         ("full", 8, None), ("full", 16, None), ("sa", 8, True), ("sa", 16, False)]

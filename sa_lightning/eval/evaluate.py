@@ -8,15 +8,15 @@ import argparse
 import math
 import re
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
-from .harness import Column
-from ..utils.runner import spec_digest
-from ..utils.report import head, row
-from ..utils.stats import Interval, comparison_row, derived_seed, paired_difference, two_level_bootstrap
 from ..attention import sigma_seeds, variant_label
+from ..utils.items import Items, align, interval, paired
+from ..utils.report import head, row
+from ..utils.runner import spec_digest
+from ..utils.stats import Interval, comparison_row, derived_seed
+from .harness import Column
 
 
 #: σ seeds a checkpoint that draws is scored under when ``--seeds`` is not given: five, as every stochastic result
@@ -85,24 +85,21 @@ def _by_task(records: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def item_matrix(per_seed_items: list[dict[str, list[dict]]], task: str, metric: str) -> tuple[list, np.ndarray] | None:
-    """(document ids, (seeds, documents) scores) of ``metric`` on ``task`` over the seeds, on the documents every
-    seed scored, in the first seed's order; None where a record lacks it (a corpus-level perplexity)."""
+def item_matrix(per_seed_items: list[dict[str, list[dict]]], task: str, metric: str) -> Items | None:
+    """``metric`` on ``task`` over the σ seeds (``utils.items.align``: the documents every seed scored, in the first
+    seed's order); None where a record lacks it (a corpus-level perplexity)."""
     runs = [items.get(task) or [] for items in per_seed_items]
     if not all(runs) or any(metric not in r.get("scores", {}) for run in runs for r in run):
         return None
-    common = set.intersection(*({r["doc_id"] for r in run} for run in runs))
-    ids = [r["doc_id"] for r in runs[0] if r["doc_id"] in common]
-    at = [{r["doc_id"]: r["scores"][metric] for r in run} for run in runs]
-    return ids, np.array([[scores[i] for i in ids] for scores in at], dtype=np.float64)
+    return align([(k, [r["doc_id"] for r in run], [r["scores"][metric] for r in run], None)
+                  for k, run in enumerate(runs)])
 
 
-def _per_item(col: Column, scores: np.ndarray) -> np.ndarray:
+def _per_item(col: Column, found: Items) -> Items:
     """A column's per-item values in the unit a mean is taken in: accuracies in points; for lm-eval's per-item
     ``perplexity`` (the document's log-likelihood, aggregated as exp(-mean)), the negative log-likelihood."""
-    if col.metric == "perplexity":
-        return -scores
-    return scores * (100.0 if col.is_accuracy else 1.0)
+    scale = -1.0 if col.metric == "perplexity" else (100.0 if col.is_accuracy else 1.0)
+    return replace(found, matrix=found.matrix * scale)
 
 
 def intervals_of(per_seed_items: list[dict[str, list[dict]]], columns: tuple[Column, ...], label: str
@@ -113,7 +110,7 @@ def intervals_of(per_seed_items: list[dict[str, list[dict]]], columns: tuple[Col
     for col in columns:
         found = item_matrix(per_seed_items, col.task, col.metric)
         if found is not None:
-            ci = two_level_bootstrap(_per_item(col, found[1]), seed=derived_seed(0, label, col.task))
+            ci = interval(_per_item(col, found), seed=derived_seed(0, label, col.task))
             out[col.label] = ci.map(math.exp) if col.metric == "perplexity" else ci
     return out
 
@@ -126,16 +123,10 @@ def comparisons_of(items: dict[str, list[dict]], columns: tuple[Column, ...], ba
             continue
         for col in columns:
             a, b = item_matrix(items[label], col.task, col.metric), item_matrix(items[baseline], col.task, col.metric)
-            if a is None or b is None:
+            diff = None if a is None or b is None else \
+                paired(_per_item(col, a), _per_item(col, b), seed=derived_seed(0, label, baseline, col.task))
+            if diff is None:
                 continue
-            in_b = set(b[0])
-            common = [i for i in a[0] if i in in_b]
-            if not common:
-                continue
-            ia, ib = ({i: j for j, i in enumerate(ids)} for ids in (a[0], b[0]))
-            diff = paired_difference(_per_item(col, a[1][:, [ia[i] for i in common]]),
-                                     _per_item(col, b[1][:, [ib[i] for i in common]]),
-                                     seed=derived_seed(0, label, baseline, col.task))
             nll = col.metric == "perplexity"
             column = f"{col.label}: NLL" if nll else col.label
             rows.append(comparison_row(diff, col.lower_is_better, setting=[column], a=label, b=baseline,

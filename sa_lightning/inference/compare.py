@@ -26,8 +26,9 @@ import numpy as np
 from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
+from ..utils.items import Items, align, paired
 from ..utils.report import head, row
-from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval, block_units,
+from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval,
                            comparison_row, derived_seed, documents_difference, headroom, headroom_label,
                            mean_of_tasks, percentile_interval, replicates, seed_spread)
 from .plan import Comparison, SweepConfig, cells, column_label, comparisons_of, lower_is_better, metric_of
@@ -37,27 +38,12 @@ Setting = tuple
 
 
 @dataclass
-class TaskScores:
-    """One setting's items on one task, over its seeds: accuracy items in points (0 or 100 for a 0/1 metric), a
-    perplexity task's documents as their mean NLL per token (nats)."""
+class TaskScores(Items):
+    """One setting's items on one task, over its σ seeds (``utils.items.Items``): accuracy items in points (0 or 100
+    for a 0/1 metric), a perplexity task's documents as their mean NLL per token (nats), with its per-token NLL;
+    ``kpq`` the keys each query attended, measured."""
 
-    ids: list
-    matrix: np.ndarray  # (seeds, items)
-    seeds: list[int]
-    kpq: float | None
-    tokens: np.ndarray | None = None  # position tasks: (seeds, documents, length - 1) per-token NLL
-
-    def select(self, ids: list) -> "TaskScores":
-        """The same scores on ``ids`` only, in that order."""
-        at = {i: j for j, i in enumerate(self.ids)}
-        cols = [at[i] for i in ids]
-        return TaskScores(ids, self.matrix[:, cols], self.seeds, self.kpq,
-                          None if self.tokens is None else self.tokens[:, cols])
-
-
-def units(scores: TaskScores) -> np.ndarray:
-    """(seeds, units) of one setting's task: its items, or too few documents' segments (``utils.stats.block_units``)."""
-    return block_units(scores.matrix, scores.tokens)
+    kpq: float | None = None
 
 
 @dataclass
@@ -94,18 +80,10 @@ def load(cfg: SweepConfig, records: list[dict]) -> Loaded:
 
 
 def _aligned(runs: list) -> TaskScores:
-    """One setting's seeds on the items all of them scored, in the first seed's order."""
-    common = set.intersection(*(set(ids) for _, ids, *_ in runs))
-    ids = [i for i in runs[0][1] if i in common]
-    matrix, tokens = [], []
-    for _, run_ids, values, nll, _ in runs:
-        at = {i: j for j, i in enumerate(run_ids)}
-        matrix.append([values[at[i]] for i in ids])
-        if nll is not None:
-            tokens.append([nll[at[i]] for i in ids])
-    kpqs = [kpq for *_, kpq in runs if kpq is not None]
-    return TaskScores(ids, np.array(matrix), [seed for seed, *_ in runs], float(np.mean(kpqs)) if kpqs else None,
-                      np.array(tokens) if tokens else None)
+    """One setting's seeds on the items all of them scored (``utils.items.align``), with their mean keys per query."""
+    found = align([run[:4] for run in runs])
+    kpqs = [run[4] for run in runs if run[4] is not None]
+    return TaskScores(found.ids, found.matrix, found.seeds, found.tokens, float(np.mean(kpqs)) if kpqs else None)
 
 
 # ---- the tables' intervals -------------------------------------------------------------------------
@@ -118,7 +96,7 @@ def intervals(cfg: SweepConfig, loaded: Loaded, setting: Setting) -> dict[str, I
         scores = loaded.scores.get((setting, task))
         if scores is None:
             continue
-        values = units(scores)
+        values = scores.units()
         reps[task] = replicates(values, resamples=RESAMPLES, seed=derived_seed(0, task, *setting))
         per_seed[task] = values.mean(axis=1)
         interval = percentile_interval(values.mean(), reps[task], values.shape[1], values=values.mean(axis=0),
@@ -186,15 +164,6 @@ def _partners(comp: Comparison, a: Setting, task: str, loaded: Loaded) -> list[S
     return [min(measured, key=lambda b: (abs(loaded.scores[(b, task)].kpq - kpq_a), b[1]))]
 
 
-def _paired(a: TaskScores, b: TaskScores, seed: int) -> Interval | None:
-    """A − B on the items both scored (None: none in common)."""
-    ids = [i for i in a.ids if i in set(b.ids)]
-    if not ids:
-        return None
-    a, b = a.select(ids), b.select(ids)
-    return documents_difference(a.matrix, a.tokens, b.matrix, b.tokens, seed=seed)
-
-
 def headroom_at(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool | None:
     """The positive control at one setting: does full attention beat SWA at ``w_eff`` (same task and sink) by more
     than the interval? None where either cell is missing (or no window is given)."""
@@ -202,7 +171,7 @@ def headroom_at(loaded: Loaded, task: str, w_eff: int | None, sink: int) -> bool
     swa = (SWA.name, w_eff, sink)
     if full is None or w_eff is None or (swa, task) not in loaded.scores:
         return None
-    diff = _paired(loaded.scores[(full, task)], loaded.scores[(swa, task)], derived_seed(0, task, *full, *swa))
+    diff = paired(loaded.scores[(full, task)], loaded.scores[(swa, task)], derived_seed(0, task, *full, *swa))
     return headroom(diff, lower_is_better(task))
 
 
@@ -218,7 +187,7 @@ def comparison_rows(cfg: SweepConfig, loaded: Loaded) -> list[dict]:
                     continue
                 for b in _partners(comp, a, task, loaded):
                     sa, sb = loaded.scores[(a, task)], loaded.scores[(b, task)]
-                    diff = _paired(sa, sb, derived_seed(0, task, *a, *b))
+                    diff = paired(sa, sb, derived_seed(0, task, *a, *b))
                     if diff is None:
                         continue
                     control = FULL.name in (comp.a, comp.b)  # the positive control itself
