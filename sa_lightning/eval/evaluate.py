@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..attention import sigma_seeds, variant_label
 from ..utils.items import Items, align, interval, paired
-from ..utils.report import head, row
+from ..utils.report import Column as Cell, ab_table, head, row
 from ..utils.runner import spec_digest
 from ..utils.stats import Interval, comparison_row, derived_seed
 from .harness import Column
@@ -146,12 +146,12 @@ def interval_markdown(intervals: dict[str, dict[str, Interval]], columns: tuple[
 
 def comparison_markdown(rows: list[dict]) -> str:
     """The paired rows as a table; a difference in nats gets three decimals, one in points one."""
-    lines = head(["A − B", "Column", "Δ [95% interval]", "Unit", "Verdict", "Documents", "Seeds A/B"])
-    for r in rows:
-        cell = Interval.from_dict(r).text("+.1f" if r["unit"] == "points" else "+.3f")
-        lines.append(row([f"{r['a']} − {r['b']}", r["column"], cell, r["unit"], r["verdict"], r["items"],
-                          f"{r['seeds']}/{r['seeds_b']}"]))
-    return "\n".join(lines) + "\n"
+    return "\n".join(ab_table(rows, [
+        Cell("A − B", lambda r: f"{r['a']} − {r['b']}"), Cell("Column", lambda r: r["column"]),
+        Cell("Δ [95% interval]", lambda r: Interval.from_dict(r).text("+.1f" if r["unit"] == "points" else "+.3f")),
+        Cell("Unit", lambda r: r["unit"]), Cell("Verdict", lambda r: r["verdict"]),
+        Cell("Documents", lambda r: r["items"]), Cell("Seeds A/B", lambda r: f"{r['seeds']}/{r['seeds_b']}")])) \
+        + "\n"
 
 
 def log_tensorboard(folder: Path, metrics: dict[str, dict[str, float]], step: int = 0) -> None:

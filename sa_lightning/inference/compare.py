@@ -27,7 +27,7 @@ from ..attention import get_variant, variant_label
 from ..attention.variants import FULL, SWA
 from ..eval.position import bucket_name, buckets, context_length, is_position_task
 from ..utils.items import Items, align, paired
-from ..utils.report import head, row
+from ..utils.report import Column, ab_table, head, row
 from ..utils.stats import (HEADROOM_NOTE, LEVEL, MIN_UNITS, RESAMPLES, SEGMENT, Interval,
                            comparison_row, derived_seed, documents_difference, headroom, headroom_label,
                            mean_of_tasks, percentile_interval, replicates, seed_spread)
@@ -338,15 +338,16 @@ def markdown(cfg: SweepConfig, rows: list[dict], deltas: list[dict], missing: st
         lines += [f"No pair of cells in this run (a mode left out, no B at that window, or cells not done): "
                   f"{', '.join(skipped)}.", ""]
     if rows:
-        lines += head(["A", "B", "Match", "Task", "A w_eff (keys/q)", "B w_eff (keys/q)", "A − B [95%]", "Verdict",
-                       "Headroom", "Items", "Seeds A/B"], ["---"] * 4 + ["---:"] * 2 + ["---"] * 3 + ["---:"] * 2)
-        for r in rows:
-            spec = "+.3f" if r["unit"] == "nats/token" else "+.1f"
-            lines.append(row([variant_label(r["a"], sink=r["a_sink"]), variant_label(r["b"], sink=r["b_sink"]),
-                              _match_label(r), column_label(r["task"]),
-                              _setting_label(r["a_w_eff"], r["a_kpq"]), _setting_label(r["b_w_eff"], r["b_kpq"]),
-                              _interval_cell(r, spec), r["verdict"], headroom_label(r.get("headroom")), r["items"],
-                              f"{r['seeds']}/{r['seeds_b']}"]))
+        lines += ab_table(rows, [
+            Column("A", lambda r: variant_label(r["a"], sink=r["a_sink"])),
+            Column("B", lambda r: variant_label(r["b"], sink=r["b_sink"])), Column("Match", _match_label),
+            Column("Task", lambda r: column_label(r["task"])),
+            Column("A w_eff (keys/q)", lambda r: _setting_label(r["a_w_eff"], r["a_kpq"]), "---:"),
+            Column("B w_eff (keys/q)", lambda r: _setting_label(r["b_w_eff"], r["b_kpq"]), "---:"),
+            Column("A − B [95%]", lambda r: _interval_cell(r, "+.3f" if r["unit"] == "nats/token" else "+.1f")),
+            Column("Verdict", lambda r: r["verdict"]), Column("Headroom", lambda r: headroom_label(r.get("headroom"))),
+            Column("Items", lambda r: r["items"], "---:"),
+            Column("Seeds A/B", lambda r: f"{r['seeds']}/{r['seeds_b']}", "---:")])
     else:
         lines.append("No comparison: the config lists none (`comparisons:`), or their cells are not done.")
     for task in dict.fromkeys(d["task"] for d in deltas):

@@ -7,6 +7,9 @@ Figures are saved through ``save_figure`` (atomically, then closed) and CSVs wri
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 #: the short column names of the sweep tables (Tables 4-5)
 TASK_LABELS = {"hellaswag": "Hella.", "mmlu": "MMLU", "arc_challenge": "ARC-C", "boolq": "BoolQ",
                "lambada_openai": "LMB", "arc_easy": "ARC-E", "humaneval": "HuEval", "humaneval_exec": "HuEval",
@@ -119,6 +122,22 @@ def head(names, align: str | list[str] = "---") -> list[str]:
     names = list(names)
     rules = [align] * len(names) if isinstance(align, str) else align
     return [row(names), "|" + "".join(f"{r}|" for r in rules)]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of an A − B table: its header, its rule (``---``, ``---:``) and its cell from a comparison row."""
+
+    name: str
+    cell: Callable[[dict], object]
+    align: str = "---"
+
+
+def ab_table(rows: list[dict], columns: list[Column]) -> list[str]:
+    """The one A − B writer: markdown lines, one row per comparison row (``COMPARE_FIELDS`` and its own), one cell
+    per column. Every experiment's comparison tables are this with its own columns."""
+    return head([c.name for c in columns], [c.align for c in columns]) + \
+        [row([c.cell(r) for c in columns]) for r in rows]
 
 
 # ---- the result contract: what every experiment writes --------------------------------------------------

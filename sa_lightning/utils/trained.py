@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from .report import fmt, head, pyplot, row, save_figure, spread
+from .report import Column, ab_table, fmt, head, pyplot, row, save_figure, spread
 from .stats import FEW_SEEDS, MIN_UNITS, Interval, above_floor, cannot_decide, derived_seed, equivalent, headroom, \
     headroom_label, paired_difference, seed_comparison, t_interval
 
@@ -219,17 +219,21 @@ def shown_sd(entry: dict, outcome: Outcome) -> str:
 def comparison_table(rows_: list[dict], outcome: Outcome, settings: list[str], label: Callable[[str], str] = str) \
         -> list[str]:
     """Markdown lines: one row per comparison (``comparisons``' rows, each with its ``setting`` tuple)."""
-    lines = head([*settings, "A", "B", "seeds", f"A − B ({outcome.difference}) [95%]", "per seed", "seed SD",
-                  "verdict",
-                  "headroom"], ["---"] * (len(settings) + 2) + ["---:", "---:", "---", "---:", "---", "---"])
-    for r in rows_:
-        ci = Interval.from_dict(r)
-        room = r.get("headroom")
-        lines.append(row([*r["setting"], label(r["a"]), label(r["b"]), r["seeds"], _with_form(outcome, ci, signed=True),
-                          ", ".join(outcome.text(v, signed=True) for v in r["per_seed"].values()),
-                          outcome.text(r.get("seed_sd"), signed=True).lstrip("+"), verdict_text(r, outcome),
-                          "–" if room is None else ("yes" if room else "no")]))
-    return lines
+    return ab_table(rows_, [*_setting_columns(settings), Column("A", lambda r: label(r["a"])),
+                            Column("B", lambda r: label(r["b"])), Column("seeds", lambda r: r["seeds"], "---:"),
+                            Column(f"A − B ({outcome.difference}) [95%]",
+                                   lambda r: _with_form(outcome, Interval.from_dict(r), signed=True), "---:"),
+                            Column("per seed", lambda r: ", ".join(outcome.text(v, signed=True)
+                                                                   for v in r["per_seed"].values())),
+                            Column("seed SD", lambda r: outcome.text(r.get("seed_sd"), signed=True).lstrip("+"),
+                                   "---:"),
+                            Column("verdict", lambda r: verdict_text(r, outcome)),
+                            Column("headroom", lambda r: "–" if r.get("headroom") is None else
+                                   ("yes" if r["headroom"] else "no"))])
+
+
+def _setting_columns(settings: list[str]) -> list[Column]:
+    return [Column(name, lambda r, i=i: r["setting"][i]) for i, name in enumerate(settings)]
 
 
 def verdict_text(r: dict, outcome: Outcome | None = None) -> str:
@@ -349,14 +353,15 @@ def within_seed(units: Units, pairs: list[tuple[str, str]], outcome: Outcome, co
 def within_seed_table(rows_: list[dict], outcome: Outcome, settings: list[str], label: Callable[[str], str] = str) \
         -> list[str]:
     """Markdown lines: one row per (setting, seed, comparison) of ``within_seed``."""
-    lines = head([*settings, "seed", "A", "B", f"A: {outcome.name}", "B", f"A − B ({outcome.difference}) [95%]",
-                  "verdict", "headroom", "items"],
-                 ["---"] * (len(settings) + 3) + ["---:", "---:", "---:", "---", "---", "---:"])
-    for r in rows_:
-        lines.append(row([*r["setting"], r["seed"], label(r["a"]), label(r["b"]), outcome.text(r["mean_a"]),
-                          outcome.text(r["mean_b"]), outcome.interval(Interval.from_dict(r), signed=True),
-                          r["verdict"], headroom_label(r["headroom"]), r["items"]]))
-    return lines
+    return ab_table(rows_, [*_setting_columns(settings), Column("seed", lambda r: r["seed"]),
+                            Column("A", lambda r: label(r["a"])), Column("B", lambda r: label(r["b"])),
+                            Column(f"A: {outcome.name}", lambda r: outcome.text(r["mean_a"]), "---:"),
+                            Column("B", lambda r: outcome.text(r["mean_b"]), "---:"),
+                            Column(f"A − B ({outcome.difference}) [95%]",
+                                   lambda r: outcome.interval(Interval.from_dict(r), signed=True), "---:"),
+                            Column("verdict", lambda r: r["verdict"]),
+                            Column("headroom", lambda r: headroom_label(r["headroom"])),
+                            Column("items", lambda r: r["items"], "---:")])
 
 
 WITHIN_NOTE = ("Each trained model alone: A − B on the same items of one training seed's two models, a paired "
