@@ -171,6 +171,10 @@ class Experiment:
     # ---- how a run goes (the defaults suit most) -------------------------------------------------------
     #: the flag that names the output folder, in refusals
     out_flag = "--out"
+    #: once the report is written, remove the cells of ``cells/`` that this run's grid does not name (an evaluation's
+    #: cells are named by a digest of their settings, so a run with other settings leaves the last set whole until
+    #: its own is in place)
+    prunes = False
 
     def parse(self, argv: list[str] | None):
         """The typed config, the preset's name and how the run goes (``Run``), from the command line."""
@@ -201,12 +205,10 @@ class Experiment:
         equal."""
         return runner.same_spec(saved, spec)
 
-    def after(self, cfg, out: Path, todo: list) -> None:
-        """What a run does once its report is written (an evaluation prunes the cells of earlier settings)."""
-
     def jobs(self, cfg):
-        """Cells run at once (``--jobs``; None: auto)."""
-        return getattr(cfg, "jobs", None)
+        """Cells run at once (``--jobs``; None: auto); a config without ``jobs`` runs them in this process (what it
+        loads once, a model or checkpoints, stays here)."""
+        return getattr(cfg, "jobs", 1)
 
     def header(self, cfg, preset: str | None, out: Path, todo: list) -> str:
         """The run's first line."""
@@ -370,7 +372,8 @@ def main(experiment: Experiment, argv: list[str] | None = None):
             return {"records": records}
         report = experiment.report(cfg, records, out)
         names = write_report(out, experiment, cfg, report, how.overwrite)
-        experiment.after(cfg, out, todo)
+        if experiment.prunes:  # cells named by a digest of their settings: an earlier run's others go
+            runner.prune_cells(out, [experiment.cell_id(c) for c in todo], experiment.kind)
     views = [text for name, text in report.views.items() if name.endswith(".md")]
     print("\n" + "\n".join(text for text in (report.table, *views, report.summary or report.compare) if text))
     print(f"wrote {out}/{', '.join(names)} ({time.perf_counter() - start:.0f} s)")

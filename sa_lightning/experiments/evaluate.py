@@ -25,7 +25,7 @@ from ..eval.evaluate import (DEFAULT_SEEDS, _by_task, _limit_words, _seed_counts
                              slug, summarize, task_limit)
 from ..eval.evaluate import cell_id as cell_name
 from ..utils.argtypes import non_negative_int, positive_int, seed
-from ..utils.runner import fingerprint, prune_cells, unique_seeds
+from ..utils.runner import fingerprint, unique_seeds
 from ..utils.stats import LEVEL, MIN_UNITS, RESAMPLES
 from .base import Experiment, Flag, Report
 from .base import main as run_experiment
@@ -82,6 +82,7 @@ class Evaluate(Experiment):
     folders = "outputs/eval, outputs/eval_<preset>"
     flags = FLAGS
     needs = "metrics"
+    prunes = True
 
     def check(self, cfg, given):
         if cfg.device is not None:
@@ -115,13 +116,14 @@ class Evaluate(Experiment):
         self.labels = labels
         self.models = {label: (model, info) for (model, info), label in zip(loaded, labels)}
         self.seeds = {label: seeds_of(info, given) for label, (_, info) in self.models.items()}
+        self.weights = {}
 
-    def before(self, cfg, out, todo):
-        """Each checkpoint's fingerprint (its bytes hashed), once the folder is this run's."""
-        self.weights = {label: fingerprint(info["path"]) for label, (_, info) in self.models.items()}
-
-    def jobs(self, cfg):
-        return 1  # the checkpoints are loaded in this process
+    def weight(self, label: str) -> str:
+        """A checkpoint's fingerprint (its bytes hashed), taken the first time a cell's spec asks, so once this run
+        holds its folder."""
+        if label not in self.weights:
+            self.weights[label] = fingerprint(self.models[label][1]["path"])
+        return self.weights[label]
 
     def cells(self, cfg):
         return [(label, s) for label in self.labels for s in self.seeds[label]]
@@ -131,7 +133,7 @@ class Evaluate(Experiment):
 
     def spec(self, cell, cfg, out):
         label, sigma_seed = cell
-        return {"checkpoint": self.weights[label], "tasks": cfg.tasks, "limit": cfg.limit,
+        return {"checkpoint": self.weight(label), "tasks": cfg.tasks, "limit": cfg.limit,
                 "eval_samples": cfg.eval_samples, "sa_mode": cfg.sa_mode, "seed": sigma_seed,
                 "tokenizer": cfg.tokenizer, "bootstrap_iters": cfg.bootstrap_iters}
 
@@ -175,7 +177,7 @@ class Evaluate(Experiment):
             per_seed = [c["metrics"] for c in cells_]
             items[label] = [_by_task(c["items"]) for c in cells_]
             means[label], stds[label] = summarize(per_seed)
-            report["models"][label] = {"checkpoint": info["path"], "weights": self.weights[label],
+            report["models"][label] = {"checkpoint": info["path"], "weights": self.weight(label),
                                        "step": info["step"], "arch": info["arch"], "per_seed": per_seed,
                                        "mean": means[label], "std": stds[label],
                                        "items": [f"cells/{c['items_file']}" for c in cells_]}
@@ -214,9 +216,6 @@ class Evaluate(Experiment):
                 for column, ci in model["intervals"].items()]
         return Report(table=text, compare=compared, comparisons=rows, rows=flat, results_extra=report,
                       summary=f"per-item records in {out / 'cells'}, TensorBoard logs in {out / 'tb'}")
-
-    def after(self, cfg, out, todo):
-        prune_cells(out, [self.cell_id(c) for c in todo], self.kind)
 
 
 EXPERIMENT = Evaluate()

@@ -69,9 +69,6 @@ class Sweep(Experiment):
     def spec(self, cell: Cell, cfg, out):
         return cell_spec(cell, made_by(cfg, cell, self.weights()))
 
-    def jobs(self, cfg):
-        return 1  # one model, loaded once
-
     def reuse(self, saved, spec):
         """A record stands for its cell when its spec is equal; one of the same patch made by another model,
         tokenizer, limit, ... refuses the folder (``plan.other_run``) before any cell runs."""
