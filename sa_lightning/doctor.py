@@ -654,7 +654,7 @@ def stage_decide(out: Path, tiny: bool) -> dict:
                                      "the same command trains the rest.", "data": {"cells": done}})
     threading.Thread(target=keep_count, daemon=True).start()
     try:
-        records = study(argv)
+        records = study(argv)["records"]
     finally:
         stop.set()
     rows = json.loads((folder / "compare.json").read_text())["comparisons"]
