@@ -330,3 +330,17 @@ def test_labels_keep_their_letters_in_any_script():
     from sa_lightning.eval.evaluate import slug
 
     assert slug("Модель A") == "Модель_A" and slug("Сеть") == "Сеть" and slug("SA+SWA w/ 8") == "SA+SWA_w_8"
+
+
+def test_bench_attention_says_so_when_every_lengths_process_fails(tmp_path, monkeypatch):
+    """A child that cannot run (the package not installed for this Python) failed in the table with "number sections
+    must be larger than 0"; now one sentence, and no files."""
+    import sys
+
+    from sa_lightning.bench import attention
+
+    monkeypatch.setattr(attention, "_child_argv", lambda argv, n, result: [sys.executable, "-c", "raise SystemExit(3)"])
+    with pytest.raises(SystemExit, match="every length's process failed \\(its process exited with 3"):
+        attention.main(["--lengths", "256", "--heads", "2", "--kv-heads", "1", "--window", "16", "--repeats", "1",
+                        "--out", str(tmp_path)])
+    assert not [p for p in tmp_path.iterdir() if p.suffix in (".csv", ".md", ".png")]

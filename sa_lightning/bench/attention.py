@@ -344,6 +344,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return rows
     args.out.mkdir(parents=True, exist_ok=True)
     rows = run(args, argv)
+    if rows and all(r["ms"] != r["ms"] for r in rows):  # every length's process failed: nothing to tabulate
+        raise SystemExit(f"error: every length's process failed ({rows[0]['note']}; its own error is printed above, "
+                         "e.g. `No module named sa_lightning` where the package is not installed for this Python); "
+                         "nothing was written.")
     name = f"attention_{args.preset}{'_fwd' if args.forward_only else ''}"
     table = markdown(rows, args)
     with replacing_files(args.out, "benchmark", args.overwrite) as tmp:  # the three together, or none
