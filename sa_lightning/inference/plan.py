@@ -1,6 +1,6 @@
 """The plan of a training-free sweep (``cli.py sweep``): its config, its cells and their file names, and
-what can be refused before a model loads. ``cluster.py`` splits a sweep into SLURM array tasks from this
-module alone; ``experiments.sweep`` runs the cells (``sweep.py``: one cell) and ``sweep_report.py`` turns them
+what can be refused before a model loads. ``cluster.py`` splits a sweep into SLURM array tasks from its cells;
+``experiments.sweep`` reads the config (the experiments' one parser) and runs the cells (``sweep.py``: one cell) and ``sweep_report.py`` turns them
 into tables and plots.
 """
 from __future__ import annotations
