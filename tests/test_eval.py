@@ -665,3 +665,18 @@ def test_evaluate_runs_without_its_config_where_none_is_at_hand(monkeypatch, tmp
     defaults = {k: v for k, v in vars(cfg).items() if k in shipped}
     assert {k: v for k, v in shipped.items() if k not in ("presets", "tasks", "limit")} == \
         {k: v for k, v in defaults.items() if k not in ("tasks", "limit")}
+
+
+def test_evaluate_compare_before_every_cell_is_scored_is_one_sentence(tmp_path):
+    """``--compare`` is a flag of every experiment; an evaluation's table needs each (checkpoint, σ seed) cell, so a
+    look before they are all scored says how many are done instead of pairing the wrong records."""
+    import copy
+
+    from sa_lightning.experiments.evaluate import EXPERIMENT
+
+    cfg = EXPERIMENT.parse(["--ckpt", "x.ckpt", "--compare"])[0]
+    run = copy.copy(EXPERIMENT)
+    run.labels, run.seeds = ["a"], {"a": [0, 1]}
+    with pytest.raises(ValueError, match=r"needs every \(checkpoint, σ seed\) cell, and 1 of 2 are done in .*cells; "
+                                         r"run it without --compare"):
+        run.report(cfg, [{"label": "a", "seed": 0}], tmp_path)
