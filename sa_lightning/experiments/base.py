@@ -222,17 +222,18 @@ class Experiment:
                                              "presets; each flag's default below is this config's (default: " +
                                              (f"{self.config_file}, else none" if self.config_file else "none") +
                                              ": the flags and their defaults)")
-        named = ", ".join(preset_names(default_config(self.config_file))) or "none found"
+        own = help_yaml(default_config(self.config_file))  # its own config, read once for the whole help
+        named = ", ".join(own.get("presets") or {}) or "none found"
         parser.add_argument("--preset", help=f"a preset of the config ({self.presets_note}); the default config's: "
                                              f"{named}; its header says each")
         if "jobs" in {f.name for f in dataclasses.fields(self.config)}:
             parser.add_argument("--jobs", type=jobs_arg,
                                 help="cells run at once, each in its own process with cores/jobs threads (default: "
                                      "the config's jobs, else auto: one per CPU core without a GPU, one with a GPU)")
+        defaults = self.defaults(own)
         parser.add_argument("--out", type=output_folder,
-                            help=f"output folder (default: {self.defaults().get('out')}, the config's out; each preset "
+                            help=f"output folder (default: {defaults.get('out')}, the config's out; each preset "
                                  f"has its own, so that a quick run never overwrites the full one: {self.folders})")
-        defaults = self.defaults()
         for flag in self.flags:
             shown = defaults.get(flag.name)
             shown = " ".join(map(str, shown)) if isinstance(shown, list) else "null" if shown is None else shown
@@ -250,16 +251,13 @@ class Experiment:
                                                       "nothing else there is touched")
         return parser
 
-    def defaults(self) -> dict:
-        """Each field's value without a preset or a flag: the default config's, else the dataclass's (for help)."""
+    def defaults(self, own: dict) -> dict:
+        """Each field's value without a preset or a flag (for help): ``own`` (its default config's top level, as
+        ``help_yaml`` reads it), else the dataclass's."""
         fields = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
                   for f in dataclasses.fields(self.config)
                   if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-        try:
-            raw = load_yaml(default_config(self.config_file)) if self.config_file else {}
-        except (OSError, ValueError):  # help must not fail
-            raw = {}
-        return {**fields, **{k: v for k, v in (raw or {}).items() if k != "presets"}}
+        return {**fields, **{k: v for k, v in own.items() if k != "presets"}}
 
     def description(self) -> str:
         import sys
@@ -294,12 +292,18 @@ def default_config(name: str) -> str:
     return str(here) if here.is_file() else name
 
 
-def preset_names(config: str) -> list[str]:
-    """The presets a config defines, in its order (none where it cannot be read: help must not fail)."""
+def help_yaml(config: str) -> dict:
+    """A config as help shows it: its mapping, or {} where there is none or it cannot be read (help must not fail)."""
     try:
-        return list((load_yaml(config) or {}).get("presets") or {})
-    except (OSError, ValueError, AttributeError):
-        return []
+        raw = load_yaml(config) if config else {}
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def preset_names(config: str) -> list[str]:
+    """The presets a config defines, in its order (none where it cannot be read)."""
+    return list(help_yaml(config).get("presets") or {})
 
 
 def load_config(experiment: Experiment, path: str | Path, preset: str | None, overrides: dict):

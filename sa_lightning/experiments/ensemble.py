@@ -74,7 +74,7 @@ class EnsembleRun:
         """Whether the runner will train this cell: no record that stands for it (the study's reuse rule, as the
         runner applies it), and none made with its fit arguments whose checkpoint could be scored again."""
         spec = self.spec_of(cell)
-        saved = runner.read_cell(self.out / "cells" / f"{self.cell_id(cell)}.json", "scores", quiet=True)
+        saved = runner.read_cell(self.out / "cells" / f"{self.cell_id(cell)}.json", "scores")
         return not runner.stands_for(saved, spec, self.reuse) and trained_checkpoint(saved, spec) is None
 
     def train(self, group: list[dict], specs: dict[str, dict]) -> dict[str, dict]:

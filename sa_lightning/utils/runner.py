@@ -242,13 +242,12 @@ def items_file(record_path: Path) -> Path:
 PARSES: "collections.Counter[str]" = collections.Counter()
 
 
-def read_cell(path: Path, needs: str | None = None, quiet: bool = False,
-              wanted: Callable[[dict], bool] = lambda saved: True) -> dict:
+def read_cell(path: Path, needs: str | None = None, wanted: Callable[[dict], bool] = lambda saved: True) -> dict:
     """A finished cell's record with its per-item records in ``items`` (a list, parsed here once), or {} (run it)
     when there is none or it is damaged: a record cut short, one without ``needs`` (a key every record of this kind
-    holds), or per-item records that do not read back whole or hold another count than the record says. A damaged
-    cell gets one line and runs again. A record that ``wanted`` refuses (another spec) is returned without its items
-    read: it runs again."""
+    holds), or per-item records that do not read back whole or hold another count than the record says (the runner
+    says so in one line). A record that ``wanted`` refuses (another spec) is returned without its items read: it
+    runs again."""
     if not path.is_file():
         return {}
     try:
@@ -270,8 +269,6 @@ def read_cell(path: Path, needs: str | None = None, quiet: bool = False,
             return saved
     except (OSError, ValueError, EOFError, zlib.error, gzip.BadGzipFile, UnicodeDecodeError, TypeError, KeyError):
         pass
-    if not quiet:
-        print(f"{path} is damaged (cut short?); running that cell again", flush=True)
     return {}
 
 
@@ -438,7 +435,7 @@ def run_cells(cells: list, out: Path, cell_id: Callable[[object], str], spec_of:
     again = 0
     for i, cell in enumerate(cells, 1):
         path, spec = out / "cells" / f"{cell_id(cell)}.json", spec_of(cell)
-        saved = read_cell(path, needs, quiet=True, wanted=wanted(path, spec))
+        saved = read_cell(path, needs, wanted=wanted(path, spec))
         if path.is_file() and not saved:
             print(f"{path} is damaged (cut short?); " + ("running that cell again" if run is not None else
                   "left out (run the same command without --compare to run it again)"), flush=True)
