@@ -26,6 +26,7 @@
     python cli.py study pretrain [--preset NAME]              Table 1 at micro scale: variants, controls, training seeds
     python cli.py study reach [--preset NAME]                 each mask's reach past SWA's field by depth, over draw seeds
     python cli.py doctor [--tiny] [--out DIR]                 one GPU sitting in one report (under 8 minutes)
+    python cli.py migrate OUT [OUT ...]                       a folder's cell records of an earlier version, updated once
 
 A command's own --help lists its options and defaults (a study's, its presets).
 """
@@ -91,6 +92,7 @@ COMMANDS: dict[str, Command | Group] = {
                     "pretrain": Command("sa_lightning.experiments.pretrain"),
                     "reach": Command("sa_lightning.experiments.reach")}, heavy=True),
     "doctor": Command("sa_lightning.doctor"),
+    "migrate": Command("sa_lightning.migrate"),
     "analyze": Command("sa_lightning.analysis.analyze", heavy=True),
 }
 

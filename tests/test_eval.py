@@ -676,7 +676,7 @@ def test_evaluate_compare_before_every_cell_is_scored_is_one_sentence(tmp_path):
 
     cfg = EXPERIMENT.parse(["--ckpt", "x.ckpt", "--compare"])[0]
     run = copy.copy(EXPERIMENT)
-    run.labels, run.seeds = ["a"], {"a": [0, 1]}
+    run.seeds = {"a": [0, 1]}
     with pytest.raises(ValueError, match=r"needs every \(checkpoint, σ seed\) cell, and 1 of 2 are done in .*cells; "
                                          r"run it without --compare"):
         run.report(cfg, [{"label": "a", "seed": 0}], tmp_path)

@@ -13,6 +13,9 @@ from sa_lightning.utils.stats import BETTER, TIED, WORSE
 from tests.test_sweep_reuse import two_models  # noqa: F401  (a fixture: the same tiny models)
 from tests.helpers import check_result_contract
 
+#: a task the config resolves at once (a shipped one): these tests hand the scores over themselves
+T = "shakespeare_lastword"
+
 VERDICTS = {BETTER, WORSE, TIED}
 
 
@@ -114,25 +117,25 @@ def _scores(kpq, seeds=1, n=20, shift=0.0):
 
 
 def test_each_match_pairs_the_settings_the_paper_compares():
-    cfg = SweepConfig(model="m", tasks=["t"], modes=["full", "swa", "sa"], windows=[4, 8, 16], comparisons=[
+    cfg = SweepConfig(model="m", tasks=[T], modes=["full", "swa", "sa"], windows=[4, 8, 16], comparisons=[
         {"a": "sa", "b": "swa", "match": "equal_w"}, {"a": "sa", "b": "swa", "match": "equal_keys"},
         {"a": "sa", "b": "swa", "match": "double_w"}, {"a": "full", "b": "swa"}])
-    loaded = compare.Loaded({(("sa", 8, 0), "t"): _scores(4.0, seeds=3), (("swa", 4, 0), "t"): _scores(3.9),
-                             (("swa", 8, 0), "t"): _scores(7.9), (("swa", 16, 0), "t"): _scores(15.5),
-                             (("full", None, 0), "t"): _scores(50.0)}, [])
+    loaded = compare.Loaded({(("sa", 8, 0), T): _scores(4.0, seeds=3), (("swa", 4, 0), T): _scores(3.9),
+                             (("swa", 8, 0), T): _scores(7.9), (("swa", 16, 0), T): _scores(15.5),
+                             (("full", None, 0), T): _scores(50.0)}, [])
     pairs = [(r["match"], r["a_w_eff"], r["b_w_eff"]) for r in compare.comparison_rows(cfg, loaded)]
     assert pairs == [("equal_w", 8, 8), ("equal_keys", 8, 4), ("double_w", 8, 16),
                      ("equal_w", None, 4), ("equal_w", None, 8), ("equal_w", None, 16)]
 
 
 def test_a_clear_difference_gets_its_verdict_and_a_tie_does_not():
-    cfg = SweepConfig(model="m", tasks=["t"], modes=["swa", "sa"], windows=[8],
+    cfg = SweepConfig(model="m", tasks=[T], modes=["swa", "sa"], windows=[8],
                       comparisons=[{"a": "sa", "b": "swa", "match": "equal_w"}])
     ones, zeros = np.full((1, 50), 100.0), np.zeros((1, 50))
     ones[0, :5] = 0.0
     for a, b, want in ((ones, zeros, BETTER), (zeros, ones, WORSE), (zeros, zeros, TIED)):
-        loaded = compare.Loaded({(("sa", 8, 0), "t"): compare.TaskScores(list(range(50)), a, [0], kpq=4.0),
-                                 (("swa", 8, 0), "t"): compare.TaskScores(list(range(50)), b, [0], kpq=8.0)}, [])
+        loaded = compare.Loaded({(("sa", 8, 0), T): compare.TaskScores(list(range(50)), a, [0], kpq=4.0),
+                                 (("swa", 8, 0), T): compare.TaskScores(list(range(50)), b, [0], kpq=8.0)}, [])
         (row,) = compare.comparison_rows(cfg, loaded)
         assert row["verdict"] == want
 
@@ -140,15 +143,15 @@ def test_a_clear_difference_gets_its_verdict_and_a_tie_does_not():
 def test_a_row_without_headroom_says_so_and_the_summary_counts_only_the_rows_with_it():
     """The positive control per row: where full attention does not beat SWA at B's window, task and sink, the row
     cannot rank long-range variants, and compare.md and the printed summary keep those rows apart."""
-    cfg = SweepConfig(model="m", tasks=["t"], modes=["full", "swa", "sa"], windows=[8, 16], comparisons=[
+    cfg = SweepConfig(model="m", tasks=[T], modes=["full", "swa", "sa"], windows=[8, 16], comparisons=[
         {"a": "full", "b": "swa"}, {"a": "sa", "b": "swa", "match": "equal_w"}])
     ids, n = list(range(40)), 40
     right, wrong = np.full((1, n), 100.0), np.zeros((1, n))
-    loaded = compare.Loaded({(("full", None, 0), "t"): compare.TaskScores(ids, right, [0], kpq=50.0),
-                             (("swa", 8, 0), "t"): compare.TaskScores(ids, wrong, [0], kpq=8.0),  # full beats it
-                             (("swa", 16, 0), "t"): compare.TaskScores(ids, right, [0], kpq=16.0),  # no headroom
-                             (("sa", 8, 0), "t"): compare.TaskScores(ids, wrong, [0, 1], kpq=4.0),
-                             (("sa", 16, 0), "t"): compare.TaskScores(ids, wrong.repeat(2, 0), [0, 1], kpq=8.0)}, [])
+    loaded = compare.Loaded({(("full", None, 0), T): compare.TaskScores(ids, right, [0], kpq=50.0),
+                             (("swa", 8, 0), T): compare.TaskScores(ids, wrong, [0], kpq=8.0),  # full beats it
+                             (("swa", 16, 0), T): compare.TaskScores(ids, right, [0], kpq=16.0),  # no headroom
+                             (("sa", 8, 0), T): compare.TaskScores(ids, wrong, [0, 1], kpq=4.0),
+                             (("sa", 16, 0), T): compare.TaskScores(ids, wrong.repeat(2, 0), [0, 1], kpq=8.0)}, [])
     rows = compare.comparison_rows(cfg, loaded)
     assert [(r["a"], r["b_w_eff"], r["headroom"]) for r in rows] == [
         ("full", 8, None), ("full", 16, None), ("sa", 8, True), ("sa", 16, False)]
@@ -256,7 +259,7 @@ def test_a_drawing_mode_run_at_one_seed_is_named_in_the_tables_notes():
     several seeds, nothing is said."""
     from sa_lightning.inference.compare import markdown, method_note, one_draw_note
 
-    cfg = SweepConfig(model="m", tasks=["t"], modes=["full", "swa", "sa", "random", "sa_swa_union"], windows=[8],
+    cfg = SweepConfig(model="m", tasks=[T], modes=["full", "swa", "sa", "random", "sa_swa_union"], windows=[8],
                       seeds=[0, 1, 2, 3, 4], seed_modes=["sa"])
     note = one_draw_note(cfg)
     assert note.startswith("Random, SA+SWA draw at random but ran one seed here (seed 0; the config's seeds and seed_modes)")

@@ -130,21 +130,37 @@ def test_items_cut_short_are_named_by_compare_and_run_again_by_a_rerun(two_model
     assert len(main([*args, "--compare"])["rows"]) == 2
 
 
-def test_a_cell_from_before_weights_were_fingerprinted_runs_again_instead_of_being_refused(two_models, tmp_path,
-                                                                                           capsys):
+def test_records_of_an_earlier_version_are_migrated_once_by_a_command(two_models, tmp_path, capsys):
+    """Issue 77: the sweep reads one form of record. A record from before the weights were fingerprinted refuses its
+    folder and names ``cli.py migrate``, which removes it (nothing ties its scores to the model's bytes) so that the
+    next run scores it again; one from before sinks gets sink 0; a second migration changes nothing."""
     from sa_lightning.experiments.sweep import main
+    from sa_lightning.main import main as cli
 
     args = ["--model", str(two_models[0]), "--dtype", "float32", "--tasks", "[shakespeare_lastword]", "--modes",
-            "[full]", "--limit", "2", "--out", str(tmp_path)]
+            "[full, swa]", "--windows", "[8]", "--limit", "2", "--out", str(tmp_path)]
     main(args)
-    cell = tmp_path / "cells" / "full_wall_s0_shakespeare_lastword.json"
-    record = json.loads(cell.read_text())
-    del record["spec"]["made_by"]["weights"]  # a record of before: its spec names no weights
-    cell.write_text(json.dumps(record))
+    unfingerprinted = tmp_path / "cells" / "full_wall_s0_shakespeare_lastword.json"
+    record = json.loads(unfingerprinted.read_text())
+    del record["spec"]["made_by"]["weights"]
+    unfingerprinted.write_text(json.dumps(record))
+    before_sinks = tmp_path / "cells" / "swa_w8_s0_shakespeare_lastword.json"
+    record, kept = json.loads(before_sinks.read_text()), json.loads(before_sinks.read_text())
+    del record["sink"], record["spec"]["sink"]
+    before_sinks.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"earlier version, without weights \(`python cli.py migrate` on its folder"):
+        main(args)
     capsys.readouterr()
+    cli(["migrate", str(tmp_path)])
+    said = capsys.readouterr().out
+    assert "1 updated; 1 removed (removed, to run again: full_wall_s0_shakespeare_lastword.json)" in said
+    assert not unfingerprinted.exists() and not unfingerprinted.with_suffix(".items.jsonl.gz").exists()
+    assert json.loads(before_sinks.read_text()) == kept
+    cli(["migrate", str(tmp_path)])
+    assert "nothing to migrate" in capsys.readouterr().out
     main(args)
-    assert "1 cells, 0 already done, 1 to run" in capsys.readouterr().out
-    assert json.loads(cell.read_text())["spec"]["made_by"]["weights"]
+    assert "2 cells, 1 already done, 1 to run" in capsys.readouterr().out
+    assert json.loads(unfingerprinted.read_text())["spec"]["made_by"]["weights"]
 
 
 def test_each_cell_file_is_parsed_once_per_run(two_models, tmp_path, monkeypatch):

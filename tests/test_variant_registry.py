@@ -172,7 +172,7 @@ def test_a_new_variant_is_one_file(tmp_path):
         model = build_model(cfg)
         model(torch.randint(0, 64, (2, 64))).sum().backward()
         assert PatchSpec("swa_wide", 8).effective_window == 8
-        sweep = SweepConfig(model="tiny", modes=["full", "swa_wide"], windows=[8, 16], tasks=["t"])
+        sweep = SweepConfig(model="tiny", modes=["full", "swa_wide"], windows=[8, 16], tasks=["shakespeare_lastword"])
         assert {(c.mode, c.w_eff) for c in cells(sweep)} == {("full", None), ("swa_wide", 8), ("swa_wide", 16)}
         assert get_variant("swa_wide").label == "SWA(2w)"
         (y,) = get_variant("swa_wide")(*(torch.randn(1, 2, 40, 8) for _ in range(3)), AttentionSpec("swa_wide", window=4))

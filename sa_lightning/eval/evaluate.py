@@ -28,7 +28,7 @@ def seeds_of(info: dict, given: list[int] | None) -> list[int]:
     the first alone where it draws nothing or keeps the one σ it trained with (``permutation: deterministic``, a
     frozen variant): every seed would score it the same."""
     seeds = sigma_seeds(info["arch"]["attention"]["variant"], given or DEFAULT_SEEDS)
-    return seeds[:1] if info["arch"].get("permutation") in ("deterministic", "fixed") else seeds  # fixed: its old name
+    return seeds[:1] if info["arch"].get("permutation") == "deterministic" else seeds
 
 
 def label_of(info: dict) -> str:

@@ -109,8 +109,8 @@ class Report:
 
 class Experiment:
     """One experiment: subclass it, set the class attributes, write the methods; its module holds one instance,
-    ``EXPERIMENT``. ``main`` runs each command on a copy of it, so what a run finds out once (a loaded model, its
-    checkpoints) sits on that run's copy from ``check``/``prepare`` to ``report``, never on ``EXPERIMENT``; ``run``
+    ``EXPERIMENT``. ``main`` runs each command on a copy of it (``cfg`` its config), so what a run finds out once (a
+    loaded model, its checkpoints) sits on that run's copy from ``prepare`` to ``report``, never on ``EXPERIMENT``; ``run``
     goes to worker processes where ``jobs`` is above 1 (the copy pickled), so an experiment that keeps such state
     runs its cells in this process (``jobs`` 1)."""
 
@@ -141,7 +141,8 @@ class Experiment:
         raise NotImplementedError
 
     def cell_id(self, cell) -> str:
-        raise NotImplementedError
+        """A cell's file name in ``cells/``: its ``key``."""
+        return cell.key
 
     def spec(self, cell, cfg, out: Path) -> dict:
         """Every input that makes the cell: a record holding an equal spec stands for it."""
@@ -200,9 +201,18 @@ class Experiment:
     def before(self, cfg, out: Path, todo: list) -> None:
         """What a run does once its folder is held, before the cells."""
 
+    #: the spec's key that names what made a cell besides its place in the grid (a sweep's model, by its weights):
+    #: a record of the same place made otherwise is another run's, and its folder is refused, not mixed into this
+    #: run's tables
+    provenance: str | None = None
+
     def reuse(self, saved: dict, spec: dict) -> bool:
         """The one reuse rule (``utils.runner.same_spec``): a record stands for its cell exactly when its spec is
-        equal."""
+        equal; one that differs only in its ``provenance`` refuses the folder (``runner.OtherRun``)."""
+        differ = runner.made_otherwise(saved, spec, self.provenance) if self.provenance else None
+        if differ:
+            raise runner.OtherRun(f"was made with other settings: {differ}; pass another {self.out_flag} (or remove "
+                                  "that folder's cells/) so that no cell of another run is counted as this one's.")
         return runner.same_spec(saved, spec)
 
     def jobs(self, cfg):
@@ -349,6 +359,7 @@ def main(experiment: Experiment, argv: list[str] | None = None):
     ``compare.json``'s further tables, and the cells' ``records`` (``--cells_only``: the records alone)."""
     cfg, preset, how = experiment.parse(argv)
     experiment = copy.copy(experiment)  # what this run finds out (a loaded model) stays on its own copy
+    experiment.cfg = cfg
     out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag, overwrite=how.overwrite)
     check_own_files(out, list(RESULT_FILES), how.overwrite, experiment.kind)  # before any cell: a user's table.md
     experiment.prepare(cfg)

@@ -18,7 +18,7 @@ each other row minus that one, paired on the same documents, with a verdict word
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..eval.evaluate import (DEFAULT_SEEDS, _by_task, _limit_words, _seed_counts, _unique, comparison_markdown,
                              comparisons_of, interval_markdown, intervals_of, label_of, log_tensorboard, seeds_of,
@@ -48,6 +48,25 @@ class EvaluateConfig:
     bootstrap_iters: int = 0
     baseline: str | None = None
     out: str = "outputs/eval"
+
+    def __post_init__(self):
+        if self.device is not None:
+            from ..utils.device import check_device
+
+            check_device(self.device)
+
+
+@dataclass(frozen=True)
+class EvalCell:
+    """One checkpoint (its row label) under one σ seed, with its spec: everything that made it."""
+
+    label: str
+    seed: int
+    spec: dict = field(compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        return cell_name(self.label, self.seed, self.spec)
 
 
 FLAGS = (
@@ -84,16 +103,9 @@ class Evaluate(Experiment):
     needs = "metrics"
     prunes = True
 
-    def check(self, cfg, given):
-        if cfg.device is not None:
-            from ..utils.device import check_device
-
-            check_device(cfg.device)
-        self.cfg = cfg
-
     def prepare(self, cfg):
-        """The checkpoints (a bad one fails first, in a second), the tasks, the labels and the σ seeds, once the
-        output folder was checked (``main``) and this run's own files in it."""
+        """The checkpoints (a bad one fails first, in a second) and their fingerprints, the tasks, the labels and the
+        σ seeds, once the output folder was checked (``main``) and this run's own files in it; one line says them."""
         from ..eval.harness import load_tasks, resolve_tasks
         from ..models.checkpoint import load_checkpoint
 
@@ -113,40 +125,27 @@ class Evaluate(Experiment):
             raise ValueError(f"--baseline {cfg.baseline!r} is the only row, so there is nothing to compare with it; "
                              "give another --ckpt to compare, or leave --baseline out.")
         given = unique_seeds(cfg.seeds, "--seeds") if cfg.seeds else None
-        self.labels = labels
         self.models = {label: (model, info) for (model, info), label in zip(loaded, labels)}
         self.seeds = {label: seeds_of(info, given) for label, (_, info) in self.models.items()}
-        self.weights = {}
-
-    def weight(self, label: str) -> str:
-        """A checkpoint's fingerprint (its bytes hashed), taken the first time a cell's spec asks, so once this run
-        holds its folder."""
-        if label not in self.weights:
-            self.weights[label] = fingerprint(self.models[label][1]["path"])
-        return self.weights[label]
+        self.weights = {label: fingerprint(info["path"]) for label, (_, info) in self.models.items()}
+        print(f"evaluate: {len(labels)} checkpoint(s), tasks {', '.join(cfg.tasks)}, "
+              f"{_limit_words(cfg.limit, 'every')} document(s) of each, σ seeds {_seed_counts(self.seeds)} (a model "
+              "that draws nothing is scored once)", flush=True)
 
     def cells(self, cfg):
-        return [(label, s) for label in self.labels for s in self.seeds[label]]
-
-    def cell_id(self, cell):
-        return cell_name(*cell, self.spec(cell, self.cfg, None))
+        return [EvalCell(label, s, {"checkpoint": self.weights[label], "tasks": cfg.tasks, "limit": cfg.limit,
+                                    "eval_samples": cfg.eval_samples, "sa_mode": cfg.sa_mode, "seed": s,
+                                    "tokenizer": cfg.tokenizer, "bootstrap_iters": cfg.bootstrap_iters})
+                for label in self.models for s in self.seeds[label]]
 
     def spec(self, cell, cfg, out):
-        label, sigma_seed = cell
-        return {"checkpoint": self.weight(label), "tasks": cfg.tasks, "limit": cfg.limit,
-                "eval_samples": cfg.eval_samples, "sa_mode": cfg.sa_mode, "seed": sigma_seed,
-                "tokenizer": cfg.tokenizer, "bootstrap_iters": cfg.bootstrap_iters}
-
-    def header(self, cfg, preset, out, todo):
-        return (f"evaluate: {len(self.labels)} checkpoint(s), tasks {', '.join(cfg.tasks)}, "
-                f"{_limit_words(cfg.limit, 'every')} document(s) of each, σ seeds {_seed_counts(self.seeds)} (a "
-                f"model that draws nothing is scored once): {len(todo)} cell(s), results in {out}/")
+        return cell.spec
 
     def run(self, cell, spec):
         from ..eval.harness import run_tasks_with_items
         from ..eval.lm import SALM
 
-        label, sigma_seed = cell
+        label, sigma_seed = cell.label, cell.seed
         model, info = self.models[label]
         cfg, start = self.cfg, time.perf_counter()
         lm = SALM(model, tokenizer=cfg.tokenizer or info["tokenizer"], batch_size=cfg.batch_size, device=cfg.device,
@@ -163,8 +162,8 @@ class Evaluate(Experiment):
         from ..eval.harness import layout_for
         from ..eval.table import markdown_table
 
-        labels, seeds = self.labels, self.seeds
-        grid = self.cells(cfg)
+        labels, seeds = list(self.seeds), self.seeds
+        grid = [(label, s) for label in labels for s in seeds[label]]
         if len(records) != len(grid):  # --compare before every cell was scored
             raise ValueError(f"an evaluation's table needs every (checkpoint, σ seed) cell, and {len(records)} of "
                              f"{len(grid)} are done in {out / 'cells'}; run it without --compare to score the rest.")
@@ -177,7 +176,7 @@ class Evaluate(Experiment):
             per_seed = [c["metrics"] for c in cells_]
             items[label] = [_by_task(c["items"]) for c in cells_]
             means[label], stds[label] = summarize(per_seed)
-            report["models"][label] = {"checkpoint": info["path"], "weights": self.weight(label),
+            report["models"][label] = {"checkpoint": info["path"], "weights": self.weights[label],
                                        "step": info["step"], "arch": info["arch"], "per_seed": per_seed,
                                        "mean": means[label], "std": stds[label],
                                        "items": [f"cells/{c['items_file']}" for c in cells_]}

@@ -22,11 +22,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict
+from functools import cached_property
 
-from ..eval.position import is_position_task
-from ..inference.plan import Cell, SweepConfig, cell_spec, cells, check_before_loading, made_by, other_run
+from ..inference.plan import Cell, SweepConfig, cell_spec, cells, check_before_loading, made_by
 from ..inference.sweep import line, load_model, run_cell, weights_of
-from ..utils import runner
 from .base import Experiment, Report, config_flags
 from .base import main as run_experiment
 
@@ -39,44 +38,48 @@ class Sweep(Experiment):
     folders = "the config's out"
     flags = config_flags(SweepConfig)
     needs = "items"
+    #: a record of the same patch made by another model, tokenizer, limit, ... refuses the folder before any cell runs
+    provenance = "made_by"
 
-    def check(self, cfg, given):
-        from ..eval.harness import resolve_tasks
-
-        # lm-eval names (task sets such as table1 expand); position_ppl_* is ours and stays as it is
-        cfg.tasks = [name for t in cfg.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
-        cfg.seeds = runner.unique_seeds(cfg.seeds, "sweep seeds")
-
-    def prepare(self, cfg):
+    @cached_property
+    def source(self):
+        """The model's source (``models.sources``): a missing or unpatchable GGUF fails here, in one sentence."""
         from ..models.sources import resolve
 
-        self.cfg, self.source = cfg, resolve(cfg.model)  # a missing or unpatchable GGUF fails here, in one sentence
-        self._weights, self.lm = (), None
+        return resolve(self.cfg.model)
 
+    @cached_property
     def weights(self) -> str | None:
         """The model's fingerprint (its bytes hashed: seconds to minutes for a large model), taken the first time a
         cell's spec asks, so once this run holds its folder (a folder in use is refused before)."""
-        if self._weights == ():
-            self._weights = weights_of(self.source)
-        return self._weights
+        return weights_of(self.source)
+
+    @cached_property
+    def patched(self):
+        """The patched model and the tasks' metadata, loaded when the first cell runs: every refusal before the first
+        cell file is written, then every dataset, then the model, once."""
+        from ..eval.harness import load_tasks
+        from ..eval.position import is_position_task
+        from ..inference.lm import PatchedHFLM
+        from ..models.sources import loadable
+
+        cfg = self.cfg
+        check_before_loading(cfg, self.source, cfg.tasks)
+        # the pass-key tasks size their prompts in the tokens of this tokenizer (lm-eval hands it to their loader)
+        tokens = loadable(self.source)  # a cached GGUF's converted folder: no second parse
+        metadata = {"tokenizer": cfg.tokenizer or tokens.path, **({} if cfg.tokenizer else tokens.kwargs)}
+        lm_tasks = sorted({t for t in cfg.tasks if not is_position_task(t)})
+        if lm_tasks:
+            load_tasks(lm_tasks, metadata=metadata)  # unreachable datasets fail before the model loads
+        model, tokenizer = load_model(cfg, self.source)
+        return PatchedHFLM(model, tokenizer=tokenizer, batch_size=cfg.batch_size, max_length=cfg.max_length,
+                           device=str(model.device)), metadata
 
     def cells(self, cfg):
         return cells(cfg)
 
-    def cell_id(self, cell: Cell) -> str:
-        return cell.key
-
     def spec(self, cell: Cell, cfg, out):
-        return cell_spec(cell, made_by(cfg, cell, self.weights()))
-
-    def reuse(self, saved, spec):
-        """A record stands for its cell when its spec is equal; one of the same patch made by another model,
-        tokenizer, limit, ... refuses the folder (``plan.other_run``) before any cell runs."""
-        differ = other_run(saved, spec)
-        if differ:
-            raise runner.OtherRun(f"was made with other settings: {differ}; pass another --out (or remove that "
-                                  "folder's cells/) so that no cell of another run is counted as this one's.")
-        return runner.same_spec(saved, spec)
+        return cell_spec(cell, made_by(cfg, cell, self.weights))
 
     def loaded(self, saved):
         """A record with its items as the numbers the report takes (``compare.item_values``), not the documents."""
@@ -89,31 +92,13 @@ class Sweep(Experiment):
     def run(self, cell: Cell, spec: dict) -> dict:
         from ..models.patcher import patch
 
-        if self.lm is None:  # every refusal before the first cell file is written; then the model, once
-            check_before_loading(self.cfg, self.source, self.cfg.tasks)
-            self.lm, self.metadata = self._load(self.cfg)
+        lm, metadata = self.patched
         start = time.perf_counter()
-        patch(self.lm.model, cell.spec)
-        metrics, budget, items = run_cell(self.lm, cell, self.cfg, self.metadata)
+        patch(lm.model, cell.spec)
+        metrics, budget, items = run_cell(lm, cell, self.cfg, metadata)
         return {"mode": cell.mode, "w_eff": cell.w_eff, "sink": cell.sink, "seed": cell.seed, "task": cell.task,
                 "metrics": metrics, "keys_per_query": budget,
                 "seconds": time.perf_counter() - start, "items": items}
-
-    def _load(self, cfg):
-        """The model, once, when the first cell runs: every dataset first."""
-        from ..eval.harness import load_tasks
-        from ..inference.lm import PatchedHFLM
-        from ..models.sources import loadable
-
-        # the pass-key tasks size their prompts in the tokens of this tokenizer (lm-eval hands it to their loader)
-        tokens = loadable(self.source)  # a cached GGUF's converted folder: no second parse
-        metadata = {"tokenizer": cfg.tokenizer or tokens.path, **({} if cfg.tokenizer else tokens.kwargs)}
-        lm_tasks = sorted({t for t in cfg.tasks if not is_position_task(t)})
-        if lm_tasks:
-            load_tasks(lm_tasks, metadata=metadata)  # unreachable datasets fail before the model loads
-        model, tokenizer = load_model(cfg, self.source)
-        return PatchedHFLM(model, tokenizer=tokenizer, batch_size=cfg.batch_size, max_length=cfg.max_length,
-                           device=str(model.device)), metadata
 
     def line(self, record):
         return line(record)
@@ -126,6 +111,7 @@ class Sweep(Experiment):
         return Report(table=made["table"], compare=compared.text, comparisons=compared.rows, rows=made["rows"],
                       figures=made["figures"], views={"config.json": json.dumps(asdict(cfg), indent=2)},
                       compare_extra=compared.extra, summary=compared.summary, csv_fields=made["csv_fields"])
+
 
 EXPERIMENT = Sweep()
 

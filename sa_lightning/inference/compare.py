@@ -72,9 +72,9 @@ def load(cfg: SweepConfig, records: list[dict]) -> Loaded:
     gathered: dict[tuple[Setting, str], list] = {}
     for r in records:
         if r.get("values") is not None:
-            gathered.setdefault(((r["mode"], r["w_eff"], r.get("sink", 0)), r["task"]), []).append(
+            gathered.setdefault(((r["mode"], r["w_eff"], r["sink"]), r["task"]), []).append(
                 (r["seed"], *r["values"], r.get("keys_per_query")))
-    done = {(r["mode"], r["w_eff"], r.get("sink", 0), r["seed"], r["task"]) for r in records}
+    done = {(r["mode"], r["w_eff"], r["sink"], r["seed"], r["task"]) for r in records}
     missing = [c.key for c in cells(cfg) if (c.mode, c.w_eff, c.sink, c.seed, c.task) not in done]
     return Loaded({key: _aligned(runs) for key, runs in gathered.items()}, missing)
 

@@ -137,6 +137,12 @@ class SweepConfig:
     out: str = "outputs/sweep"
 
     def __post_init__(self):
+        from ..eval.harness import resolve_tasks
+        from ..utils.runner import unique_seeds
+
+        # lm-eval names (task sets such as table1 expand; a misspelt one fails with its close matches);
+        # position_ppl_* is ours and stays as it is
+        self.tasks = [name for t in self.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
         for mode in self.modes:
             PatchSpec(mode, get_variant(mode).min_window)  # an unknown or gated mode fails here, with close matches
         for name in ("windows", "moba_block_sizes"):
@@ -147,6 +153,7 @@ class SweepConfig:
             raise ValueError(f"sweep moba_top_k must be >= 1, got {self.moba_top_k}.")
         if not self.seeds:
             raise ValueError("sweep seeds must name at least one seed.")
+        self.seeds = unique_seeds(self.seeds, "sweep seeds")
         for mode in self.seed_modes:
             PatchSpec(mode, get_variant(mode).min_window)  # a misspelt seed mode fails like a misspelt mode
         for sink in self.sinks:
@@ -215,20 +222,6 @@ def cell_spec(cell: Cell, made: dict) -> dict:
     """Every input that made a cell: its patch (mode, window, sink, seed, sa_mode) and ``made_by`` (the model by its
     weights' bytes, the tokenizer, the limit, ...). A record holding an equal spec stands for the cell."""
     return {**asdict(cell.spec), "made_by": made}
-
-
-def other_run(saved: dict, spec: dict) -> str | None:
-    """Where a record of this cell's patch was made by another model, tokenizer, limit, ... (``made_by``): the
-    settings that differ, in words (its cells are another run's, and running over them would mix two runs in one
-    folder); None otherwise."""
-    then, now = saved.get("spec"), spec
-    if not isinstance(then, dict) or {k: v for k, v in then.items() if k != "made_by"} != \
-            {k: v for k, v in now.items() if k != "made_by"}:
-        return None
-    then, now = then.get("made_by"), now["made_by"]
-    if not isinstance(then, dict) or set(then) != set(now) or then == now:
-        return None
-    return ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in now.items() if then.get(k) != v)
 
 
 def context_of(task: str) -> int | None:

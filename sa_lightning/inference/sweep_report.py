@@ -36,7 +36,7 @@ def collect(cfg: SweepConfig, records: list[dict], loaded: compare.Loaded | None
     ``:hi``, ``:items``, ``:seeds`` and, for a mode run at several seeds, ``:seed_sd``."""
     rows: dict[tuple, dict] = {}
     for rec in records:
-        key = (rec["mode"], rec["w_eff"], rec.get("sink", 0))
+        key = (rec["mode"], rec["w_eff"], rec["sink"])
         entry = rows.setdefault(key, {"mode": key[0], "w_eff": key[1], "sink": key[2], "tasks": {}, "kpq": {},
                                       "pos": {}})
         _, value = metric_of(rec["task"], rec["metrics"])
@@ -76,7 +76,7 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _row_order(cfg: SweepConfig):
-    return lambda r: (cfg.modes.index(r["mode"]), r.get("sink", 0))
+    return lambda r: (cfg.modes.index(r["mode"]), r["sink"])
 
 
 def _scored(r: dict, col: str, lower: bool) -> str:
@@ -99,7 +99,7 @@ def markdown(cfg: SweepConfig, table: list[dict], missing: str | None = None) ->
         marked = [ranked_cells([r.get(col) for r in group], [_scored(r, col, lower[col]) for r in group], lower[col])
                   for col in cols]
         for i, r in enumerate(group):
-            lines.append(row([w, variant_label(r["mode"], sink=r.get("sink", 0)), number(r.get("kpq"), ".1f"),
+            lines.append(row([w, variant_label(r["mode"], sink=r["sink"]), number(r.get("kpq"), ".1f"),
                               *(column[i] for column in marked)]))
     for r in table:
         if not get_variant(r["mode"]).sparse:
@@ -119,7 +119,7 @@ def _spread_table(cfg: SweepConfig, table: list[dict], cols: list[str], heads: l
     lines += head(["w_eff", "Mode", "Seeds", *heads], ["---", "---", "---:", *["---:"] * len(cols)])
     for r in spread:
         seeds = max(r.get(f"{c}:seeds") or 0 for c in cols)
-        lines.append(row([r["w_eff"] or "all", variant_label(r["mode"], sink=r.get("sink", 0)), seeds,
+        lines.append(row([r["w_eff"] or "all", variant_label(r["mode"], sink=r["sink"]), seeds,
                           *(number(r.get(f"{c}:seed_sd"), ".2f" if c != "avg" and lower_is_better(c) else ".1f")
                             for c in cols)]))
     return lines
@@ -130,8 +130,8 @@ def _series(cfg: SweepConfig, table: list[dict]):
     for mode in cfg.modes:
         if not get_variant(mode).sparse:  # the reference, drawn on its own
             continue
-        for sink in sorted({r.get("sink", 0) for r in table if r["mode"] == mode}):
-            yield mode, sink, [r for r in table if r["mode"] == mode and r.get("sink", 0) == sink]
+        for sink in sorted({r["sink"] for r in table if r["mode"] == mode}):
+            yield mode, sink, [r for r in table if r["mode"] == mode and r["sink"] == sink]
 
 
 #: how far apart (in octaves of w_eff) the series' markers are spread at each window, so equal scores sit side by side
