@@ -158,6 +158,8 @@ def test_records_of_an_earlier_version_are_migrated_once_by_a_command(two_models
     assert json.loads(before_sinks.read_text()) == kept
     cli(["migrate", str(tmp_path)])
     assert "nothing to migrate" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="holds no cells/ folder: pass the --out of a sweep"):
+        cli(["migrate", str(tmp_path / "cells" / "none")])
     main(args)
     assert "2 cells, 1 already done, 1 to run" in capsys.readouterr().out
     assert json.loads(unfingerprinted.read_text())["spec"]["made_by"]["weights"]
