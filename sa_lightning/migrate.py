@@ -10,9 +10,12 @@ What it changes, in a sweep's ``cells/`` (each record rewritten atomically, unde
   ties its scores to the model's bytes, so it is removed with its per-item records, and the next run scores that
   cell again (what a run did with it before this command existed).
 
-A record already in today's form is left as it is, so a second migration changes nothing; a study's or an
-evaluation's ``cells/`` has nothing to migrate. A sweep that meets an unmigrated record refuses its folder and names
-this command.
+In an evaluation's folder, its ``tb/`` (TensorBoard's scalars, which earlier versions wrote outside the set of files
+a run replaces together) is recorded as the evaluation's own, so that the next run replaces it instead of refusing
+it as the user's.
+
+A record already in today's form is left as it is, so a second migration changes nothing; a study's ``cells/`` has
+nothing to migrate. A sweep that meets an unmigrated record refuses its folder and names this command.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from .utils import runner
 from .utils.argtypes import doc_help
-from .utils.atomic import CELLS_KIND, write_text
+from .utils.atomic import CELLS_KIND, record_written, write_text, written_by
 
 
 def migrate_record(record: dict) -> dict | None:
@@ -46,7 +49,12 @@ def migrate(out: Path) -> dict[str, list[str]]:
     done: dict[str, list[str]] = {"updated": [], "removed": []}
     if not cells.is_dir():
         raise ValueError(f"{out} holds no cells/ folder: pass the --out of a sweep, a study or an evaluation.")
-    if not kind.is_file() or kind.read_text().strip() != "sweep":
+    kind = kind.read_text().strip() if kind.is_file() else None
+    if kind == "evaluation" and (out / "tb").is_dir() and "tb" not in written_by(out):
+        with runner.folder_lock(out, "migration"):
+            record_written(out, ["tb"], "evaluation report")
+        done["updated"].append("tb/")
+    if kind != "sweep":
         return done  # only a sweep's records have had earlier forms
     with runner.folder_lock(out, "migration"):
         for path in sorted(cells.glob("*.json")):

@@ -634,6 +634,34 @@ def test_evaluate_never_writes_over_a_users_files_and_a_stop_keeps_the_previous_
     assert all((out / f).is_file() for m in report["models"].values() for f in m["items"])
 
 
+@pytest.mark.slow
+def test_evaluates_tensorboard_folder_is_written_with_its_set_and_replaced_whole(checkpoint, tmp_path, capsys):
+    """Issue 77: ``tb/`` was written outside the set of files a run replaces together (a failed report left new
+    scalars beside the old table) and grew by one events file per run. Now it is one of the set, replaced whole; a
+    folder of an earlier version, whose ``tb/`` no record names, is refused before any cell and ``cli.py migrate``
+    claims it."""
+    from sa_lightning.experiments.evaluate import main
+    from sa_lightning.main import main as cli
+    from sa_lightning.utils.atomic import MANIFEST
+
+    args = ["--ckpt", str(checkpoint), "--label", "a", "--limit", "2", "--seeds", "0", "--out", str(tmp_path)]
+    main(args)
+    main(args)
+    assert len(list((tmp_path / "tb" / "a").glob("events.out.tfevents.*"))) == 1
+    manifest = tmp_path / MANIFEST
+    written = json.loads(manifest.read_text())
+    assert written["tb"] == "evaluation report"
+    del written["tb"]  # as an earlier version left it
+    manifest.write_text(json.dumps(written))
+    with pytest.raises(ValueError, match="holds 'tb', which the evaluation would replace"):
+        main(args)
+    capsys.readouterr()
+    cli(["migrate", str(tmp_path)])
+    assert "1 updated" in capsys.readouterr().out
+    main(args)
+    assert len(list((tmp_path / "tb" / "a").glob("events.out.tfevents.*"))) == 1
+
+
 def test_the_lm_eval_model_builds_without_hflms_warnings_for_a_built_model(tokenizer, caplog):
     """HFLM warned twice before every evaluation ("`pretrained` model kwarg is not of type `str`", "Passed an
     already-initialized model") though every call here passes its own built model on purpose (issue 66); its

@@ -88,8 +88,9 @@ def config_flags(config: type, skip: tuple[str, ...] = ()) -> tuple[Flag, ...]:
 @dataclass
 class Report:
     """What an experiment's records make. ``comparisons`` are ``compare.json``'s rows (``COMPARE_FIELDS``);
-    ``rows`` are ``results.csv``'s and ``results.json``'s; ``figures`` draw each PNG into the path given (a figure
-    that writes no file had nothing to draw); ``views`` are further files (``reach.md``)."""
+    ``rows`` are ``results.csv``'s and ``results.json``'s; ``figures`` draw each PNG (or a folder of logs, an
+    evaluation's ``tb/``) into the path given (one that writes nothing had nothing to draw); ``views`` are further
+    files (``reach.md``)."""
 
     table: str
     compare: str
@@ -131,6 +132,9 @@ class Experiment:
     needs: str | None = None
     #: a line as each cell starts (cells that take minutes)
     announce: bool = False
+    #: the names its report writes beside ``RESULT_FILES`` and whatever its figures draw (an evaluation's ``tb/``),
+    #: checked before any cell: a file of the user's of one of them is refused before the work, not after
+    writes: tuple[str, ...] = ()
 
     # ---- what each experiment writes -----------------------------------------------------------------
     def check(self, cfg, given: dict) -> None:
@@ -361,7 +365,7 @@ def main(experiment: Experiment, argv: list[str] | None = None):
     experiment = copy.copy(experiment)  # what this run finds out (a loaded model) stays on its own copy
     experiment.cfg = cfg
     out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag, overwrite=how.overwrite)
-    check_own_files(out, list(RESULT_FILES), how.overwrite, experiment.kind)  # before any cell: a user's table.md
+    check_own_files(out, [*RESULT_FILES, *experiment.writes], how.overwrite, experiment.kind)  # a user's table.md
     experiment.prepare(cfg)
     todo = experiment.cells(cfg)
     lock = runner.cells_lock(out, [experiment.cell_id(c) for c in todo], experiment.kind) if how.cells_only \
@@ -413,7 +417,7 @@ def write_report(out: Path, experiment: Experiment, cfg, report: Report, overwri
         names += ["compare.json", "results.json", "results.csv"]
         for name, draw in report.figures.items():
             draw(tmp / name)
-            if (tmp / name).is_file():
+            if (tmp / name).exists():
                 names.append(name)
     return names
 

@@ -102,6 +102,7 @@ class Evaluate(Experiment):
     flags = FLAGS
     needs = "metrics"
     prunes = True
+    writes = ("tb",)  # TensorBoard's scalars, one folder per row, written with the rest of the set
 
     def prepare(self, cfg):
         """The checkpoints (a bad one fails first, in a second) and their fingerprints, the tasks, the labels and the
@@ -180,7 +181,6 @@ class Evaluate(Experiment):
                                        "step": info["step"], "arch": info["arch"], "per_seed": per_seed,
                                        "mean": means[label], "std": stds[label],
                                        "items": [f"cells/{c['items_file']}" for c in cells_]}
-            log_tensorboard(out / "tb" / slug(label), means[label], step=info["step"] or 0)
         columns = layout_for(next(iter(means.values())))
         intervals = {label: intervals_of(items[label], columns, label) for label in labels}
         for label in labels:
@@ -213,7 +213,11 @@ class Evaluate(Experiment):
             text += "\n" + compared
         flat = [{"model": label, "column": column, **ci} for label, model in report["models"].items()
                 for column, ci in model["intervals"].items()]
+        steps = {label: info["step"] or 0 for label, (_, info) in self.models.items()}
+        tensorboard = {"tb": lambda path: [log_tensorboard(path / slug(label), means[label], steps[label])
+                                           for label in labels]}  # written with the set, the earlier tb/ replaced
         return Report(table=text, compare=compared, comparisons=rows, rows=flat, results_extra=report,
+                      figures=tensorboard,
                       summary=f"per-item records in {out / 'cells'}, TensorBoard logs in {out / 'tb'}")
 
 

@@ -320,12 +320,19 @@ CELLS_KIND = ".kind"
 MANIFEST = ".written_by.json"
 
 
-def _manifest(folder: Path) -> dict:
+def written_by(folder: Path) -> dict:
+    """``{name: what wrote it}`` of the files in ``folder`` that a command of this project wrote (``MANIFEST``)."""
     try:
         found = json.loads((folder / MANIFEST).read_text())
         return found if isinstance(found, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def record_written(folder: Path, names: list[str], what: str) -> None:
+    """Add ``names`` to ``folder``'s ``MANIFEST`` as written by ``what``."""
+    write_text(folder / MANIFEST, json.dumps({**written_by(folder), **{name: what for name in names}}, indent=1,
+                                             sort_keys=True))
 
 
 def check_own_files(folder: str | os.PathLike, names, overwrite: bool, what: str = "results") -> None:
@@ -336,7 +343,7 @@ def check_own_files(folder: str | os.PathLike, names, overwrite: bool, what: str
     folder = Path(folder)
     if overwrite or not folder.is_dir():
         return
-    owned = _manifest(folder)
+    owned = written_by(folder)
     theirs = sorted(n for n in names if (folder / n).exists() and n not in owned)
     if theirs:
         raise ValueError(f"{str(folder)!r} holds {', '.join(map(repr, theirs[:3]))}"
@@ -349,7 +356,7 @@ def check_own_files(folder: str | os.PathLike, names, overwrite: bool, what: str
 def replacing_files(folder: str | os.PathLike, what: str = "results", overwrite: bool = False) -> Iterator[Path]:
     """Yield a new hidden folder inside ``folder`` (``.<what>.<pid>.<random>.partial``) to write a set of files
     in, each under its final name; when the block ends without an error, each file is renamed onto that name in
-    ``folder``. The hidden folder is removed either way.
+    ``folder`` (a folder of the set replaces the earlier one whole). The hidden folder is removed either way.
 
     ``folder`` may hold other files (a sweep's resumable ``cells/``, an earlier analysis): only the names the
     block wrote are replaced, and none of them before the whole set is written; a file of one of those names that
@@ -380,9 +387,10 @@ def replacing_files(folder: str | os.PathLike, what: str = "results", overwrite:
         names = sorted(p.name for p in tmp.iterdir())
         check_own_files(folder, names, overwrite, what)
         # recorded first: a kill between the renames never leaves a file of ours that looks like the user's
-        write_text(folder / MANIFEST, json.dumps({**_manifest(folder), **{name: what for name in names}}, indent=1,
-                                                 sort_keys=True))
+        record_written(folder, names, what)
         for name in names:
+            if (tmp / name).is_dir() and (folder / name).is_dir():  # a folder of the set (tb/): the old one aside
+                os.replace(folder / name, tmp / f"{name}{PARTIAL}")  # first, removed with the hidden folder
             os.replace(tmp / name, folder / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
