@@ -102,6 +102,9 @@ def test_a_sweep_configs_wrong_type_names_the_key_and_where_it_was_set(tmp_path,
     assert _line(run_cli_here("sweep", "--config", "configs/sweep/tiny.yaml", "--nope", "3")) == \
         "cli.py sweep: error: unrecognized arguments: --nope 3 (cli.py sweep --help lists every option)"
     assert _line(run_cli_here("sweep")) == "error: sweep needs model: set it in --config or as --model."
+    # a sweep's limit means what an evaluation's does: whole documents, or a share of each task below 1
+    assert _line(run_cli_here("sweep", "--config", "configs/sweep/tiny.yaml", "--limit", "2.5")) == \
+        "error: sweep limit must be a whole number of documents (>= 1) or a fraction of each task in (0, 1), got 2.5."
 
 
 # ---- study reach's n, trials and size ---------------------------------------------------------------

@@ -4,7 +4,6 @@ two-level for several σ seeds), the paired comparisons against a baseline, thei
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import statistics
@@ -169,15 +168,3 @@ def cell_id(label: str, sigma_seed: int, spec: dict) -> str:
     run with other settings writes cells of its own, so the previous run's set stays whole until the new set is
     in place (a kill at any instant leaves one set or the other)."""
     return f"{slug(label)}_s{sigma_seed}_{spec_digest(spec)}"
-
-
-def task_limit(text: str) -> int | float:
-    """An argparse type for ``--limit``: a whole number of documents (>= 1), or a fraction of each task in (0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of documents or a fraction below 1, got {text!r}") from None
-    if not value > 0 or (value >= 1 and not value.is_integer()):
-        raise argparse.ArgumentTypeError(f"must be a whole number of documents (>= 1) or a fraction of each task "
-                                         f"in (0, 1), got {text}")
-    return int(value) if value >= 1 else value

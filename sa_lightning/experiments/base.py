@@ -110,10 +110,10 @@ class Report:
 
 class Experiment:
     """One experiment: subclass it, set the class attributes, write the methods; its module holds one instance,
-    ``EXPERIMENT``. ``main`` runs each command on a copy of it (``cfg`` its config), so what a run finds out once (a
-    loaded model, its checkpoints) sits on that run's copy from ``prepare`` to ``report``, never on ``EXPERIMENT``; ``run``
-    goes to worker processes where ``jobs`` is above 1 (the copy pickled), so an experiment that keeps such state
-    runs its cells in this process (``jobs`` 1)."""
+    ``EXPERIMENT``. ``main`` runs each command on a copy of it (``cfg`` its config), so what a run finds out once
+    (a loaded model, its checkpoints) sits on that run's copy from ``prepare`` to ``report``, never on
+    ``EXPERIMENT``; ``run`` goes to worker processes where ``jobs`` is above 1 (the copy pickled), so an experiment
+    that keeps such state runs its cells in this process (``jobs`` 1)."""
 
     #: the command, as a user types it after ``cli.py`` (``study long-range``)
     name: str = ""

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from ..eval.evaluate import (DEFAULT_SEEDS, _by_task, _limit_words, _seed_counts, _unique, comparison_markdown,
                              comparisons_of, interval_markdown, intervals_of, label_of, log_tensorboard, seeds_of,
-                             slug, summarize, task_limit)
+                             slug, summarize)
 from ..eval.evaluate import cell_id as cell_name
-from ..utils.argtypes import non_negative_int, positive_int, seed
+from ..utils.argtypes import non_negative_int, positive_int, seed, task_limit
 from ..utils.runner import fingerprint, unique_seeds
 from ..utils.stats import LEVEL, MIN_UNITS, RESAMPLES
 from .base import Experiment, Flag, Report

@@ -5,12 +5,14 @@ into tables and plots.
 """
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
 from dataclasses import asdict, dataclass, field, replace
 
 from ..attention import get_variant, variant_names
 from ..attention.variants import FULL, MOBA, SA, SWA
 from ..eval.position import context_length, is_position_task
 from ..models.patcher import PatchSpec
+from ..utils.argtypes import task_limit
 from ..utils.report import task_label
 
 #: task names that run model-written code (refused without confirm_run_unsafe_code)
@@ -149,6 +151,12 @@ class SweepConfig:
             for value in getattr(self, name):
                 if value < 1:
                     raise ValueError(f"sweep {name} must all be >= 1, got {value}.")
+        limits = {"limit": self.limit, **{f"task_limits {t}": v for t, v in (self.task_limits or {}).items()}}
+        for where, limit in limits.items():
+            try:
+                limit is None or task_limit(str(limit))
+            except ArgumentTypeError as err:
+                raise ValueError(f"sweep {where} {err}.") from None
         if self.moba_top_k < 1:
             raise ValueError(f"sweep moba_top_k must be >= 1, got {self.moba_top_k}.")
         if not self.seeds:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..eval.position import is_position_task
 from ..attention import get_variant, variant_label
 from ..attention.variants import FULL
-from ..utils.report import head, number, pyplot, ranked_cells, row, save_figure, score
+from ..utils.report import head, number, pyplot, ranked_cells, row, save_figure, score, spread
 from ..utils.stats import Interval
 from . import compare
 from .plan import SweepConfig, column_label, lower_is_better, metric_of
@@ -149,11 +149,6 @@ def _style(mode: str, sink: int) -> dict:
 FULL_STYLE = {"color": "gray", "alpha": 0.35, "linewidth": 6, "solid_capstyle": "butt", "zorder": 1}
 
 
-def _dodges(n: int) -> list[float]:
-    """The factor on x of each of ``n`` series: 2**offset, the offsets spread evenly over DODGE octaves."""
-    return [2 ** (DODGE * (i / (n - 1) - 0.5)) if n > 1 else 1.0 for i in range(n)]
-
-
 def _legend(fig, axes) -> None:
     """One legend for the whole figure, outside every axis that holds data, so it covers none: in the first
     unused panel where the grid has one, else below the panels."""
@@ -201,7 +196,8 @@ def score_plot(cfg: SweepConfig, table: list[dict], path: Path, columns: list[st
             ax.axhline(full[col], label=FULL.label, **FULL_STYLE)
         series = list(_series(cfg, table))
         # at each w_eff the series sit a little apart; the measured budget (x_of) is plotted as measured
-        for (mode, sink, rows), dodge in zip(series, _dodges(len(series)) if xkey is None else [1.0] * len(series)):
+        dodges = spread(len(series), DODGE) if xkey is None else [1.0] * len(series)
+        for (mode, sink, rows), dodge in zip(series, dodges):
             pts = sorted((r["w_eff"] if xkey is None else r.get(xkey), r[col], r.get(f"{col}:lo"),
                           r.get(f"{col}:hi")) for r in rows
                          if r.get(col) is not None and (xkey is None or r.get(xkey) is not None))
@@ -250,7 +246,7 @@ def position_plot(cfg: SweepConfig, table: list[dict], path: Path) -> Path | Non
         series = list(_series(cfg, table))
         # in each bucket the series sit a little apart, so equal perplexities (SWA+sink4 and SA+SWA+sink4, every
         # mode in the buckets w covers) show side by side
-        for (mode, sink, rows), dodge in zip(series, _dodges(len(series))):
+        for (mode, sink, rows), dodge in zip(series, spread(len(series), DODGE)):
             found = next((r for r in rows if r["w_eff"] == w and f"pos:{task}" in r), None)
             if found:
                 _draw_buckets(ax, found[f"pos:{task}"], dodge=dodge, **_style(mode, sink))
@@ -288,7 +284,7 @@ def regime_plot(cfg: SweepConfig, regime: list[dict], path: Path) -> Path | None
                                       and r["sink"] == sink]) for sink in sinks]
             title = which
         groups = [(key, rs) for key, rs in groups if rs]
-        for ((mode, sink), rs), dodge in zip(groups, _dodges(len(groups))):
+        for ((mode, sink), rs), dodge in zip(groups, spread(len(groups), DODGE)):
             style = _style(mode or rs[0]["a"], sink)
             if mode is None:
                 style.update(color="black", marker="o", markerfacecolor="none" if sink else "black",

@@ -112,3 +112,16 @@ def key_values(items: list[str]) -> dict[str, str]:
             raise SystemExit(f"error: --set takes KEY=VALUE (a fit argument without its dashes), got {item!r}.")
         out[key] = value
     return out
+
+
+def task_limit(text: str) -> int | float:
+    """``--limit`` (an evaluation's, a sweep's): a whole number of documents (>= 1), or a fraction of each task in
+    (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of documents or a fraction below 1, got {text!r}") from None
+    if not value > 0 or (value >= 1 and not value.is_integer()):
+        raise argparse.ArgumentTypeError(f"must be a whole number of documents (>= 1) or a fraction of each task "
+                                         f"in (0, 1), got {text}")
+    return int(value) if value >= 1 else value
