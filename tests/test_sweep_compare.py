@@ -240,7 +240,7 @@ def test_position_documents_score_the_same_alone_or_batched(tiny_model):
     """Documents of one length go several to a forward pass; SA draws each row's σ from its own tokens, so the
     per-token losses are the same as one document at a time."""
     from sa_lightning.eval.position import position_records
-    from sa_lightning.inference.sweep import load_model
+    from sa_lightning.experiments.sweep import load_model
     from sa_lightning.inference.plan import SweepConfig
     from sa_lightning.models.patcher import patch
 

@@ -98,8 +98,8 @@ def test_two_sweeps_into_one_folder_at_once_are_refused(two_models, tmp_path):
     held.acquire()  # what another process's sweep holds; in this process, taken over only by the same lock
     # the model's bytes are hashed only once the folder is the run's: a folder in use is refused before (it took
     # minutes for an 8B model's 16 GB)
-    code = ("import sys; from sa_lightning.experiments import sweep; "
-            "sweep.weights_of = lambda source: print('HASHED', file=sys.stderr); sweep.main(sys.argv[1:])")
+    code = ("import sys; from sa_lightning.experiments import sweep; from sa_lightning.utils import runner; "
+            "runner.fingerprint = lambda path: print('HASHED', file=sys.stderr); sweep.main(sys.argv[1:])")
     res = subprocess.run([sys.executable, "-c", code, "--model", str(two_models[0]), "--dtype", "float32",
                           "--tasks", "[shakespeare_lastword]", "--modes", "[full]", "--limit", "2", "--out", str(out)],
                          capture_output=True, text=True)

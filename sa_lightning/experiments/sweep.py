@@ -14,8 +14,8 @@ plots ``average.png`` (Figure 4), ``tasks.png`` (Figures 5-8), ``budget.png`` (s
 attended, counted by the patcher) and ``position.png``. ``--compare`` runs no cell: it writes the report from the
 cells already there; ``--cells_only`` runs cells and no report (a SLURM array's task, beside the array's others).
 
-``inference.plan`` holds the config, the cells and the refusals made before a model loads, ``inference.sweep`` the
-model and one cell's run, ``inference.sweep_report`` the tables and plots.
+``inference.plan`` holds the config, the cells and the refusals made before a model loads, this file the model and
+one cell's run, ``inference.sweep_report`` the tables and plots.
 """
 from __future__ import annotations
 
@@ -23,11 +23,26 @@ import json
 import time
 from dataclasses import asdict
 from functools import cached_property
+from pathlib import Path
 
-from ..inference.plan import Cell, SweepConfig, cell_spec, cells, check_before_loading, made_by
-from ..inference.sweep import line, load_model, run_cell, weights_of
+from ..eval.position import context_length, is_position_task
+from ..inference.plan import Cell, SweepConfig, cell_spec, cells, check_before_loading, load_error, made_by, metric_of
 from .base import Experiment, Report, config_flags
 from .base import main as run_experiment
+
+
+def load_model(cfg: SweepConfig, source=None):
+    """The Hugging Face model and tokenizer through ``models.sources`` (Hub id, folder or GGUF file); clear
+    sentences for a missing model and for remote code."""
+    from ..models.sources import load_causal_lm, resolve, tokenizer_for
+
+    source = source or resolve(cfg.model)
+    try:
+        model = load_causal_lm(source, cfg.dtype, cfg.device_map, cfg.trust_remote_code)
+        tokenizer = tokenizer_for(source, cfg.tokenizer, cfg.trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise load_error(cfg, err) from None
+    return model, tokenizer
 
 
 class Sweep(Experiment):
@@ -50,16 +65,21 @@ class Sweep(Experiment):
 
     @cached_property
     def weights(self) -> str | None:
-        """The model's fingerprint (its bytes hashed: seconds to minutes for a large model), taken the first time a
-        cell's spec asks, so once this run holds its folder (a folder in use is refused before)."""
-        return weights_of(self.source)
+        """The fingerprint of a local model's bytes (``utils.runner.fingerprint``: a folder, or a GGUF file), so that
+        a cell is reused only for the same weights, not the same path; None for a Hub id (its name is its version).
+        Taken the first time a cell's spec asks (seconds to minutes for a large model), so once this run holds its
+        folder (a folder in use is refused before)."""
+        from ..utils.runner import fingerprint
+
+        source = self.source
+        path = Path(source.path) / source.gguf_file if source.gguf_file else Path(source.path)
+        return fingerprint(path) if path.exists() else None
 
     @cached_property
     def patched(self):
         """The patched model and the tasks' metadata, loaded when the first cell runs: every refusal before the first
         cell file is written, then every dataset, then the model, once."""
         from ..eval.harness import load_tasks
-        from ..eval.position import is_position_task
         from ..inference.lm import PatchedHFLM
         from ..models.sources import loadable
 
@@ -90,18 +110,35 @@ class Sweep(Experiment):
                 if isinstance(items, list) else None}
 
     def run(self, cell: Cell, spec: dict) -> dict:
-        from ..models.patcher import patch
+        """Patch the model for the cell and run its task: its metrics, the keys each query attended (counted by the
+        patcher) and its per-item records (lm-eval's logged samples, or each document's per-token NLL for
+        ``position_ppl_*``)."""
+        from ..eval.harness import run_tasks_with_items
+        from ..eval.position import position_records
+        from ..models.patcher import counting_keys, patch
 
-        lm, metadata = self.patched
+        (lm, metadata), cfg = self.patched, self.cfg
         start = time.perf_counter()
         patch(lm.model, cell.spec)
-        metrics, budget, items = run_cell(lm, cell, self.cfg, metadata)
+        limit = (cfg.task_limits or {}).get(cell.task, cfg.limit)
+        with counting_keys() as counted:
+            if is_position_task(cell.task):
+                metrics, items = position_records(lm.model, lm.tokenizer, context_length(cell.task), limit=limit)
+            else:
+                results, items_by_task = run_tasks_with_items(
+                    lm, [cell.task], limit=limit, seed=1234, num_fewshot=cfg.num_fewshot,
+                    confirm_run_unsafe_code=cfg.confirm_run_unsafe_code, metadata=metadata)
+                metrics, items = results.get(cell.task, {}), items_by_task.get(cell.task, [])
+        budget = counted["keys"] / counted["queries"] if counted["queries"] else None
         return {"mode": cell.mode, "w_eff": cell.w_eff, "sink": cell.sink, "seed": cell.seed, "task": cell.task,
-                "metrics": metrics, "keys_per_query": budget,
-                "seconds": time.perf_counter() - start, "items": items}
+                "metrics": metrics, "keys_per_query": budget, "seconds": time.perf_counter() - start, "items": items}
 
     def line(self, record):
-        return line(record)
+        """A finished cell's line after its key (mode, window, sink, seed, task): its metric and keys per query."""
+        name, value = metric_of(record["task"], record["metrics"])
+        shown = f"{name}={value:.4f}" if value is not None else "no metric"
+        kpq = record.get("keys_per_query")
+        return shown + (f", {kpq:.1f} keys/query" if kpq is not None else "")
 
     def report(self, cfg, records, out):
         from ..inference.sweep_report import report
