@@ -157,7 +157,12 @@ class Evaluate(Experiment):
                 "items": [{"task": task, **r} for task, task_records in records.items() for r in task_records]}
 
     def line(self, record):
-        return "scored"
+        """A scored cell's line: each column of the table it feeds (``Shk. ppl 41.2, LW 12.5``), accuracies in %."""
+        from ..eval.harness import layout_for
+
+        metrics = record["metrics"]
+        return ", ".join(f"{c.label} {metrics[c.task][c.metric] * (100 if c.is_accuracy else 1):.1f}"
+                         for c in layout_for(metrics) if c.metric in metrics[c.task])
 
     def report(self, cfg, records, out):
         from ..eval.harness import layout_for
