@@ -653,7 +653,8 @@ def test_evaluates_tensorboard_folder_is_written_with_its_set_and_replaced_whole
     assert written["tb"] == "evaluation report"
     del written["tb"]  # as an earlier version left it
     manifest.write_text(json.dumps(written))
-    with pytest.raises(ValueError, match="holds 'tb', which the evaluation would replace"):
+    with pytest.raises(ValueError, match="holds 'tb', which the evaluation would replace.* Where an earlier evaluate "
+                                         "wrote tb without recording it, `python cli.py migrate "):
         main(args)
     capsys.readouterr()
     cli(["migrate", str(tmp_path)])

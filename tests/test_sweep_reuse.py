@@ -130,39 +130,57 @@ def test_items_cut_short_are_named_by_compare_and_run_again_by_a_rerun(two_model
     assert len(main([*args, "--compare"])["rows"]) == 2
 
 
+def _earlier(record: dict, form: str) -> dict:
+    """Today's record of a cell in the form an earlier version wrote it: ``beside`` (2026-11-27 to 11-29, 491e73a to
+    fa41dde: ``made_by`` beside a spec of the patch alone, no ``depth``), ``inside`` (2026-11-29 to 12-07, fa41dde
+    to 7976d39: ``made_by`` inside the spec, no ``depth``) or ``unfingerprinted`` (before 2026-11-27: ``beside``,
+    without the weights' fingerprint)."""
+    record = json.loads(json.dumps(record))
+    spec = record["spec"]
+    del spec["depth"]
+    if form in ("beside", "unfingerprinted"):
+        record["made_by"] = spec.pop("made_by")
+    if form == "unfingerprinted":
+        del record["made_by"]["weights"]
+    return record
+
+
 def test_records_of_an_earlier_version_are_migrated_once_by_a_command(two_models, tmp_path, capsys):
-    """Issue 77: the sweep reads one form of record. A record from before the weights were fingerprinted refuses its
-    folder and names ``cli.py migrate``, which removes it (nothing ties its scores to the model's bytes) so that the
-    next run scores it again; one from before sinks gets sink 0; a second migration changes nothing."""
+    """Issue 77: the sweep reads one form of record. A folder of records in the forms earlier versions wrote is
+    refused in one line that names ``cli.py migrate`` (before, every such cell ran again without a word: hours for
+    an 8B model); the migration rewrites those whose cell means the same today and removes the others, which the next
+    run scores again; a second migration changes nothing."""
     from sa_lightning.experiments.sweep import main
     from sa_lightning.main import main as cli
 
     args = ["--model", str(two_models[0]), "--dtype", "float32", "--tasks", "[shakespeare_lastword]", "--modes",
-            "[full, swa]", "--windows", "[8]", "--limit", "2", "--out", str(tmp_path)]
+            "[full, swa, sa, strided_local]", "--windows", "[8]", "--limit", "2", "--out", str(tmp_path)]
     main(args)
-    unfingerprinted = tmp_path / "cells" / "full_wall_s0_shakespeare_lastword.json"
-    record = json.loads(unfingerprinted.read_text())
-    del record["spec"]["made_by"]["weights"]
-    unfingerprinted.write_text(json.dumps(record))
-    before_sinks = tmp_path / "cells" / "swa_w8_s0_shakespeare_lastword.json"
-    record, kept = json.loads(before_sinks.read_text()), json.loads(before_sinks.read_text())
-    del record["sink"], record["spec"]["sink"]
-    before_sinks.write_text(json.dumps(record))
-    with pytest.raises(ValueError, match=r"earlier version, without weights \(`python cli.py migrate` on its folder"):
+    cells = tmp_path / "cells"
+    path = {mode: cells / f"{mode}_w{'all' if mode == 'full' else 8}_s0_shakespeare_lastword.json"
+            for mode in ("full", "swa", "sa", "strided_local")}
+    today = {mode: json.loads(p.read_text()) for mode, p in path.items()}
+    forms = {"full": "unfingerprinted", "swa": "beside", "sa": "inside", "strided_local": "inside"}
+    for mode, form in forms.items():
+        path[mode].write_text(json.dumps(_earlier(today[mode], form)))
+    with pytest.raises(ValueError, match=r"is a record of an earlier version: `python cli.py migrate .*` brings the "
+                                         r"folder's cells to today's form once"):
         main(args)
     capsys.readouterr()
     cli(["migrate", str(tmp_path)])
     said = capsys.readouterr().out
-    assert "1 updated; 1 removed (removed, to run again: full_wall_s0_shakespeare_lastword.json)" in said
-    assert not unfingerprinted.exists() and not unfingerprinted.with_suffix(".items.jsonl.gz").exists()
-    assert json.loads(before_sinks.read_text()) == kept
+    assert "2 updated; 2 removed" in said and "full_wall_s0_shakespeare_lastword.json (no weights fingerprint)" in said
+    assert "strided_local_w8_s0_shakespeare_lastword.json (its pattern is tuned for the model's depth since)" in said
+    assert not path["full"].exists() and not path["full"].with_suffix(".items.jsonl.gz").exists()
+    assert not path["strided_local"].exists()
+    assert all(json.loads(path[mode].read_text()) == today[mode] for mode in ("swa", "sa"))
     cli(["migrate", str(tmp_path)])
     assert "nothing to migrate" in capsys.readouterr().out
     with pytest.raises(ValueError, match="holds no cells/ folder: pass the --out of a sweep"):
         cli(["migrate", str(tmp_path / "cells" / "none")])
     main(args)
-    assert "2 cells, 1 already done, 1 to run" in capsys.readouterr().out
-    assert json.loads(unfingerprinted.read_text())["spec"]["made_by"]["weights"]
+    assert "4 cells, 2 already done, 2 to run" in capsys.readouterr().out
+    assert json.loads(path["full"].read_text())["spec"]["made_by"]["weights"]
 
 
 def test_each_cell_file_is_parsed_once_per_run(two_models, tmp_path, monkeypatch):

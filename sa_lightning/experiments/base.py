@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 from ..utils import runner
 from ..utils.argtypes import doc_help
-from ..utils.atomic import check_own_files, check_results_folder, output_folder, replacing_files, write_text
+from ..utils.atomic import (check_own_files, check_results_folder, output_folder, replacing_files, write_text,
+                            written_by)
 from ..utils.report import RESULT_FILES, compare_json
 from ..utils.runner import jobs_arg
 from ..utils.tables import write_csv
@@ -214,6 +215,10 @@ class Experiment:
         """The one reuse rule (``utils.runner.same_spec``): a record stands for its cell exactly when its spec is
         equal; one that differs only in its ``provenance`` refuses the folder (``runner.OtherRun``)."""
         differ = runner.made_otherwise(saved, spec, self.provenance) if self.provenance else None
+        if differ == runner.EARLIER:
+            raise runner.OtherRun(f"is {differ}: `python cli.py migrate {self.cfg.out}` brings the folder's cells to "
+                                  "today's form once, keeping each that means the same today (or pass another "
+                                  f"{self.out_flag} to start afresh).")
         if differ:
             raise runner.OtherRun(f"was made with other settings: {differ}; pass another {self.out_flag} (or remove "
                                   "that folder's cells/) so that no cell of another run is counted as this one's.")
@@ -365,7 +370,14 @@ def main(experiment: Experiment, argv: list[str] | None = None):
     experiment = copy.copy(experiment)  # what this run finds out (a loaded model) stays on its own copy
     experiment.cfg = cfg
     out = check_results_folder(cfg.out, experiment.kind, experiment.out_flag, overwrite=how.overwrite)
-    check_own_files(out, [*RESULT_FILES, *experiment.writes], how.overwrite, experiment.kind)  # a user's table.md
+    try:  # before any cell: a user's table.md
+        check_own_files(out, [*RESULT_FILES, *experiment.writes], how.overwrite, experiment.kind)
+    except ValueError as err:
+        unclaimed = [n for n in experiment.writes if (out / n).exists() and n not in written_by(out)]
+        if not unclaimed:
+            raise
+        raise ValueError(f"{err} Where an earlier {experiment.name} wrote {', '.join(unclaimed)} without recording it, "
+                         f"`python cli.py migrate {out}` records it once.") from None
     experiment.prepare(cfg)
     todo = experiment.cells(cfg)
     lock = runner.cells_lock(out, [experiment.cell_id(c) for c in todo], experiment.kind) if how.cells_only \

@@ -106,7 +106,9 @@ class Evaluate(Experiment):
 
     def prepare(self, cfg):
         """The checkpoints (a bad one fails first, in a second) and their fingerprints, the tasks, the labels and the
-        σ seeds, once the output folder was checked (``main``) and this run's own files in it; one line says them."""
+        σ seeds, once the output folder was checked (``main``) and this run's own files in it; one line says them.
+        This is before the folder's lock: a folder in use is refused after the checkpoints load and hash (each was
+        read whole to load; a file above 256 MiB is hashed by samples)."""
         from ..eval.harness import load_tasks, resolve_tasks
         from ..models.checkpoint import load_checkpoint
 

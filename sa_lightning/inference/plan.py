@@ -142,9 +142,6 @@ class SweepConfig:
         from ..eval.harness import resolve_tasks
         from ..utils.runner import unique_seeds
 
-        # lm-eval names (task sets such as table1 expand; a misspelt one fails with its close matches);
-        # position_ppl_* is ours and stays as it is
-        self.tasks = [name for t in self.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
         for mode in self.modes:
             PatchSpec(mode, get_variant(mode).min_window)  # an unknown or gated mode fails here, with close matches
         for name in ("windows", "moba_block_sizes"):
@@ -174,6 +171,9 @@ class SweepConfig:
                     raise ValueError(f"sweep windows: {err} Drop that window or that mode.") from None
         PatchSpec(FULL.name, sa_mode=self.sa_mode)  # an unknown sa_mode fails here
         comparisons_of(self)  # a comparison of a mode the sweep does not run fails here, before any cell
+        # lm-eval names, after the cheap checks (its index takes seconds the first time): task sets such as table1
+        # expand, a misspelt one fails with its close matches; position_ppl_* is ours and stays as it is
+        self.tasks = [name for t in self.tasks for name in ([t] if is_position_task(t) else resolve_tasks([t]))]
         unsafe = [t for t in self.tasks if str(t).startswith(CODE_TASKS)]
         if unsafe and not self.confirm_run_unsafe_code:
             raise ValueError(f"task(s) {', '.join(unsafe)} execute model-written code; set "

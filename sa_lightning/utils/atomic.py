@@ -388,9 +388,10 @@ def replacing_files(folder: str | os.PathLike, what: str = "results", overwrite:
         check_own_files(folder, names, overwrite, what)
         # recorded first: a kill between the renames never leaves a file of ours that looks like the user's
         record_written(folder, names, what)
+        for name in names:  # a folder of the set (tb/), or one in the way of a file: the old one aside first,
+            if (folder / name).exists() and ((tmp / name).is_dir() or (folder / name).is_dir()):  # removed with
+                os.replace(folder / name, tmp / f"{name}{PARTIAL}")  # the hidden folder
         for name in names:
-            if (tmp / name).is_dir() and (folder / name).is_dir():  # a folder of the set (tb/): the old one aside
-                os.replace(folder / name, tmp / f"{name}{PARTIAL}")  # first, removed with the hidden folder
             os.replace(tmp / name, folder / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

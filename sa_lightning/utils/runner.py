@@ -312,24 +312,29 @@ def same_spec(saved: dict, spec: dict) -> bool:
     return saved.get("spec") == spec
 
 
+#: what ``made_otherwise`` says of a record in an earlier version's form
+EARLIER = "a record of an earlier version"
+
+
 def made_otherwise(saved: dict, spec: dict, key: str) -> str | None:
     """Where a record of this cell's place in the grid (its spec less ``key``) was made otherwise (``spec[key]``: a
-    sweep's model, tokenizer, limit, ...): the settings that differ, in words; None otherwise (the same record, or
-    another place's)."""
+    sweep's model, tokenizer, limit, ...): the settings that differ, in words; ``EARLIER`` where the record is in an
+    earlier version's form (``key`` beside its spec, or a spec that names fewer settings than today's); None
+    otherwise (the same record, or another place's)."""
     then, now = saved.get("spec"), spec
-    if not isinstance(then, dict) or {k: v for k, v in then.items() if k != key} != \
-            {k: v for k, v in now.items() if k != key}:
+    if not isinstance(then, dict):
+        return None
+    if key in saved or not set(now) <= set(then) or (
+            isinstance(then.get(key), dict) and not set(now[key]) <= set(then[key])):
+        return EARLIER
+    if {k: v for k, v in then.items() if k != key} != {k: v for k, v in now.items() if k != key}:
         return None
     then, now = then.get(key), now[key]
     if then == now:
         return None
     if not isinstance(then, dict) or not isinstance(now, dict):
         return f"{key} {then!r} (now {now!r})"
-    said = ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in now.items() if then.get(k) != v)
-    earlier = [k for k in now if k not in then]  # a record of an earlier version, which named no such setting
-    return "; ".join(filter(None, [said, earlier and f"it is a record of an earlier version, without "
-                                                 f"{', '.join(earlier)} (`python cli.py migrate` on its folder "
-                                                 "brings its cells up to date)"]))
+    return ", ".join(f"{k} {then.get(k)!r} (now {v!r})" for k, v in now.items() if then.get(k) != v)
 
 
 def stands_for(saved: dict, spec: dict, reuse: Callable[[dict, dict], bool] = same_spec) -> bool:
