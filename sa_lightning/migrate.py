@@ -3,7 +3,7 @@ form, once, so that the code reads one form of record and keeps no branch for ea
 
     python cli.py migrate outputs/sweep/qwen3_8b
 
-A sweep's records had three earlier forms. Each record of them is rewritten atomically, under the folder's lock, where
+A sweep's records had these earlier forms. Each such record is rewritten atomically, under the folder's lock, where
 its cell means the same today, and removed with its per-item records where it does not (the next run scores that
 cell again, what a run did with it before):
 
